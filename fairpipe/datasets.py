@@ -1,0 +1,169 @@
+"""Built-in and real data sets as (points, groups, group_names, ids) in memory.
+
+Built-ins need no download: ``digits`` (scikit-learn's bundled 8x8 digits, group = label) and
+``gaussian`` (a deterministic Gaussian mixture). Loaders for the real data sets take a path, so
+users can point them at their own copy (the test suite reads ../shared/data).
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fairpipe.errors import FairpipeInputError, check_positive_int
+
+GAUSSIAN_BLOCK = 4096
+
+
+@dataclass
+class Dataset:
+    points: np.ndarray  # (n, d) float32
+    groups: np.ndarray | None  # (n,) int32 codes into group_names
+    group_names: list[str]
+    ids: np.ndarray | None = None
+    name: str = ""
+
+
+def _open(path: str | Path):
+    path = Path(path)
+    if not path.exists():
+        raise FairpipeInputError(f"Data file {str(path)!r} does not exist.")
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def load_digits() -> Dataset:
+    """scikit-learn's bundled handwritten digits: 1,797 points in 64 dimensions, group = digit."""
+    from sklearn.datasets import load_digits as _load
+
+    data = _load()
+    return Dataset(
+        points=data.data.astype(np.float32),
+        groups=data.target.astype(np.int32),
+        group_names=[str(i) for i in range(10)],
+        name="digits",
+    )
+
+
+def gaussian_block(seed: int, block: int, n: int, d: int, clusters: int, groups: int):
+    """Rows [block * GAUSSIAN_BLOCK, ...) of the ``gaussian`` data set (independent of chunking)."""
+    start = block * GAUSSIAN_BLOCK
+    rows = min(GAUSSIAN_BLOCK, n - start)
+    centres = np.random.default_rng(np.random.SeedSequence([seed, 0xCE])).normal(
+        0.0, 6.0, size=(clusters, d)
+    )
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xB0, block]))
+    # Unequal cluster weights and spreads give dense and sparse regions (what makes LSH unfair).
+    weights = np.arange(1, clusters + 1, dtype=float)
+    comp = rng.choice(clusters, size=rows, p=weights / weights.sum())
+    spread = 0.5 + comp / max(clusters - 1, 1)
+    X = centres[comp] + rng.normal(size=(rows, d)) * spread[:, None]
+    return X.astype(np.float32), (comp % groups).astype(np.int32)
+
+
+def load_gaussian(
+    n: int = 20_000, d: int = 16, clusters: int = 8, groups: int = 4, seed: int = 0
+) -> Dataset:
+    """A deterministic Gaussian mixture; group = component modulo ``groups``."""
+    for name, value in (("n", n), ("d", d), ("clusters", clusters), ("groups", groups)):
+        check_positive_int(value, name, "load_gaussian")
+    blocks = [
+        gaussian_block(seed, b, n, d, clusters, groups)
+        for b in range((n + GAUSSIAN_BLOCK - 1) // GAUSSIAN_BLOCK)
+    ]
+    return Dataset(
+        points=np.concatenate([b[0] for b in blocks]),
+        groups=np.concatenate([b[1] for b in blocks]),
+        group_names=[f"g{i}" for i in range(groups)],
+        name="gaussian",
+    )
+
+
+def load_mnist_csv(path: str | Path) -> Dataset:
+    """MNIST in CSV (784 pixel columns then the label; optional .gz), group = digit."""
+    import pandas as pd
+
+    with _open(path) as fh:
+        frame = pd.read_csv(fh, header=None)
+    if frame.shape[1] != 785:
+        raise FairpipeInputError(
+            f"{path}: an MNIST CSV has 785 columns (784 pixels and the label). Got {frame.shape[1]}."
+        )
+    values = frame.to_numpy()
+    return Dataset(
+        points=values[:, :784].astype(np.float32),
+        groups=values[:, 784].astype(np.int32),
+        group_names=[str(i) for i in range(10)],
+        name="mnist",
+    )
+
+
+def load_word2vec_bin(path: str | Path, limit: int | None = None) -> tuple[Dataset, list[str]]:
+    """word2vec binary format: a line ``n d``, then per word its bytes, a space, d float32s."""
+    with _open(path) as fh:
+        header = fh.readline().split()
+        if len(header) != 2:
+            raise FairpipeInputError(f"{path}: the first line of a word2vec file is 'n d'.")
+        n, d = int(header[0]), int(header[1])
+        n = n if limit is None else min(n, limit)
+        words, vectors = [], np.empty((n, d), dtype=np.float32)
+        for i in range(n):
+            word = bytearray()
+            while True:
+                ch = fh.read(1)
+                if ch == b" " or ch == b"":
+                    break
+                if ch != b"\n":
+                    word.extend(ch)
+            raw = fh.read(4 * d)
+            if len(raw) != 4 * d:
+                raise FairpipeInputError(
+                    f"{path}: vector {i} ends early ({len(raw)} of {4 * d} bytes)."
+                )
+            vectors[i] = np.frombuffer(raw, dtype="<f4")
+            words.append(word.decode("utf-8", errors="replace"))
+    return Dataset(points=vectors, groups=None, group_names=[], name="word2vec"), words
+
+
+ADULT_COLUMNS = [
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education_num",
+    "marital_status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital_gain",
+    "capital_loss",
+    "hours_per_week",
+    "native_country",
+    "income",
+]
+ADULT_NUMERIC = ["age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week"]
+
+
+def load_adult(path: str | Path, group: str = "sex") -> Dataset:
+    """UCI Adult (adult.data or adult.test, optional .gz): the six numeric columns, standardised,
+    as points; ``group`` (a categorical column such as sex or race) as the group. Rows with a
+    missing value ('?') are dropped."""
+    import pandas as pd
+
+    if group not in ADULT_COLUMNS:
+        raise FairpipeInputError(f"Adult has no column {group!r}; columns are {ADULT_COLUMNS}.")
+    with _open(path) as fh:
+        frame = pd.read_csv(
+            fh, header=None, names=ADULT_COLUMNS, skipinitialspace=True, na_values="?", comment="|"
+        )
+    frame = frame.dropna().reset_index(drop=True)
+    X = frame[ADULT_NUMERIC].to_numpy(dtype=np.float64)
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    names = sorted(frame[group].astype(str).unique().tolist())
+    codes = frame[group].astype(str).map({nm: i for i, nm in enumerate(names)}).to_numpy()
+    return Dataset(
+        points=X.astype(np.float32), groups=codes.astype(np.int32), group_names=names, name="adult"
+    )

@@ -1,0 +1,209 @@
+"""FairNN: fair near-neighbour sampling through an E2LSH bucket index.
+
+Examples
+--------
+>>> rng = np.random.default_rng(0)
+>>> X = rng.normal(size=(500, 8)).astype(np.float32)
+>>> nn = FairNN(k=2, n_tables=10, width=4.0, seed=0).fit(X)
+>>> res = nn.sample(query_rows=[0, 1], radius=3.0, n_samples=5, seed=1)
+>>> res.ids.shape
+(2, 5)
+>>> bool((np.linalg.norm(X[res.ids[0]] - X[0], axis=1) <= 3.0).all())
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fairpipe.bucket_index import BucketIndex
+from fairpipe.degree_sampling import METHODS, MODES, QueryStats, neighbourhood, sample_query
+from fairpipe.errors import (
+    FairpipeInputError,
+    check_one_of,
+    check_positive_float,
+    check_positive_int,
+)
+from fairpipe.lsh import E2LSH
+from fairpipe.rank_sampling import RankState
+from fairpipe.validation import check_points, check_unique_ids
+
+NOT_FITTED = "This FairNN instance is not fitted yet. Call 'fit' or 'from_arrays' first."
+BAD_ROW = "Query row {row} is out of range: the index holds rows 0..{last}."
+DEAD_ROW = "Query row {row} (id {id}) has been deleted; it cannot be used as a query."
+
+
+@dataclass
+class SampleResult:
+    """Sampled ids per query: ``ids[i]`` holds query i's samples, -1 where none could be drawn."""
+
+    ids: np.ndarray
+    rows: np.ndarray
+    counts: np.ndarray
+    neighbourhood_sizes: np.ndarray | None
+    stats: list[QueryStats] = field(default_factory=list)
+
+
+class FairNN:
+    """Sample a uniformly random near neighbour of a query, through LSH buckets.
+
+    Parameters
+    ----------
+    k, n_tables, width, seed
+        E2LSH parameters (see :class:`fairpipe.lsh.E2LSH`); ``seed`` also fixes the rank
+        permutation of the ``rank`` method.
+    """
+
+    def __init__(self, k: int = 15, n_tables: int = 100, width: float = 4.0, seed: int = 0):
+        self.k = k
+        self.n_tables = n_tables
+        self.width = width
+        self.seed = seed
+
+    def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> FairNN:
+        X = check_points(X, where="FairNN.fit")
+        ids = np.arange(X.shape[0], dtype=np.int64) if ids is None else np.asarray(ids)
+        if ids.shape != (X.shape[0],):
+            raise FairpipeInputError(
+                f"FairNN.fit got {ids.shape[0]} ids for {X.shape[0]} points; one id per point is needed."
+            )
+        ids = check_unique_ids(ids, where="FairNN.fit")
+        lsh = E2LSH(self.k, self.n_tables, self.width, self.seed).fit(X)
+        keys = lsh._hash(X)
+        return self._install(X, ids, keys, BucketIndex.build(keys), lsh, np.ones(X.shape[0], bool))
+
+    @classmethod
+    def from_arrays(cls, points, ids, keys, index: BucketIndex, lsh: E2LSH, alive=None) -> FairNN:
+        """Wrap arrays read from a store (already validated when they were written)."""
+        nn = cls(k=lsh.k, n_tables=lsh.n_tables, width=lsh.width, seed=lsh.seed)
+        alive = np.ones(points.shape[0], bool) if alive is None else np.asarray(alive, bool)
+        return nn._install(points, ids, keys, index, lsh, alive)
+
+    def _install(self, points, ids, keys, index, lsh, alive) -> FairNN:
+        self.points_ = points
+        self.ids_ = ids
+        self.keys_ = keys
+        self.index_ = index
+        self.lsh_ = lsh
+        self.alive_ = alive
+        self._rank_state: RankState | None = None
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "index_"):
+            raise FairpipeInputError(NOT_FITTED)
+
+    def _resolve_queries(self, queries, query_rows):
+        if (queries is None) == (query_rows is None):
+            raise FairpipeInputError(
+                "FairNN.sample needs exactly one of 'queries' or 'query_rows'."
+            )
+        if query_rows is not None:
+            rows = np.atleast_1d(np.asarray(query_rows))
+            if not np.issubdtype(rows.dtype, np.integer):
+                raise FairpipeInputError(f"Query rows must be integers. Got {rows.dtype}.")
+            n = self.points_.shape[0]
+            for r in rows:
+                if not 0 <= r < n:
+                    raise FairpipeInputError(BAD_ROW.format(row=int(r), last=n - 1))
+                if not self.alive_[r]:
+                    raise FairpipeInputError(DEAD_ROW.format(row=int(r), id=int(self.ids_[r])))
+            return self.points_[rows], self.keys_[rows]
+        Q = np.asarray(queries)
+        Q = check_points(
+            Q[None, :] if Q.ndim == 1 else Q, where="the queries", n_features=self.points_.shape[1]
+        )
+        return Q, self.lsh_._hash(Q)
+
+    def sample(
+        self,
+        queries: np.ndarray | None = None,
+        *,
+        query_rows=None,
+        radius: float,
+        n_samples: int = 1,
+        method: str = "exact",
+        mode: str = "exact",
+        c: float = 2.0,
+        seed: int | None = None,
+        max_outliers: int | None = None,
+        gamma: float = 0.01,
+        with_neighbourhood: bool = False,
+    ) -> SampleResult:
+        """Draw ``n_samples`` near neighbours for each query.
+
+        ``mode`` picks the neighbourhood: ``buckets`` (all bucket-mates), ``approximate`` (within
+        ``c * radius``) or ``exact`` (within ``radius``). ``method`` picks the sampler (see
+        :mod:`fairpipe.degree_sampling`; ``rank`` keeps its permutation across calls, so repeated
+        queries give independent samples). ``seed`` defaults to the index seed.
+        """
+        self._check_fitted()
+        owner = "FairNN.sample"
+        radius = check_positive_float(radius, "radius", owner)
+        n_samples = check_positive_int(n_samples, "n_samples", owner)
+        method = check_one_of(method, METHODS, "method", owner)
+        mode = check_one_of(mode, MODES, "mode", owner)
+        c = check_positive_float(c, "c", owner)
+        if c < 1.0:
+            raise FairpipeInputError(f"The 'c' parameter of {owner} must be at least 1. Got {c}.")
+        gamma = check_positive_float(gamma, "gamma", owner)
+        if max_outliers is None:
+            max_outliers = 3 * self.lsh_.n_tables
+        Q, QK = self._resolve_queries(queries, query_rows)
+        rng = np.random.default_rng(
+            np.random.SeedSequence([int(self.seed if seed is None else seed), 7])
+        )
+        rows = np.full((Q.shape[0], n_samples), -1, dtype=np.int64)
+        counts = np.zeros(Q.shape[0], dtype=np.int64)
+        sizes = (
+            np.zeros(Q.shape[0], dtype=np.int64) if with_neighbourhood or method == "rank" else None
+        )
+        stats = []
+        for i in range(Q.shape[0]):
+            if method == "rank" or with_neighbourhood:
+                cand = neighbourhood(self.index_, self.points_, Q[i], QK[i], mode, radius, c)
+                assert sizes is not None
+                sizes[i] = cand.shape[0]
+            if method == "rank":
+                if self._rank_state is None:
+                    self._rank_state = RankState(self.ids_, self.seed)
+                got = self._rank_state.sample(cand, n_samples, rng)
+                st = QueryStats(draws=got.shape[0], rounds=1)
+            else:
+                got, st = sample_query(
+                    self.index_,
+                    self.keys_,
+                    self.points_,
+                    Q[i],
+                    QK[i],
+                    n_samples,
+                    method,
+                    mode,
+                    radius,
+                    c,
+                    rng,
+                    max_outliers,
+                    gamma,
+                )
+            rows[i, : got.shape[0]] = got
+            counts[i] = got.shape[0]
+            stats.append(st)
+        ids = np.where(rows >= 0, self.ids_[np.maximum(rows, 0)], -1)
+        return SampleResult(
+            ids=ids, rows=rows, counts=counts, neighbourhood_sizes=sizes, stats=stats
+        )
+
+    def neighbourhood(
+        self, *, query_rows=None, queries=None, radius: float, mode: str = "exact", c: float = 2.0
+    ) -> list[np.ndarray]:
+        """Rows of each query's found neighbourhood M(q) (union of its buckets, by mode)."""
+        self._check_fitted()
+        radius = check_positive_float(radius, "radius", "FairNN.neighbourhood")
+        mode = check_one_of(mode, MODES, "mode", "FairNN.neighbourhood")
+        Q, QK = self._resolve_queries(queries, query_rows)
+        return [
+            neighbourhood(self.index_, self.points_, Q[i], QK[i], mode, radius, c)
+            for i in range(Q.shape[0])
+        ]

@@ -1,0 +1,141 @@
+"""E2LSH for the L2 distance (Datar, Immorlica, Indyk, Mirrokni 2004).
+
+Each of ``n_tables`` tables concatenates ``k`` functions ``floor((a . x + b) / w)`` with
+``a ~ N(0, I_d)`` and ``b ~ U[0, w)``. The k integers of a table are folded into one 64-bit bucket
+key: the table number in the top 16 bits and a 48-bit hash of the k-tuple below them, so that every
+(table, bucket) pair has one key and all tables' buckets live in one sorted array (one binary search
+finds all L buckets of a query). Two different k-tuples of one table share a key with probability
+2**-48 per pair; such a merge only adds candidates to a bucket, which the neighbourhood modes then
+filter by distance.
+
+Determinism: the projection is a float32 matrix product. BLAS may sum a row's products in a
+different order for a different number of rows (a one-row product goes through gemv), so rows are
+always hashed in padded blocks of ``ROW_BLOCK`` rows: a point's keys do not depend on which chunk,
+worker or batch it was hashed in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int
+from fairpipe.hashing import splitmix64
+from fairpipe.validation import check_points
+
+ROW_BLOCK = 256
+TABLE_SHIFT = np.uint64(48)
+HASH_MASK = np.uint64((1 << 48) - 1)
+MAX_TABLES = (1 << 16) - 1
+NOT_FITTED = "This E2LSH instance is not fitted yet. Call 'fit' first."
+
+
+class E2LSH:
+    """Random E2LSH hash functions and the bucket keys of points.
+
+    Parameters
+    ----------
+    k : int
+        Hash functions concatenated per table.
+    n_tables : int
+        Number of tables L.
+    width : float
+        Bucket width w (the paper uses w about 3.1-3.3 times the query radius).
+    seed : int
+        Seed of the projections and offsets.
+
+    Examples
+    --------
+    >>> X = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    >>> lsh = E2LSH(k=2, n_tables=4, width=1.0, seed=1).fit(X)
+    >>> keys = lsh.hash(X)
+    >>> keys.shape, keys.dtype.name
+    ((5, 4), 'uint64')
+    >>> bool(np.array_equal(keys, lsh.hash(X[::-1])[::-1]))
+    True
+    """
+
+    def __init__(self, k: int = 15, n_tables: int = 100, width: float = 4.0, seed: int = 0):
+        self.k = k
+        self.n_tables = n_tables
+        self.width = width
+        self.seed = seed
+
+    def fit(self, X: np.ndarray | int) -> E2LSH:
+        """Draw the hash functions for the dimension of ``X`` (a matrix or an int dimension)."""
+        d = int(X) if isinstance(X, int | np.integer) else int(np.asarray(X).shape[1])
+        check_positive_int(d, "d", "E2LSH.fit")
+        k = check_positive_int(self.k, "k", "E2LSH")
+        n_tables = check_positive_int(self.n_tables, "n_tables", "E2LSH")
+        width = check_positive_float(self.width, "width", "E2LSH")
+        if n_tables > MAX_TABLES:
+            raise FairpipeInputError(
+                f"The 'n_tables' parameter of E2LSH must be at most {MAX_TABLES}. Got {n_tables}."
+            )
+        rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), 0x15B]))
+        a = rng.standard_normal((d, n_tables * k))
+        b = rng.uniform(0.0, width, size=n_tables * k)
+        multipliers = rng.integers(1, 2**63, size=k, dtype=np.int64).view(np.uint64) | np.uint64(1)
+        self.set_params_arrays(a.astype(np.float32), b.astype(np.float32), multipliers)
+        return self
+
+    def set_params_arrays(
+        self, projections: np.ndarray, offsets: np.ndarray, multipliers: np.ndarray
+    ):
+        """Install hash functions read back from a store (the inverse of ``params_arrays``)."""
+        self.projections_ = np.ascontiguousarray(projections, dtype=np.float32)
+        self.offsets_ = np.ascontiguousarray(offsets, dtype=np.float32)
+        self.multipliers_ = np.ascontiguousarray(multipliers, dtype=np.uint64)
+        self.n_features_in_ = self.projections_.shape[0]
+        # Dividing once here instead of per point: floor((a.x + b) / w) = floor(x.(a/w) + b/w).
+        self._scaled_a = (self.projections_ / np.float32(self.width)).astype(np.float32)
+        self._scaled_b = (self.offsets_ / np.float32(self.width)).astype(np.float32)
+        self._table_prefix = np.arange(self.n_tables, dtype=np.uint64) << TABLE_SHIFT
+        return self
+
+    def params_arrays(self) -> dict[str, np.ndarray]:
+        self._check_fitted()
+        return {
+            "projections": self.projections_,
+            "offsets": self.offsets_,
+            "multipliers": self.multipliers_,
+        }
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "projections_"):
+            raise FairpipeInputError(NOT_FITTED)
+
+    def hash(self, X: np.ndarray) -> np.ndarray:
+        """Bucket keys, shape (n, n_tables) uint64, of validated points ``X``."""
+        self._check_fitted()
+        X = check_points(X, where="E2LSH.hash", n_features=self.n_features_in_)
+        return self._hash(X)
+
+    def _hash(self, X: np.ndarray) -> np.ndarray:
+        """Kernel: ``X`` is a finite float32 matrix of the fitted dimension."""
+        n = X.shape[0]
+        out = np.empty((n, self.n_tables), dtype=np.uint64)
+        proj = np.empty((ROW_BLOCK, self._scaled_a.shape[1]), dtype=np.float32)
+        block = np.zeros((ROW_BLOCK, X.shape[1]), dtype=np.float32)
+        for start in range(0, n, ROW_BLOCK):
+            stop = min(start + ROW_BLOCK, n)
+            rows = stop - start
+            if rows == ROW_BLOCK:
+                src = X[start:stop]
+                if src.dtype != np.float32 or not src.flags.c_contiguous:
+                    block[:] = src
+                    src = block
+            else:
+                block[:rows] = X[start:stop]
+                block[rows:] = 0.0
+                src = block
+            np.matmul(src, self._scaled_a, out=proj)
+            out[start:stop] = self._fold(proj[:rows])
+        return out
+
+    def _fold(self, proj: np.ndarray) -> np.ndarray:
+        proj += self._scaled_b
+        np.floor(proj, out=proj)
+        cells = proj.astype(np.int64).view(np.uint64).reshape(proj.shape[0], self.n_tables, self.k)
+        # Wrapping uint64 arithmetic: a random odd-multiplier sum, then a bijective mixer.
+        folded = np.einsum("ntk,k->nt", cells, self.multipliers_)
+        return (splitmix64(folded) & HASH_MASK) | self._table_prefix

@@ -1,0 +1,71 @@
+"""Validation of user-supplied arrays, with messages that name the row and the field."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairpipe.errors import FairpipeInputError
+
+NOT_2D = "{where} expects a 2-dimensional matrix of points. Got an array of shape {shape}."
+WRONG_DIM = (
+    "{where}: the points have {got} values per row; {expected}-dimensional points were expected."
+)
+NON_FINITE = (
+    "Row {row} of {where} holds a {what} value in column {col}; points must be finite numbers."
+)
+EMPTY = "{where} holds no rows; at least one point is needed."
+NON_NUMERIC = "{where} must hold numbers. Got values of type {dtype}."
+DUPLICATE_ID = "Id {id} appears more than once in {where} (rows {rows}); ids must be unique."
+
+
+def check_points(
+    X: np.ndarray, where: str, n_features: int | None = None, row_offset: int = 0
+) -> np.ndarray:
+    """Return ``X`` as a C-contiguous float32 matrix, or raise naming the first bad row.
+
+    ``row_offset`` is added to reported row numbers, so a chunk can report rows of the whole file.
+
+    >>> check_points(np.array([[1.0, np.nan]]), where="points.npy")
+    Traceback (most recent call last):
+    ...
+    fairpipe.errors.FairpipeInputError: Row 0 of points.npy holds a NaN value in column 1; points must be finite numbers.
+    """
+    X = np.asarray(X)
+    if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+        raise FairpipeInputError(NON_NUMERIC.format(where=where, dtype=X.dtype))
+    if X.ndim != 2:
+        raise FairpipeInputError(NOT_2D.format(where=where, shape=X.shape))
+    if X.shape[0] == 0:
+        raise FairpipeInputError(EMPTY.format(where=where))
+    if n_features is not None and X.shape[1] != n_features:
+        raise FairpipeInputError(WRONG_DIM.format(where=where, got=X.shape[1], expected=n_features))
+    X32 = np.ascontiguousarray(X, dtype=np.float32)
+    finite = np.isfinite(X32)
+    if not finite.all():
+        row, col = np.argwhere(~finite)[0]
+        value = X32[row, col]
+        what = "NaN" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+        if np.isfinite(X[row, col]):
+            what = f"too large for float32 ({X[row, col]!r})"
+        raise FairpipeInputError(
+            NON_FINITE.format(row=int(row) + row_offset, where=where, what=what, col=int(col))
+        )
+    return X32
+
+
+def check_unique_ids(ids: np.ndarray, where: str) -> np.ndarray:
+    """Return ``ids`` as int64, or raise naming a duplicated id and its rows."""
+    ids = np.asarray(ids)
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise FairpipeInputError(
+            f"Ids in {where} must be integers. Got values of type {ids.dtype}."
+        )
+    ids = ids.astype(np.int64, copy=False)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
+    if dup.size:
+        value = sorted_ids[dup[0]]
+        rows = np.flatnonzero(ids == value)[:5].tolist()
+        raise FairpipeInputError(DUPLICATE_ID.format(id=int(value), where=where, rows=rows))
+    return ids

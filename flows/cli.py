@@ -1,0 +1,263 @@
+"""The ``fairpipe`` command line: ingest, sample, info, demo."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import flows  # noqa: F401  (environment defaults before Prefect is imported)
+from fairpipe.errors import FairpipeInputError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Fair and forgettable pipelines for large tables of people.",
+)
+console = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+def _emit(result: dict, as_json: bool, render) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(result, default=str) + "\n")
+    else:
+        render(result)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    # Prefect and Dask wrap task errors; show the user's error, not the machinery's.
+    seen = exc
+    while not isinstance(seen, FairpipeInputError) and (seen.__cause__ or seen.__context__):
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    return seen if isinstance(seen, FairpipeInputError) else exc
+
+
+@app.command()
+def ingest(
+    source: str = typer.Argument(
+        ...,
+        help="A .npy, .csv(.gz) or .parquet file, 'digits', 'gaussian', or mnist:PATH / word2vec:PATH / adult:PATH.",
+    ),
+    store: str = typer.Option(..., "--store", help="Store folder (or s3://, gs://, az:// URL)."),
+    seed: int = typer.Option(0, "--seed"),
+    group_column: Optional[str] = typer.Option(None, "--group-column"),
+    id_column: Optional[str] = typer.Option(None, "--id-column"),
+    groups_file: Optional[str] = typer.Option(
+        None, "--groups-file", help="Group labels (.npy) for a .npy source."
+    ),
+    ids_file: Optional[str] = typer.Option(
+        None, "--ids-file", help="Ids (.npy) for a .npy source."
+    ),
+    lsh_k: int = typer.Option(15, "--lsh-k", help="Hash functions per table."),
+    lsh_tables: int = typer.Option(100, "--lsh-tables", help="Number of tables L."),
+    lsh_width: Optional[float] = typer.Option(
+        None,
+        "--lsh-width",
+        help="Bucket width w (default: 3.2 x the median nearest-neighbour distance of a sample).",
+    ),
+    chunk_rows: Optional[int] = typer.Option(
+        None, "--chunk-rows", help="Rows per chunk (default: about 16 MB of points)."
+    ),
+    gaussian_n: int = typer.Option(20000, "--gaussian-n"),
+    gaussian_d: int = typer.Option(16, "--gaussian-d"),
+    gaussian_clusters: int = typer.Option(8, "--gaussian-clusters"),
+    gaussian_groups: int = typer.Option(4, "--gaussian-groups"),
+    dask_address: Optional[str] = typer.Option(
+        None, "--dask-address", help="An existing Dask scheduler (default: a local cluster)."
+    ),
+    workers: int = typer.Option(2, "--workers", help="Worker processes of the local cluster."),
+    lock_timeout: float = typer.Option(
+        0.0, "--lock-timeout", help="Seconds to wait for another writer."
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Ingest SOURCE into a store and build its LSH bucket index (one commit)."""
+    from flows.ingest import IngestOptions, run_ingest
+
+    options = IngestOptions(
+        seed=seed,
+        group_column=group_column,
+        id_column=id_column,
+        groups_file=groups_file,
+        ids_file=ids_file,
+        lsh_k=lsh_k,
+        lsh_tables=lsh_tables,
+        lsh_width=lsh_width,
+        chunk_rows=chunk_rows,
+        lock_timeout=lock_timeout,
+        gaussian={
+            "n": gaussian_n,
+            "d": gaussian_d,
+            "clusters": gaussian_clusters,
+            "groups": gaussian_groups,
+        },
+    )
+    try:
+        result = run_ingest(source, store, options, dask_address=dask_address, n_workers=workers)
+    except Exception as exc:  # noqa: BLE001
+        _fail(_unwrap(exc))
+
+    def render(r):
+        console.print(
+            f"ingested [bold]{r['added']}[/] rows -> {r['store']} ({r['n']} points x {r['d']} dims)"
+        )
+        console.print(f"groups: {r['groups']}")
+        console.print(
+            f"LSH: k={r['lsh']['k']} L={r['lsh']['n_tables']} w={r['lsh']['width']:.4g}; "
+            f"suggested radius {r['suggested_radius']:.4g}; {r['buckets_per_table']:.0f} buckets/table"
+        )
+        console.print(
+            f"commit {r['commit']} in {r['timings']['total']:.1f} s "
+            f"({r['rows_per_second']:.0f} rows/s hashed and written)"
+        )
+
+    _emit(result, as_json, render)
+
+
+@app.command()
+def sample(
+    store: str = typer.Option(..., "--store"),
+    query_id: Optional[int] = typer.Option(None, "--query-id", help="Id of a stored point."),
+    query_row: Optional[int] = typer.Option(
+        None, "--query-row", help="Row number of a stored point."
+    ),
+    query_file: Optional[Path] = typer.Option(
+        None, "--query-file", help="A .npy of query points (one per row)."
+    ),
+    radius: Optional[float] = typer.Option(
+        None, "--radius", help="Neighbourhood radius (default: the store's suggested radius)."
+    ),
+    samples: int = typer.Option(10, "--samples"),
+    method: str = typer.Option(
+        "exact", "--method", help="exact | approx | uniform | weighted | rank"
+    ),
+    mode: str = typer.Option("exact", "--mode", help="buckets | approximate | exact"),
+    c: float = typer.Option(2.0, "--c", help="Approximation factor of the 'approximate' mode."),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Draw SAMPLES uniformly random near neighbours of a query."""
+    import numpy as np
+
+    from flows.sample import sample_store
+
+    given = [x is not None for x in (query_id, query_row, query_file)]
+    try:
+        if sum(given) != 1:
+            raise FairpipeInputError("Give exactly one of --query-id, --query-row or --query-file.")
+        queries = None
+        if query_file is not None:
+            if not query_file.exists():
+                raise FairpipeInputError(f"Query file {str(query_file)!r} does not exist.")
+            queries = np.load(query_file, allow_pickle=False)
+        result = sample_store(
+            store,
+            query_ids=query_id,
+            query_rows=query_row,
+            queries=queries,
+            radius=radius,
+            n_samples=samples,
+            method=method,
+            mode=mode,
+            seed=seed,
+            c=c,
+        )
+    except Exception as exc:  # noqa: BLE001
+        _fail(_unwrap(exc))
+
+    def render(r):
+        for i, q in enumerate(r["queries"]):
+            console.print(
+                f"query {i}: |M(q)| = {q['neighbourhood_size']} within r={r['radius']:.4g} "
+                f"({r['mode']} mode, {r['method']} sampler)"
+            )
+            print(" ".join(map(str, q["ids"])))
+
+    _emit(result, as_json, render)
+
+
+@app.command()
+def info(
+    store: str = typer.Option(..., "--store"), as_json: bool = typer.Option(False, "--json")
+) -> None:
+    """Show a store's size, groups, LSH parameters and commit history."""
+    from storage.store import FairpipeStore
+
+    try:
+        st = FairpipeStore.open(store)
+        attrs = st.require_data()
+    except Exception as exc:  # noqa: BLE001
+        _fail(exc)
+    result = {"store": store, **attrs, "history": st.history()}
+
+    def render(r):
+        console.print(
+            f"{r['store']}: {r['n']} points ({r['n_alive']} alive) x {r['d']} dims, "
+            f"groups {r['group_names']}"
+        )
+        console.print(f"LSH {r['lsh']}; suggested radius {r['suggested_radius']:.4g}")
+        for h in r["history"]:
+            print(f"{h['id']}  {h['time']}  {h['message']}")
+
+    _emit(result, as_json, render)
+
+
+@app.command()
+def demo(
+    store: Optional[str] = typer.Option(
+        None, "--store", help="Folder for the demo store (default: a temporary folder)."
+    ),
+    queries: int = typer.Option(20, "--queries"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="PNG path for the TV plot."),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Ingest the built-in digits, sample fair neighbours, print a TV report and write a plot."""
+    from flows.demo import run_demo
+
+    try:
+        result = run_demo(
+            store=store,
+            n_queries=queries,
+            seed=seed,
+            plot=plot,
+            log=(lambda *_: None) if as_json else console.print,
+        )
+    except Exception as exc:  # noqa: BLE001
+        _fail(_unwrap(exc))
+
+    def render(r):
+        ev = r["evaluation"]
+        table = Table(
+            title=f"TV to uniform over M(q): {ev['queries']} queries, "
+            f"|M(q)| {min(ev['neighbourhood_sizes'])}-{max(ev['neighbourhood_sizes'])}, "
+            f"noise floor {ev['noise_floor']:.4f}"
+        )
+        for col in ("method", "mean TV", "x noise floor", "samples/s"):
+            table.add_column(col, justify="right")
+        for m, v in ev["methods"].items():
+            table.add_row(
+                m, f"{v['tv']:.4f}", f"{v['ratio_to_floor']:.2f}", f"{v['samples_per_s']:,.0f}"
+            )
+        Console().print(table)
+        print(f"plot: {r['plot']}\nstore: {r['store']}\ntotal {r['seconds']:.1f} s")
+
+    _emit(result, as_json, render)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

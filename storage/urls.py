@@ -1,0 +1,82 @@
+"""Map a store URL to an Icechunk storage: a local folder by default, object stores by URL.
+
+Accepted forms: ``PATH`` or ``file://PATH`` (local folder), ``memory://NAME`` (in-process, for
+tests), ``s3://BUCKET/PREFIX``, ``gs://BUCKET/PREFIX`` (or ``gcs://``), ``az://ACCOUNT/CONTAINER/PREFIX``,
+``r2://BUCKET/PREFIX`` and ``tigris://BUCKET/PREFIX``. Object-store credentials come from the
+environment (Icechunk's ``from_env``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from fairpipe.errors import FairpipeInputError
+
+OBJECT_SCHEMES = ("s3", "gs", "gcs", "az", "r2", "tigris")
+
+
+@dataclass
+class StorageSpec:
+    scheme: str  # file | memory | s3 | gcs | azure | r2 | tigris
+    local_dir: Path | None = None
+    kwargs: dict = field(default_factory=dict)
+
+
+def parse_store_url(url: str) -> StorageSpec:
+    """Parse without touching any storage.
+
+    >>> parse_store_url("s3://my-bucket/people/adult").kwargs
+    {'bucket': 'my-bucket', 'prefix': 'people/adult', 'from_env': True}
+    >>> parse_store_url("az://acct/container/x").kwargs["container"]
+    'container'
+    """
+    parsed = urlparse(str(url))
+    scheme = parsed.scheme.lower()
+    if scheme in ("", "file") or (len(scheme) == 1 and str(url)[1:3] == ":\\"):
+        path = parsed.path if scheme == "file" else str(url)
+        return StorageSpec("file", local_dir=Path(path).expanduser().resolve())
+    if scheme == "memory":
+        return StorageSpec("memory", kwargs={})
+    if scheme not in OBJECT_SCHEMES:
+        raise FairpipeInputError(
+            f"Store URL {url!r} has an unknown scheme {scheme!r}; use a folder path, file://, "
+            f"memory://, or one of {', '.join(s + '://' for s in OBJECT_SCHEMES)}."
+        )
+    if not parsed.netloc:
+        raise FairpipeInputError(f"Store URL {url!r} names no bucket or account.")
+    prefix = parsed.path.strip("/")
+    if scheme == "az":
+        container, _, rest = prefix.partition("/")
+        if not container:
+            raise FairpipeInputError(f"Store URL {url!r}: use az://ACCOUNT/CONTAINER/PREFIX.")
+        return StorageSpec(
+            "azure",
+            kwargs={
+                "account": parsed.netloc,
+                "container": container,
+                "prefix": rest,
+                "from_env": True,
+            },
+        )
+    name = {"gs": "gcs"}.get(scheme, scheme)
+    return StorageSpec(name, kwargs={"bucket": parsed.netloc, "prefix": prefix, "from_env": True})
+
+
+_MEMORY: dict[str, object] = {}
+
+
+def make_storage(url: str, spec: StorageSpec):
+    import icechunk
+
+    if spec.scheme == "file":
+        assert spec.local_dir is not None
+        return icechunk.local_filesystem_storage(str(spec.local_dir))
+    if spec.scheme == "memory":
+        # One in-memory storage per URL per process, so reopening sees earlier commits.
+        if url not in _MEMORY:
+            _MEMORY[url] = icechunk.in_memory_storage()
+        return _MEMORY[url]
+    factory = getattr(icechunk, f"{spec.scheme}_storage")
+    return factory(**spec.kwargs)
