@@ -25,7 +25,7 @@ def tv_to_uniform(samples: np.ndarray, support: np.ndarray) -> float:
     inside = support[pos_c] == samples
     counts = np.bincount(pos_c[inside], minlength=support.size)
     emp = counts / samples.size
-    off = 1.0 - inside.mean()
+    off = 1.0 - float(inside.mean())
     return 0.5 * (float(np.abs(emp - 1.0 / support.size).sum()) + off)
 
 

@@ -110,11 +110,23 @@ def _index_tables(fork, t0: int, t1: int):
 
 
 def _dask_map(fn, *iterables):
-    from prefect_dask import get_dask_client
+    """Map ``fn`` over the cluster from inside a Prefect task running on a Dask worker.
 
-    with get_dask_client() as client:
-        futures = client.map(fn, *iterables, pure=False)
-        return client.gather(futures)
+    ``prefect_dask.get_dask_client`` does not secede from the worker's thread pool, so with one
+    worker thread the mapped jobs would wait forever for the thread their parent holds.
+    ``distributed.worker_client`` secedes while it waits and rejoins afterwards.
+    """
+    from distributed import get_worker, worker_client
+
+    try:
+        get_worker()
+    except ValueError:  # not on a worker (a flow run in this process): use the runner's client
+        from prefect_dask import get_dask_client
+
+        with get_dask_client() as client:
+            return client.gather(client.map(fn, *iterables, pure=False))
+    with worker_client() as client:
+        return client.gather(client.map(fn, *iterables, pure=False))
 
 
 # -- Prefect tasks --------------------------------------------------------------------------------

@@ -126,6 +126,11 @@ class FairpipeStore:
             if not create:
                 raise FairpipeInputError(NO_STORE.format(url=url))
             repo = icechunk.Repository.create(storage)
+            # Mark the repository as ours at once, so an empty store reopens as a fairpipe store.
+            session = repo.writable_session("main")
+            root = _zarr().open_group(session.store, mode="a")
+            root.attrs["fairpipe_format"] = FORMAT
+            session.commit("create fairpipe store")
         else:
             repo = icechunk.Repository.open(storage)
         store = cls(url, repo, spec)
@@ -213,6 +218,9 @@ class FairpipeStore:
             txn = Transaction(self, branch, self.repo.writable_session(branch), base)
             try:
                 yield txn
+                if not txn.session.has_uncommitted_changes:  # nothing written: nothing to publish
+                    txn.commit_id = base  # type: ignore[attr-defined]
+                    return
                 tip = txn.session.commit(message)
                 self.repo.reset_branch("main", tip, from_snapshot_id=base)
                 txn.commit_id = tip  # type: ignore[attr-defined]

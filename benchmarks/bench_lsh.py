@@ -1,0 +1,338 @@
+"""Benchmarks of fair near-neighbour sampling (issue 2): run ``make bench`` or
+
+    .venv/bin/python benchmarks/bench_lsh.py [--quick] [--skip-scale] [--out benchmarks/out]
+
+Every figure is printed next to a plain-numpy baseline measured in the same process, as a ratio:
+
+1. hashing: E2LSH keys with k=15, L=100 at d=128 (target >= 200k points/s);
+2. Section 5 of Har-Peled & Mahabadi on digits, MNIST 5k and the 26k word2vec vectors: per query,
+   100 x |M(q)| samples per method, TV distance to uniform on M(q), ratio to the noise floor
+   sqrt(1/(2 pi S)) (targets: exact <= 1.1 x floor, approx <= 1.3 x exact), and a bar plot (PNG);
+3. sampling speed at n=1M, d=128: accepted samples/s batched (target >= 3M/s), single-query median
+   latency (target <= 50 us), exact cost / approx cost (target <= 1.2);
+4. a scale run of the ingest flow (1M and 2M x 128 points): points/s and peak RSS, which must not
+   grow when n doubles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fairpipe.datasets import load_digits, load_gaussian, load_mnist_csv, load_word2vec_bin  # noqa: E402
+from fairpipe.evaluation import noise_floor, tv_to_uniform  # noqa: E402
+from fairpipe.fair_nn import FairNN  # noqa: E402
+from fairpipe.lsh import E2LSH  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+ROWS: list[tuple[str, str, str, str]] = []
+
+
+def report(what: str, figure: str, baseline: str = "", ratio: str = "") -> None:
+    ROWS.append((what, figure, baseline, ratio))
+    print(f"  {what:<52} {figure:>16} {baseline:>16} {ratio:>10}", flush=True)
+
+
+def best_of(fn, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+# -- 1. hashing ------------------------------------------------------------------------------------
+def naive_hash(X: np.ndarray, lsh: E2LSH) -> np.ndarray:
+    """The textbook formula in plain numpy: float64 projections, then a sum of key * multiplier."""
+    proj = X.astype(np.float64) @ lsh.projections_.astype(np.float64)
+    cells = np.floor((proj + lsh.offsets_) / lsh.width).astype(np.int64).view(np.uint64)
+    return (cells.reshape(X.shape[0], lsh.n_tables, lsh.k) * lsh.multipliers_).sum(axis=2)
+
+
+def bench_hashing(n: int) -> None:
+    print(f"\n[1] hashing, k=15 L=100 d=128, n={n:,}")
+    X = np.random.default_rng(0).normal(size=(n, 128)).astype(np.float32)
+    lsh = E2LSH(k=15, n_tables=100, width=4.0, seed=0).fit(128)
+    t = best_of(lambda: lsh._hash(X))
+    t_base = best_of(lambda: naive_hash(X, lsh))
+    report("hashing points/s", f"{n / t:,.0f}", f"{n / t_base:,.0f}", f"{t_base / t:.2f}x")
+
+
+# -- 2. Section 5 ----------------------------------------------------------------------------------
+def pick_radius(X: np.ndarray, rows: np.ndarray, rank: int) -> float:
+    """Median over the query rows of the distance to their ``rank``-th nearest neighbour."""
+    d2 = ((X[rows, None, :] - X[None, :, :]) ** 2).sum(-1) if X.shape[0] < 3000 else None
+    if d2 is None:
+        sq = (X.astype(np.float64) ** 2).sum(1)
+        d2 = (
+            sq[rows, None] + sq[None, :] - 2.0 * X[rows].astype(np.float64) @ X.T.astype(np.float64)
+        )
+    kth = np.sort(np.maximum(d2, 0.0), axis=1)[:, rank]
+    return float(np.sqrt(np.median(kth)))
+
+
+def section5(name: str, X: np.ndarray, n_queries: int, rank: int, per_point: int) -> dict:
+    rng = np.random.default_rng(5)
+    query_rows = rng.choice(X.shape[0], size=n_queries, replace=False)
+    r = pick_radius(X, query_rows, rank)
+    t0 = time.perf_counter()
+    nn = FairNN(k=15, n_tables=100, width=3.2 * r, seed=1).fit(X)
+    build = time.perf_counter() - t0
+    hoods = nn.neighbourhood(query_rows=query_rows, radius=r, mode="exact")
+    kept = [(int(q), M) for q, M in zip(query_rows, hoods) if M.shape[0] >= 2]
+    sizes = [M.shape[0] for _, M in kept]
+    print(
+        f"\n[2] Section 5 on {name}: n={X.shape[0]:,} d={X.shape[1]} r={r:.4g} w={3.2 * r:.4g}, "
+        f"index built in {build:.1f} s; {len(kept)} queries, |M(q)| median {np.median(sizes):.0f} "
+        f"(min {min(sizes)}, max {max(sizes)})"
+    )
+    floor = noise_floor(per_point)
+    methods = {}
+    for method in ("exact", "approx", "rank", "weighted", "uniform"):
+        tvs, t_total, n_total = [], 0.0, 0
+        for j, (q, M) in enumerate(kept):
+            t0 = time.perf_counter()
+            res = nn.sample(
+                query_rows=[q],
+                radius=r,
+                n_samples=per_point * M.shape[0],
+                method=method,
+                mode="exact",
+                seed=100 + j,
+            )
+            t_total += time.perf_counter() - t0
+            n_total += int(res.counts[0])
+            tvs.append(tv_to_uniform(res.rows[0, : res.counts[0]], M))
+        methods[method] = {"tv": float(np.mean(tvs)), "samples_per_s": n_total / t_total}
+    exact_tv = methods["exact"]["tv"]
+    for method, m in methods.items():
+        report(
+            f"{name}: TV {method} (vs noise floor)",
+            f"{m['tv']:.4f}",
+            f"{floor:.4f}",
+            f"{m['tv'] / floor:.2f}x",
+        )
+    report(
+        f"{name}: TV approx / TV exact",
+        f"{methods['approx']['tv']:.4f}",
+        f"{exact_tv:.4f}",
+        f"{methods['approx']['tv'] / exact_tv:.2f}x",
+    )
+    return {
+        "methods": methods,
+        "noise_floor": floor,
+        "queries": len(kept),
+        "neighbourhood_sizes": sizes,
+        "radius": r,
+    }
+
+
+def plot_section5(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    methods = ("exact", "approx", "rank", "weighted", "uniform")
+    fig, ax = plt.subplots(figsize=(2.5 + 2.0 * len(names), 4.2))
+    width = 0.8 / len(methods)
+    for i, m in enumerate(methods):
+        vals = [results[n]["methods"][m]["tv"] / results[n]["noise_floor"] for n in names]
+        ax.bar(np.arange(len(names)) + i * width, vals, width, label=m)
+    ax.axhline(1.0, color="k", linestyle="dashed", label="noise floor sqrt(1/(2 pi S))")
+    ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2)
+    ax.set_xticklabels(names)
+    ax.set_ylabel("TV to uniform on M(q) / noise floor (log)")
+    ax.set_yscale("log")
+    ax.set_title("Fair NN sampling, 100 x |M(q)| samples per query (k=15, L=100)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"  plot: {path}")
+
+
+# -- 3. sampling speed at scale ----------------------------------------------------------------------
+def bench_sampling(n: int, n_queries: int) -> None:
+    data = load_gaussian(n=n, d=128, clusters=16, groups=4, seed=3)
+    X = data.points
+    rng = np.random.default_rng(9)
+    query_rows = rng.choice(n, size=n_queries, replace=False)
+    r = pick_radius(X[rng.choice(n, size=20_000, replace=False)], np.arange(50), 30)
+    t0 = time.perf_counter()
+    nn = FairNN(k=15, n_tables=100, width=3.2 * r, seed=1).fit(X)
+    build = time.perf_counter() - t0
+    hoods = nn.neighbourhood(query_rows=query_rows, radius=r, mode="exact")
+    sizes = np.array([M.shape[0] for M in hoods])
+    print(
+        f"\n[3] sampling on a Gaussian mixture, n={n:,} d=128 r={r:.3g} (index built in "
+        f"{build:.1f} s); {n_queries} queries, |M(q)| median {np.median(sizes):.0f}"
+    )
+    sq = (X.astype(np.float64) ** 2).sum(1)
+
+    def brute(q_row: int) -> int:
+        """Baseline: scan all n points for the r-ball, then draw uniformly from it."""
+        d2 = sq + sq[q_row] - 2.0 * (X @ X[q_row]).astype(np.float64)
+        ball = np.flatnonzero(d2 <= r * r)
+        return int(ball[rng.integers(0, ball.size)])
+
+    lat = []
+    for q in query_rows:
+        t0 = time.perf_counter()
+        nn.sample(query_rows=[int(q)], radius=r, n_samples=1, method="exact", mode="exact", seed=1)
+        lat.append(time.perf_counter() - t0)
+    base = []
+    for q in query_rows[:20]:
+        t0 = time.perf_counter()
+        brute(int(q))
+        base.append(time.perf_counter() - t0)
+    med, med_base = float(np.median(lat)), float(np.median(base))
+    report(
+        f"single-query median latency (n={n:,}), us",
+        f"{med * 1e6:,.0f}",
+        f"{med_base * 1e6:,.0f}",
+        f"{med_base / med:.1f}x",
+    )
+
+    per_query = 20_000
+    for method in ("exact", "approx", "rank"):
+        t0 = time.perf_counter()
+        res = nn.sample(
+            query_rows=query_rows, radius=r, n_samples=per_query, method=method, mode="exact"
+        )
+        dt = time.perf_counter() - t0
+        report(
+            f"batched accepted samples/s, {method}",
+            f"{int(res.counts.sum()) / dt:,.0f}",
+        )
+        if method == "exact":
+            exact_dt = dt / max(int(res.counts.sum()), 1)
+        if method == "approx":
+            approx_dt = dt / max(int(res.counts.sum()), 1)
+    # Baseline for the batched rate: uniform draws from neighbourhoods known in advance.
+    t0 = time.perf_counter()
+    got = 0
+    for M in hoods:
+        if M.size:
+            got += rng.choice(M, size=per_query).size
+    dt = time.perf_counter() - t0
+    report("batched samples/s, baseline rng.choice(M(q))", f"{got / dt:,.0f}")
+    report(
+        "cost per sample, exact / approx",
+        f"{exact_dt * 1e9:,.0f} ns",
+        f"{approx_dt * 1e9:,.0f} ns",
+        f"{exact_dt / approx_dt:.2f}x",
+    )
+
+
+# -- 4. scale run of the ingest flow -----------------------------------------------------------------
+PEAK = """
+import resource, subprocess, sys, json
+proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+if proc.returncode:
+    sys.stderr.write(proc.stdout + proc.stderr); sys.exit(proc.returncode)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"result": json.loads(proc.stdout), "peak_rss_mb": usage.ru_maxrss / 1024}))
+"""
+
+
+def bench_scale(sizes: list[int], chunk_rows: int) -> None:
+    print(
+        f"\n[4] scale run: fairpipe ingest gaussian, d=128, k=15 L=100, chunk {chunk_rows:,} rows"
+    )
+    exe = str(Path(sys.executable).with_name("fairpipe"))
+    base_rss = None
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [
+                sys.executable,
+                "-c",
+                PEAK,
+                exe,
+                "ingest",
+                "gaussian",
+                "--gaussian-n",
+                str(n),
+                "--gaussian-d",
+                "128",
+                "--gaussian-clusters",
+                "16",
+                "--chunk-rows",
+                str(chunk_rows),
+                "--lsh-width",
+                "40",
+                "--store",
+                f"{tmp}/store",
+                "--json",
+            ]
+            env = dict(os.environ, PREFECT_HOME=f"{tmp}/prefect")
+            t0 = time.perf_counter()
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            wall = time.perf_counter() - t0
+            if out.returncode:
+                print(out.stdout, out.stderr)
+                raise SystemExit(f"ingest of {n} points failed")
+            info = json.loads(out.stdout.strip().splitlines()[-1])
+            res, rss = info["result"], info["peak_rss_mb"]
+            base_rss = base_rss or rss
+            report(
+                f"ingest n={n:,}: points/s (flow total {res['timings']['total']:.0f} s)",
+                f"{n / res['timings']['total']:,.0f}",
+            )
+            report(
+                f"ingest n={n:,}: peak RSS of one process, MB (wall {wall:.0f} s)",
+                f"{rss:,.0f}",
+                f"{base_rss:,.0f}",
+                f"{rss / base_rss:.2f}x",
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (a few minutes)")
+    ap.add_argument("--skip-scale", action="store_true", help="skip the ingest scale run")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    quick = args.quick
+    print(f"{'':2}{'what':<52} {'figure':>16} {'baseline':>16} {'ratio':>10}")
+
+    bench_hashing(50_000 if quick else 200_000)
+
+    results = {}
+    n_q = 20 if quick else 50
+    results["digits"] = section5("digits", load_digits().points, n_q, 20, 100)
+    mnist = DATA / "mnist" / "mnist_5k.csv.gz"
+    if mnist.exists():
+        results["mnist-5k"] = section5("mnist-5k", load_mnist_csv(mnist).points, n_q, 20, 100)
+    w2v = DATA / "word2vec" / "GoogleNews-vectors-negative300-bolukbasi.bin.gz"
+    if w2v.exists():
+        results["word2vec-26k"] = section5(
+            "word2vec-26k", load_word2vec_bin(w2v)[0].points, n_q, 20, 100
+        )
+    plot_section5(results, out / "section5_tv.png")
+    (out / "section5.json").write_text(json.dumps(results, indent=1, default=float))
+
+    bench_sampling(200_000 if quick else 1_000_000, 50 if quick else 200)
+    if not args.skip_scale:
+        sizes = [250_000, 500_000] if quick else [1_000_000, 2_000_000]
+        bench_scale(sizes, chunk_rows=32_768)
+    (out / "summary.json").write_text(json.dumps(ROWS, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import flows  # noqa: F401  (environment defaults for Prefect and Dask)
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """One Prefect API server for the whole session, shared by the Dask worker processes."""
+    import os
+
+    os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
+    from flows.runtime import prefect_api
+
+    with prefect_api() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def digits_store(prefect_server, tmp_path_factory):
+    """The digits ingested once (2 worker processes), shared by read-only tests."""
+    from flows.ingest import IngestOptions, run_ingest
+
+    path = tmp_path_factory.mktemp("stores") / "digits"
+    result = run_ingest("digits", str(path), IngestOptions(seed=3, lsh_k=8, lsh_tables=20))
+    return path, result
+
+
+def shared_data(*parts: str) -> Path:
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.fail(f"{path} is missing: the tests read the real data sets from ../shared/data")
+    return path
+
+
+def skewed_points(seed: int = 0) -> np.ndarray:
+    """A dense clump and a sparse halo: LSH buckets of very different sizes around the origin."""
+    rng = np.random.default_rng(seed)
+    dense = rng.normal(scale=0.15, size=(300, 6))
+    sparse = rng.normal(scale=1.0, size=(150, 6))
+    return np.vstack([dense, sparse]).astype(np.float32)

@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+
+from fairpipe import E2LSH, FairpipeInputError
+from fairpipe.bucket_index import BucketIndex, build_table
+
+
+def data(n=3000, d=24, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32)
+
+
+def test_same_seed_same_keys_other_seed_other_keys():
+    X = data()
+    a = E2LSH(k=6, n_tables=12, width=3.0, seed=5).fit(X).hash(X)
+    b = E2LSH(k=6, n_tables=12, width=3.0, seed=5).fit(X).hash(X)
+    c = E2LSH(k=6, n_tables=12, width=3.0, seed=6).fit(X).hash(X)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 256, 777, 3000])
+def test_keys_do_not_depend_on_chunking(chunk):
+    X = data()
+    lsh = E2LSH(k=15, n_tables=30, width=2.0, seed=1).fit(X)
+    whole = lsh.hash(X)
+    parts = np.vstack([lsh.hash(X[i : i + chunk]) for i in range(0, X.shape[0], chunk)])
+    assert np.array_equal(whole, parts)
+
+
+def test_keys_match_a_scalar_reference():
+    X = data(n=50, d=5)
+    lsh = E2LSH(k=3, n_tables=4, width=1.5, seed=2).fit(X)
+    keys = lsh.hash(X)
+    cells = np.floor((X.astype(np.float64) @ lsh.projections_ + lsh.offsets_) / lsh.width)
+    cells = cells.reshape(50, 4, 3)
+    # Two points share a table's key exactly when they share all k cells of that table.
+    for t in range(4):
+        same_cells = (cells[:, None, t, :] == cells[None, :, t, :]).all(-1)
+        same_keys = keys[:, None, t] == keys[None, :, t]
+        assert np.array_equal(same_cells, same_keys)
+    assert np.array_equal(keys >> np.uint64(48), np.tile(np.arange(4, dtype=np.uint64), (50, 1)))
+
+
+def test_bucket_index_finds_every_bucket_mate():
+    X = data(n=800, d=4)
+    lsh = E2LSH(k=2, n_tables=5, width=2.0, seed=0).fit(X)
+    keys = lsh.hash(X)
+    index = BucketIndex.build(keys)
+    lo, size = index.lookup(keys[17])
+    for t in range(5):
+        mates = np.sort(index.members[lo[t] : lo[t] + size[t]])
+        assert np.array_equal(mates, np.flatnonzero(keys[:, t] == keys[17, t]))
+    lo, size = index.lookup(np.array([12345], dtype=np.uint64))
+    assert size[0] == 0
+
+
+def test_build_table_leaves_out_dead_rows():
+    keys = np.array([4, 4, 9, 4], dtype=np.uint64)
+    k, s, m = build_table(keys, alive=np.array([True, False, True, True]))
+    assert k.tolist() == [4, 9] and s.tolist() == [0, 2, 3] and m.tolist() == [0, 3, 2]
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"k": 0}, "'k' parameter of E2LSH must be a positive integer"),
+        ({"n_tables": -3}, "'n_tables' parameter of E2LSH must be a positive integer"),
+        ({"width": 0.0}, "'width' parameter of E2LSH must be a positive float"),
+        ({"width": float("nan")}, "'width' parameter of E2LSH must be a positive float"),
+    ],
+)
+def test_bad_parameters(params, match):
+    with pytest.raises(FairpipeInputError, match=match):
+        E2LSH(**{"k": 2, "n_tables": 2, "width": 1.0, **params}).fit(3)
+
+
+def test_hash_rejects_wrong_dimension_and_nan():
+    lsh = E2LSH(k=2, n_tables=2, width=1.0).fit(3)
+    with pytest.raises(FairpipeInputError, match="4 values per row; 3-dimensional"):
+        lsh.hash(np.zeros((2, 4)))
+    bad = np.zeros((3, 3))
+    bad[2, 1] = np.inf
+    with pytest.raises(
+        FairpipeInputError, match="Row 2 of E2LSH.hash holds a inf value in column 1"
+    ):
+        lsh.hash(bad)
