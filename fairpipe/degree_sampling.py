@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 METHODS = ("exact", "approx", "uniform", "weighted", "rank")
+PATHS = ("auto", "lazy", "flat")
 MODES = ("buckets", "approximate", "exact")
 
 
@@ -134,6 +135,46 @@ def _approx_accept(
     return ok & (u * cap < probes)
 
 
+@dataclass
+class FlatBuckets:
+    """The query's buckets flattened once: one entry per (bucket, member) still active.
+
+    Used when a query needs more draws than its buckets hold (many samples, or a low acceptance
+    rate): one pass computes every member's distance once and its degree as the number of the
+    query's buckets it occurs in (the same number the L key comparisons give), so a draw costs a
+    few array lookups instead of a d-dimensional distance and L comparisons. Drawing from this
+    state has the same output distribution as the lazy path: it is the state the Section 3.5
+    outlier removals converge to, and rejection of draws outside the neighbourhood is unchanged.
+    """
+
+    rows: np.ndarray  # (m',) member rows, bucket by bucket
+    bucket: np.ndarray  # (m',) position of each entry's bucket in the query's bucket list
+    degree: np.ndarray  # (m',) degree of each entry's row
+    near: np.ndarray | None  # (m',) within r (exact mode), None when every entry counts
+    starts: np.ndarray  # (g,) first entry of each bucket
+    counts: np.ndarray  # (g,) entries of each bucket
+    removed: int  # outlier entries dropped
+
+
+def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, near2: float):
+    rows = np.concatenate([index.members[a : a + s] for a, s in zip(qb.lo, qb.size)])
+    bucket = np.repeat(np.arange(qb.lo.shape[0]), qb.size)
+    uniq, inv, deg = np.unique(rows, return_inverse=True, return_counts=True)
+    near = None
+    removed = 0
+    if mode != "buckets":
+        diff = points[uniq] - query
+        d2 = np.einsum("ij,ij->i", diff, diff)
+        keep = (d2 <= far2)[inv]
+        removed = int(keep.size - np.count_nonzero(keep))
+        rows, bucket, inv = rows[keep], bucket[keep], inv[keep]
+        if mode == "exact":
+            near = (d2 <= near2)[inv]
+    counts = np.bincount(bucket, minlength=qb.lo.shape[0])
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return FlatBuckets(rows, bucket, deg[inv], near, starts, counts, removed)
+
+
 def sample_query(
     index,
     point_keys: np.ndarray,
@@ -149,8 +190,15 @@ def sample_query(
     max_outliers: int,
     gamma: float = 0.01,
     max_draws: int = 50_000_000,
+    path: str = "auto",
 ) -> tuple[np.ndarray, QueryStats]:
-    """Draw ``n_samples`` rows for one query (fewer only if its neighbourhood is empty)."""
+    """Draw ``n_samples`` rows for one query (fewer only if its neighbourhood is empty).
+
+    Draws start lazily (cost per draw independent of the bucket sizes, as in the paper); once a
+    query has used as many draws as its buckets hold, it flattens its buckets (:class:`FlatBuckets`)
+    and continues from that state: never more than about twice the cheaper of the two costs.
+    ``path`` forces one of them (``lazy`` or ``flat``; ``auto`` by default).
+    """
     stats = QueryStats()
     qb = query_buckets(index, query_keys)
     out = np.empty(n_samples, dtype=np.int64)
@@ -158,47 +206,87 @@ def sample_query(
     far2 = (c * radius) ** 2
     near2 = radius**2
     rate = 0.5
+    total = int(qb.size.sum())
+    flat: FlatBuckets | None = None
+    if total == 0:
+        return out[:0], stats
     while filled < n_samples and stats.draws < max_draws:
-        m = int(qb.active.sum())
-        if m == 0:
-            break
         need = n_samples - filled
         n_draw = int(min(max(need / max(rate, 1e-4) * 1.1 + 16, 16), 4_000_000))
+        if flat is None and path != "lazy" and (path == "flat" or stats.draws + n_draw > total):
+            flat = _flatten(index, qb, points, query, mode, far2, near2)
+            stats.outliers = flat.removed
+            stats.extra["flattened"] = True
+        m = int(flat.counts.sum()) if flat is not None else int(qb.active.sum())
+        if m == 0:
+            break
         stats.rounds += 1
         stats.draws += n_draw
-        if method == "uniform":
-            nonempty = np.flatnonzero(qb.active > 0)
-            b = nonempty[rng.integers(0, nonempty.size, size=n_draw)]
-            pos = np.floor(rng.random(n_draw) * qb.active[b]).astype(np.int64)
+        if flat is not None:
+            accept, rows = _draw_flat(flat, qb, point_keys, n_draw, method, gamma, rng, stats)
         else:
-            cum = np.cumsum(qb.active)
-            v = rng.integers(0, m, size=n_draw)
-            b = np.searchsorted(cum, v, side="right")
-            pos = v - (cum[b] - qb.active[b])
-        rows = _members_at(index, qb, b, pos)
-        accept = np.ones(n_draw, dtype=bool)
-        if mode != "buckets":
-            diff = points[rows] - query
-            d2 = np.einsum("ij,ij->i", diff, diff)
-            outlier = d2 > far2
-            if outlier.any():
-                stats.outliers += _remove_outliers(index, qb, b[outlier], rows[outlier])
-                if stats.outliers > max_outliers and not stats.outlier_scan:
-                    _filter_all_outliers(index, qb, points, query, far2)
-                    stats.outlier_scan = True
-                accept &= ~outlier
-            if mode == "exact":
-                accept &= d2 <= near2
-        if method == "exact":
-            deg = degree_of(point_keys, rows, query_keys)
-            accept &= rng.random(n_draw) * deg < 1.0
-        elif method == "approx":
-            accept &= _approx_accept(point_keys, rows, qb, gamma, rng, stats)
+            accept, rows = _draw_lazy(
+                index, qb, point_keys, points, query, query_keys, n_draw, method, mode,
+                far2, near2, max_outliers, gamma, rng, stats,
+            )  # fmt: skip
         got = rows[accept][:need]
         out[filled : filled + got.shape[0]] = got
         filled += got.shape[0]
         rate = max(0.5 * rate, accept.mean()) if accept.any() else rate / 4
     return out[:filled], stats
+
+
+def _draw_flat(flat: FlatBuckets, qb, point_keys, n_draw, method, gamma, rng, stats):
+    if method == "uniform":
+        nonempty = np.flatnonzero(flat.counts > 0)
+        b = nonempty[rng.integers(0, nonempty.size, size=n_draw)]
+        v = flat.starts[b] + np.floor(rng.random(n_draw) * flat.counts[b]).astype(np.int64)
+    else:
+        v = rng.integers(0, flat.rows.shape[0], size=n_draw)
+    rows = flat.rows[v]
+    accept = flat.near[v] if flat.near is not None else np.ones(n_draw, dtype=bool)
+    if method == "exact":
+        accept &= rng.random(n_draw) * flat.degree[v] < 1.0
+    elif method == "approx":  # probe only for draws still in the running
+        live = np.flatnonzero(accept)
+        accept[live] = _approx_accept(point_keys, rows[live], qb, gamma, rng, stats)
+    return accept, rows
+
+
+def _draw_lazy(
+    index, qb, point_keys, points, query, query_keys, n_draw, method, mode, far2, near2,
+    max_outliers, gamma, rng, stats,
+):  # fmt: skip
+    if method == "uniform":
+        nonempty = np.flatnonzero(qb.active > 0)
+        b = nonempty[rng.integers(0, nonempty.size, size=n_draw)]
+        pos = np.floor(rng.random(n_draw) * qb.active[b]).astype(np.int64)
+    else:
+        cum = np.cumsum(qb.active)
+        v = rng.integers(0, int(cum[-1]), size=n_draw)
+        b = np.searchsorted(cum, v, side="right")
+        pos = v - (cum[b] - qb.active[b])
+    rows = _members_at(index, qb, b, pos)
+    accept = np.ones(n_draw, dtype=bool)
+    if mode != "buckets":
+        diff = points[rows] - query
+        d2 = np.einsum("ij,ij->i", diff, diff)
+        outlier = d2 > far2
+        if outlier.any():
+            stats.outliers += _remove_outliers(index, qb, b[outlier], rows[outlier])
+            if stats.outliers > max_outliers and not stats.outlier_scan:
+                _filter_all_outliers(index, qb, points, query, far2)
+                stats.outlier_scan = True
+            accept &= ~outlier
+        if mode == "exact":
+            accept &= d2 <= near2
+    if method == "exact":
+        deg = degree_of(point_keys, rows, query_keys)
+        accept &= rng.random(n_draw) * deg < 1.0
+    elif method == "approx":  # probe only for draws still in the running
+        live = np.flatnonzero(accept)
+        accept[live] = _approx_accept(point_keys, rows[live], qb, gamma, rng, stats)
+    return accept, rows
 
 
 def neighbourhood(index, points, query, query_keys, mode: str, radius: float, c: float):

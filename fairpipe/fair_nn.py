@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fairpipe.bucket_index import BucketIndex
-from fairpipe.degree_sampling import METHODS, MODES, QueryStats, neighbourhood, sample_query
+from fairpipe.degree_sampling import METHODS, MODES, PATHS, QueryStats, neighbourhood, sample_query
 from fairpipe.errors import (
     FairpipeInputError,
     check_one_of,
@@ -131,13 +131,17 @@ class FairNN:
         max_outliers: int | None = None,
         gamma: float = 0.01,
         with_neighbourhood: bool = False,
+        path: str = "auto",
     ) -> SampleResult:
         """Draw ``n_samples`` near neighbours for each query.
 
         ``mode`` picks the neighbourhood: ``buckets`` (all bucket-mates), ``approximate`` (within
         ``c * radius``) or ``exact`` (within ``radius``). ``method`` picks the sampler (see
         :mod:`fairpipe.degree_sampling`; ``rank`` keeps its permutation across calls, so repeated
-        queries give independent samples). ``seed`` defaults to the index seed.
+        queries give independent samples). ``seed`` defaults to the index seed. ``path`` picks how
+        draws are made (``lazy``: per draw, as in the paper; ``flat``: after one pass over the
+        query's buckets; ``auto``: lazy until the draws outnumber the bucket entries); all three
+        have the same output distribution.
         """
         self._check_fitted()
         owner = "FairNN.sample"
@@ -149,6 +153,7 @@ class FairNN:
         if c < 1.0:
             raise FairpipeInputError(f"The 'c' parameter of {owner} must be at least 1. Got {c}.")
         gamma = check_positive_float(gamma, "gamma", owner)
+        path = check_one_of(path, PATHS, "path", owner)
         if max_outliers is None:
             max_outliers = 3 * self.lsh_.n_tables
         Q, QK = self._resolve_queries(queries, query_rows)
@@ -186,6 +191,7 @@ class FairNN:
                     rng,
                     max_outliers,
                     gamma,
+                    path=path,
                 )
             rows[i, : got.shape[0]] = got
             counts[i] = got.shape[0]

@@ -256,10 +256,11 @@ def read_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
             raise FairpipeInputError(
                 f"{plan.where} changed while it was read: rows {a}..{b} missing."
             )
-        for col in plan.feature_columns:
-            if frame[col].dtype == object or not np.issubdtype(frame[col].dtype, np.number):
-                import pandas as pd
+        import pandas as pd
 
+        for col in plan.feature_columns:
+            # pandas >= 3 reads text as a string dtype numpy cannot interpret: ask pandas.
+            if not pd.api.types.is_numeric_dtype(frame[col].dtype):
                 bad = pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()
                 row = int(np.argmax(bad.to_numpy())) if bad.any() else 0
                 raise FairpipeInputError(

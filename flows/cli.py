@@ -19,7 +19,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Fair and forgettable pipelines for large tables of people.",
 )
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # errors stay on one line for grep and logs
 
 
 def _fail(exc: Exception) -> None:

@@ -9,6 +9,8 @@ store as it was.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +24,7 @@ from fairpipe.hashing import stable_hash
 from fairpipe.lsh import E2LSH, ROW_BLOCK
 from fairpipe.sources import SourcePlan, plan_groups, plan_source, read_rows
 from storage.store import FORMAT, FairpipeStore, read_array, write_rows, write_table_rows
+from storage.urls import parse_store_url
 
 TARGET_CHUNK_BYTES = 16 << 20
 WIDTH_SAMPLE = 2000
@@ -180,8 +183,17 @@ def _remap_groups(plan: SourcePlan, existing: list[str]) -> tuple[np.ndarray, li
     return codes.astype(np.int32), names
 
 
-@flow(name="fairpipe-ingest", log_prints=False)
-def ingest_flow(source: str, store_url: str, options: IngestOptions) -> dict:
+def _default_task_runner():
+    """Deployments run the flow as is: Dask at ``FAIRPIPE_DASK_ADDRESS``, else a LocalCluster."""
+    from flows.runtime import task_runner
+
+    return task_runner(os.environ.get("FAIRPIPE_DASK_ADDRESS") or None)
+
+
+@flow(name="fairpipe-ingest", log_prints=False, task_runner=_default_task_runner())
+def ingest_flow(source: str, store_url: str, options: IngestOptions | None = None) -> dict:
+    """Ingest ``source`` into the store at ``store_url`` and rebuild its LSH index: one commit."""
+    options = options or IngestOptions()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     check_positive_int(options.lsh_k, "lsh_k", "ingest")
@@ -190,10 +202,29 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions) -> dict:
         check_positive_float(options.lsh_width, "lsh_width", "ingest")
     if options.chunk_rows is not None:
         check_positive_int(options.chunk_rows, "chunk_rows", "ingest")
-    store = FairpipeStore.open(store_url, create=True)
+    # A folder that is not a store fails before the source is read; a new store is created only
+    # once the source has been planned, so a bad source leaves nothing behind.
+    existing = FairpipeStore.exists(store_url)
+    spec = parse_store_url(store_url)
+    folder_existed = spec.local_dir is not None and spec.local_dir.exists()
     plan = plan_source_task.submit(source, options).result()
+    store = FairpipeStore.open(store_url, create=not existing)
     timings["plan"] = time.perf_counter() - t_start
 
+    local = store.spec.local_dir
+    try:
+        return _ingest_into(store, plan, source, options, timings, t_start)
+    except BaseException:
+        # A store this run created holds nothing but its marker: remove it, as if never made.
+        if not existing and local is not None and store.is_empty():
+            for entry in local.iterdir():
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            if not folder_existed:
+                local.rmdir()
+        raise
+
+
+def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict, t_start: float):
     with store.transaction(f"ingest {source}", lock_timeout=options.lock_timeout) as txn:
         attrs = store.attrs(txn.session)
         appending = "n" in attrs
@@ -201,7 +232,7 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions) -> dict:
         if appending:
             if plan.d != attrs["d"]:
                 raise FairpipeInputError(
-                    DIM_MISMATCH.format(where=plan.where, got=plan.d, url=store_url, d=attrs["d"])
+                    DIM_MISMATCH.format(where=plan.where, got=plan.d, url=store.url, d=attrs["d"])
                 )
             chunk_rows = int(attrs["chunk_rows"])
             lsh = store.load_lsh(txn.session)
@@ -215,7 +246,7 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions) -> dict:
             clash = np.intersect1d(old_ids, ids)
             if clash.size:
                 raise FairpipeInputError(
-                    ID_CLASH.format(id=int(clash[0]), where=plan.where, url=store_url)
+                    ID_CLASH.format(id=int(clash[0]), where=plan.where, url=store.url)
                 )
         codes, group_names = _remap_groups(plan, attrs.get("group_names", []))
 
@@ -298,7 +329,7 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions) -> dict:
     timings["total"] = time.perf_counter() - t_start
     rows_s = plan.n / timings["hash_and_write"] if timings["hash_and_write"] > 0 else math.inf
     return {
-        "store": store_url,
+        "store": store.url,
         "n": n_total,
         "added": plan.n,
         "d": plan.d,

@@ -142,6 +142,17 @@ class FairpipeStore:
                 )
         return store
 
+    @classmethod
+    def exists(cls, url: str) -> bool:
+        """Whether ``url`` holds a fairpipe store; raises NotAStoreError for anything else there."""
+        try:
+            cls.open(url)
+        except NotAStoreError:
+            raise
+        except FairpipeInputError:
+            return False
+        return True
+
     # -- reading ---------------------------------------------------------------------------
     def readonly_session(self, snapshot_id: str | None = None):
         if snapshot_id is not None:

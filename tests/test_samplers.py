@@ -74,6 +74,7 @@ def test_outliers_are_removed_then_scanned_and_the_output_stays_uniform(skewed):
         mode="approximate",
         seed=5,
         max_outliers=10,
+        path="lazy",
     )
     st = res.stats[0]
     assert st.outliers > 10 and st.outlier_scan
@@ -170,3 +171,31 @@ def test_bad_sampling_arguments(skewed, kwargs, match):
 def test_fit_rejects_duplicate_ids():
     with pytest.raises(FairpipeInputError, match="Id 4 appears more than once"):
         FairNN(k=1, n_tables=1).fit(np.zeros((3, 2)), ids=np.array([4, 5, 4]))
+
+
+@pytest.mark.parametrize("method", ["exact", "approx"])
+@pytest.mark.parametrize("mode", ["buckets", "approximate", "exact"])
+def test_flat_and_lazy_paths_are_both_uniform_on_the_neighbourhood(skewed, method, mode):
+    X, nn = skewed
+    M = nn.neighbourhood(query_rows=[3], radius=0.6, mode=mode, c=1.5)[0]
+    assert M.size >= 5
+    for path in ("lazy", "flat"):
+        res = nn.sample(
+            query_rows=[3], radius=0.6, c=1.5, mode=mode, method=method,
+            n_samples=60 * M.size, seed=11, path=path,
+        )  # fmt: skip
+        assert res.stats[0].extra.get("flattened", False) == (path == "flat")
+        assert set(res.rows[0]) <= set(M)
+        chi2, dof = chi_square_uniform(res.rows[0], M)
+        assert stats.chi2.sf(chi2, dof) > ALPHA, (path, method, mode)
+
+
+def test_flat_degree_equals_the_key_comparison_degree(skewed):
+    from fairpipe.degree_sampling import _flatten, degree_of, query_buckets
+
+    X, nn = skewed
+    qk = nn.keys_[7]
+    qb = query_buckets(nn.index_, qk)
+    flat = _flatten(nn.index_, qb, nn.points_, X[7], "buckets", np.inf, np.inf)
+    assert np.array_equal(flat.degree, degree_of(nn.keys_, flat.rows, qk))
+    assert flat.rows.size == int(qb.size.sum())
