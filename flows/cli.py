@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
-import typer
-from rich.console import Console
-from rich.table import Table
+from flows import DEFAULT_ENV  # environment defaults, before Prefect is imported
 
-import flows  # noqa: F401  (environment defaults before Prefect is imported)
+# The command line reports a failed flow itself, in one line; Prefect's own error log (a traceback
+# of the engine) would bury it. Set PREFECT_LOGGING_LEVEL=ERROR to see Prefect's logs again.
+if os.environ.get("PREFECT_LOGGING_LEVEL") in (None, DEFAULT_ENV["PREFECT_LOGGING_LEVEL"]):
+    os.environ["PREFECT_LOGGING_LEVEL"] = "CRITICAL"
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
 from fairpipe.errors import FairpipeInputError
 
 app = typer.Typer(

@@ -204,9 +204,9 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
         check_positive_int(options.chunk_rows, "chunk_rows", "ingest")
     # A folder that is not a store fails before the source is read; a new store is created only
     # once the source has been planned, so a bad source leaves nothing behind.
-    existing = FairpipeStore.exists(store_url)
     spec = parse_store_url(store_url)
     folder_existed = spec.local_dir is not None and spec.local_dir.exists()
+    existing = FairpipeStore.exists(store_url)
     plan = plan_source_task.submit(source, options).result()
     store = FairpipeStore.open(store_url, create=not existing)
     timings["plan"] = time.perf_counter() - t_start

@@ -32,8 +32,10 @@ def prefect_api():
         with prefect.settings.temporary_settings(
             updates={prefect.settings.PREFECT_API_URL: server.api_url}
         ):
-            yield server.api_url
-            _drain_logs()
+            try:
+                yield server.api_url
+            finally:
+                _drain_logs()  # also after a failure: the server must outlive its last logs
     finally:
         os.environ.pop("PREFECT_API_URL", None)
         server.stop()
