@@ -23,7 +23,14 @@ from fairpipe.errors import FairpipeInputError, check_positive_float, check_posi
 from fairpipe.hashing import stable_hash
 from fairpipe.lsh import E2LSH, ROW_BLOCK
 from fairpipe.sources import SourcePlan, plan_groups, plan_source, read_rows
-from storage.store import FORMAT, FairpipeStore, read_array, write_rows, write_table_rows
+from storage.store import (
+    FORMAT,
+    FairpipeStore,
+    NotAStoreError,
+    read_array,
+    write_rows,
+    write_table_rows,
+)
 from storage.urls import parse_store_url
 
 TARGET_CHUNK_BYTES = 16 << 20
@@ -205,18 +212,20 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     # A folder that is not a store fails before the source is read; a new store is created only
     # once the source has been planned, so a bad source leaves nothing behind.
     spec = parse_store_url(store_url)
-    folder_existed = spec.local_dir is not None and spec.local_dir.exists()
-    existing = FairpipeStore.exists(store_url)
-    plan = plan_source_task.submit(source, options).result()
-    store = FairpipeStore.open(store_url, create=not existing)
-    timings["plan"] = time.perf_counter() - t_start
-
-    local = store.spec.local_dir
+    local = spec.local_dir
+    folder_existed = local is not None and local.exists()
+    existing = False
+    store = None
     try:
+        existing = FairpipeStore.exists(store_url)  # raises for a folder that is not a store
+        plan = plan_source_task.submit(source, options).result()
+        store = FairpipeStore.open(store_url, create=not existing)
+        timings["plan"] = time.perf_counter() - t_start
         return _ingest_into(store, plan, source, options, timings, t_start)
-    except BaseException:
+    except BaseException as exc:
         # A store this run created holds nothing but its marker: remove it, as if never made.
-        if not existing and local is not None and store.is_empty():
+        fresh = not existing and not isinstance(exc, NotAStoreError)
+        if fresh and local is not None and local.exists() and (store is None or store.is_empty()):
             for entry in local.iterdir():
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
             if not folder_existed:
