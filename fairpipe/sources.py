@@ -269,6 +269,13 @@ def read_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
                     )
                 )
         X = frame.to_numpy(dtype=np.float64)
+        return check_points(
+            X,
+            where=plan.where,
+            n_features=plan.d,
+            row_offset=a,
+            column_names=list(plan.feature_columns),
+        )
     return check_points(X, where=plan.where, n_features=plan.d, row_offset=a)
 
 

@@ -10,20 +10,23 @@ NOT_2D = "{where} expects a 2-dimensional matrix of points. Got an array of shap
 WRONG_DIM = (
     "{where}: the points have {got} values per row; {expected}-dimensional points were expected."
 )
-NON_FINITE = (
-    "Row {row} of {where} holds a {what} value in column {col}; points must be finite numbers."
-)
+NON_FINITE = "Row {row} of {where} holds {what} in column {col}; points must be finite numbers."
 EMPTY = "{where} holds no rows; at least one point is needed."
 NON_NUMERIC = "{where} must hold numbers. Got values of type {dtype}."
 DUPLICATE_ID = "Id {id} appears more than once in {where} (rows {rows}); ids must be unique."
 
 
 def check_points(
-    X: np.ndarray, where: str, n_features: int | None = None, row_offset: int = 0
+    X: np.ndarray,
+    where: str,
+    n_features: int | None = None,
+    row_offset: int = 0,
+    column_names: list[str] | None = None,
 ) -> np.ndarray:
     """Return ``X`` as a C-contiguous float32 matrix, or raise naming the first bad row.
 
-    ``row_offset`` is added to reported row numbers, so a chunk can report rows of the whole file.
+    ``row_offset`` is added to reported row numbers, so a chunk can report rows of the whole file;
+    ``column_names`` (of a table) name the bad column as well as its position.
 
     >>> check_points(np.array([[1.0, np.nan]]), where="points.npy")
     Traceback (most recent call last):
@@ -44,11 +47,15 @@ def check_points(
     if not finite.all():
         row, col = np.argwhere(~finite)[0]
         value = X32[row, col]
-        what = "NaN" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+        if np.isnan(value):
+            what = "a NaN value"
+        else:
+            what = "an inf value" if value > 0 else "a -inf value"
         if np.isfinite(X[row, col]):
-            what = f"too large for float32 ({X[row, col]!r})"
+            what = f"a value too large for float32 ({X[row, col]!r})"
+        col_text = f"{int(col)}" if column_names is None else f"{int(col)} ({column_names[col]!r})"
         raise FairpipeInputError(
-            NON_FINITE.format(row=int(row) + row_offset, where=where, what=what, col=int(col))
+            NON_FINITE.format(row=int(row) + row_offset, where=where, what=what, col=col_text)
         )
     return X32
 

@@ -87,3 +87,14 @@ def test_local_and_bad_urls(tmp_path):
         parse_store_url("s3:///x")
     with pytest.raises(FairpipeInputError, match="az://ACCOUNT/CONTAINER/PREFIX"):
         parse_store_url("az://acct")
+
+
+def test_a_non_finite_csv_value_names_row_and_column(tmp_path):
+    from fairpipe.sources import plan_source, read_rows
+
+    (tmp_path / "t.csv").write_text("id,a,b,g\n1,0.5,1.0,x\n2,0.25,inf,y\n")
+    plan = plan_source(str(tmp_path / "t.csv"), id_column="id", group_column="g")
+    with pytest.raises(
+        FairpipeInputError, match=r"Row 1 of t.csv holds an inf value in column 1 \('b'\)"
+    ):
+        read_rows(plan, 0, 2)
