@@ -84,3 +84,16 @@ def test_hash_rejects_wrong_dimension_and_nan():
         FairpipeInputError, match="Row 2 of E2LSH.hash holds an inf value in column 1"
     ):
         lsh.hash(bad)
+
+
+def test_float64_fold_equals_the_wrapping_uint64_fold():
+    """The fast exact fold and the uint64 fallback (used for huge cells) give the same keys."""
+    X = np.random.default_rng(4).normal(scale=50.0, size=(600, 9)).astype(np.float32)
+    lsh = E2LSH(k=7, n_tables=12, width=0.5, seed=2).fit(X)
+    fast = lsh.hash(X)
+    lsh._cell_limit = 0.0  # force the fallback
+    assert np.array_equal(fast, lsh.hash(X))
+    # Cells beyond the exact range (width tiny against the data) take the fallback and still hash.
+    tiny = E2LSH(k=7, n_tables=12, width=1e-9, seed=2).fit(X)
+    keys = tiny.hash(X)
+    assert len(np.unique(keys[:, 0])) == X.shape[0]
