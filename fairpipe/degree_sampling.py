@@ -236,20 +236,31 @@ def sample_query(
     return out[:filled], stats
 
 
+def _uniform_bucket_draws(sizes: np.ndarray, n_draw: int, rng: np.random.Generator):
+    """A non-empty bucket uniformly, then a position uniformly in it (the ``uniform`` sampler)."""
+    nonempty = np.flatnonzero(sizes > 0)
+    b = nonempty[rng.integers(0, nonempty.size, size=n_draw)]
+    return b, np.floor(rng.random(n_draw) * sizes[b]).astype(np.int64)
+
+
+def _approx_filter(accept, point_keys, rows, qb, gamma, rng, stats) -> None:
+    """Apply the approx acceptance in place, probing only for draws still in the running."""
+    live = np.flatnonzero(accept)
+    accept[live] = _approx_accept(point_keys, rows[live], qb, gamma, rng, stats)
+
+
 def _draw_flat(flat: FlatBuckets, qb, point_keys, n_draw, method, gamma, rng, stats):
     if method == "uniform":
-        nonempty = np.flatnonzero(flat.counts > 0)
-        b = nonempty[rng.integers(0, nonempty.size, size=n_draw)]
-        v = flat.starts[b] + np.floor(rng.random(n_draw) * flat.counts[b]).astype(np.int64)
+        b, pos = _uniform_bucket_draws(flat.counts, n_draw, rng)
+        v = flat.starts[b] + pos
     else:
         v = rng.integers(0, flat.rows.shape[0], size=n_draw)
     rows = flat.rows[v]
     accept = flat.near[v] if flat.near is not None else np.ones(n_draw, dtype=bool)
     if method == "exact":
         accept &= rng.random(n_draw) * flat.degree[v] < 1.0
-    elif method == "approx":  # probe only for draws still in the running
-        live = np.flatnonzero(accept)
-        accept[live] = _approx_accept(point_keys, rows[live], qb, gamma, rng, stats)
+    elif method == "approx":
+        _approx_filter(accept, point_keys, rows, qb, gamma, rng, stats)
     return accept, rows
 
 
@@ -258,9 +269,7 @@ def _draw_lazy(
     max_outliers, gamma, rng, stats,
 ):  # fmt: skip
     if method == "uniform":
-        nonempty = np.flatnonzero(qb.active > 0)
-        b = nonempty[rng.integers(0, nonempty.size, size=n_draw)]
-        pos = np.floor(rng.random(n_draw) * qb.active[b]).astype(np.int64)
+        b, pos = _uniform_bucket_draws(qb.active, n_draw, rng)
     else:
         cum = np.cumsum(qb.active)
         v = rng.integers(0, int(cum[-1]), size=n_draw)
@@ -283,9 +292,8 @@ def _draw_lazy(
     if method == "exact":
         deg = degree_of(point_keys, rows, query_keys)
         accept &= rng.random(n_draw) * deg < 1.0
-    elif method == "approx":  # probe only for draws still in the running
-        live = np.flatnonzero(accept)
-        accept[live] = _approx_accept(point_keys, rows[live], qb, gamma, rng, stats)
+    elif method == "approx":
+        _approx_filter(accept, point_keys, rows, qb, gamma, rng, stats)
     return accept, rows
 
 

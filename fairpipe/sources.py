@@ -232,6 +232,7 @@ def _plan_table(
 
 def read_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
     """Validated float32 rows [a, b) of the source; errors name rows of the whole source."""
+    names: list[str] | None = None  # a table's feature columns, named in errors
     if plan.kind == "memory":
         assert plan.points is not None
         X = plan.points[a:b]
@@ -269,14 +270,8 @@ def read_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
                     )
                 )
         X = frame.to_numpy(dtype=np.float64)
-        return check_points(
-            X,
-            where=plan.where,
-            n_features=plan.d,
-            row_offset=a,
-            column_names=list(plan.feature_columns),
-        )
-    return check_points(X, where=plan.where, n_features=plan.d, row_offset=a)
+        names = list(plan.feature_columns)
+    return check_points(X, where=plan.where, n_features=plan.d, row_offset=a, column_names=names)
 
 
 def plan_groups(plan: SourcePlan, a: int, b: int) -> np.ndarray:
