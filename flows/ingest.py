@@ -26,7 +26,6 @@ from fairpipe.sources import SourcePlan, plan_groups, plan_source, read_rows
 from storage.store import (
     FORMAT,
     FairpipeStore,
-    NotAStoreError,
     read_array,
     write_rows,
     write_table_rows,
@@ -211,21 +210,22 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
         check_positive_int(options.chunk_rows, "chunk_rows", "ingest")
     # A folder that is not a store fails before the source is read; a new store is created only
     # once the source has been planned, so a bad source leaves nothing behind.
-    spec = parse_store_url(store_url)
-    local = spec.local_dir
+    local = parse_store_url(store_url).local_dir
     folder_existed = local is not None and local.exists()
-    existing = False
     store = None
+    created = False
     try:
-        existing = FairpipeStore.exists(store_url)  # raises for a folder that is not a store
+        store = FairpipeStore.open_existing(store_url)  # raises for a folder that is not a store
         plan = plan_source_task.submit(source, options).result()
-        store = FairpipeStore.open(store_url, create=not existing)
+        if store is None:
+            store, created = FairpipeStore.open(store_url, create=True), True
         timings["plan"] = time.perf_counter() - t_start
         return _ingest_into(store, plan, source, options, timings, t_start)
-    except BaseException as exc:
-        # A store this run created holds nothing but its marker: remove it, as if never made.
-        fresh = not existing and not isinstance(exc, NotAStoreError)
-        if fresh and local is not None and local.exists() and (store is None or store.is_empty()):
+    except BaseException:
+        # Remove what this run made and nothing else: a folder it created, or a store it created
+        # that holds nothing but its marker. A store that was there before is never touched.
+        ours = not folder_existed or created
+        if ours and local is not None and local.exists() and (store is None or store.is_empty()):
             for entry in local.iterdir():
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
             if not folder_existed:

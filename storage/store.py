@@ -143,15 +143,15 @@ class FairpipeStore:
         return store
 
     @classmethod
-    def exists(cls, url: str) -> bool:
-        """Whether ``url`` holds a fairpipe store; raises NotAStoreError for anything else there."""
+    def open_existing(cls, url: str) -> FairpipeStore | None:
+        """The fairpipe store at ``url``, or None where there is none yet; raises NotAStoreError
+        for anything else there."""
         try:
-            cls.open(url)
+            return cls.open(url)
         except NotAStoreError:
             raise
         except FairpipeInputError:
-            return False
-        return True
+            return None
 
     # -- reading ---------------------------------------------------------------------------
     def readonly_session(self, snapshot_id: str | None = None):
