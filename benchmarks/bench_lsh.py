@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fairpipe.datasets import load_digits, load_gaussian, load_mnist_csv, load_word2vec_bin  # noqa: E402
-from fairpipe.evaluation import noise_floor, tv_to_uniform  # noqa: E402
 from fairpipe.fair_nn import FairNN  # noqa: E402
 from fairpipe.lsh import E2LSH  # noqa: E402
+from flows.evaluate import evaluate_tv  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 ROWS: list[tuple[str, str, str, str]] = []
@@ -90,32 +90,16 @@ def section5(name: str, X: np.ndarray, n_queries: int, rank: int, per_point: int
     t0 = time.perf_counter()
     nn = FairNN(k=15, n_tables=100, width=3.2 * r, seed=1).fit(X)
     build = time.perf_counter() - t0
-    hoods = nn.neighbourhood(query_rows=query_rows, radius=r, mode="exact")
-    kept = [(int(q), M) for q, M in zip(query_rows, hoods) if M.shape[0] >= 2]
-    sizes = [M.shape[0] for _, M in kept]
+    # The same evaluation as the demo's (flows/evaluate.py): queries with |M(q)| >= 2.
+    ev = evaluate_tv(nn, query_rows, r, mode="exact", per_point=per_point, seed=100)
+    sizes = ev["neighbourhood_sizes"]
     print(
         f"\n[2] Section 5 on {name}: n={X.shape[0]:,} d={X.shape[1]} r={r:.4g} w={3.2 * r:.4g}, "
-        f"index built in {build:.1f} s; {len(kept)} queries, |M(q)| median {np.median(sizes):.0f} "
+        f"index built in {build:.1f} s; {len(sizes)} queries, |M(q)| median {np.median(sizes):.0f} "
         f"(min {min(sizes)}, max {max(sizes)})"
     )
-    floor = noise_floor(per_point)
-    methods = {}
-    for method in ("exact", "approx", "rank", "weighted", "uniform"):
-        tvs, t_total, n_total = [], 0.0, 0
-        for j, (q, M) in enumerate(kept):
-            t0 = time.perf_counter()
-            res = nn.sample(
-                query_rows=[q],
-                radius=r,
-                n_samples=per_point * M.shape[0],
-                method=method,
-                mode="exact",
-                seed=100 + j,
-            )
-            t_total += time.perf_counter() - t0
-            n_total += int(res.counts[0])
-            tvs.append(tv_to_uniform(res.rows[0, : res.counts[0]], M))
-        methods[method] = {"tv": float(np.mean(tvs)), "samples_per_s": n_total / t_total}
+    floor = ev["noise_floor"]
+    methods = ev["methods"]
     exact_tv = methods["exact"]["tv"]
     for method, m in methods.items():
         report(
@@ -130,13 +114,7 @@ def section5(name: str, X: np.ndarray, n_queries: int, rank: int, per_point: int
         f"{exact_tv:.4f}",
         f"{methods['approx']['tv'] / exact_tv:.2f}x",
     )
-    return {
-        "methods": methods,
-        "noise_floor": floor,
-        "queries": len(kept),
-        "neighbourhood_sizes": sizes,
-        "radius": r,
-    }
+    return ev
 
 
 def plot_section5(results: dict, path: Path) -> None:
