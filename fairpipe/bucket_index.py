@@ -2,16 +2,19 @@
 
 For table t, ``members`` lists the row numbers of the points sorted by (key, row); the buckets of
 the table are the runs of equal keys. Keys carry their table number in the top bits, so the
-buckets of all tables concatenated are globally sorted and one ``searchsorted`` finds all L
-buckets of a query.
+buckets of all tables concatenated are globally sorted. A query finds its L buckets through a
+hash directory over the sorted keys (:mod:`fairpipe.key_directory`, built on first use, about
+0.15 s per million buckets), one cache miss per key where a binary search takes ~log2(B).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from fairpipe.key_directory import KeyDirectory
 from fairpipe.lsh import TABLE_SHIFT
 
 
@@ -49,6 +52,10 @@ class BucketIndex:
     starts: np.ndarray  # (B + 1,) int64 into members
     members: np.ndarray  # (sum over tables of table sizes,) int64 row numbers
     n_tables: int
+    _directory: KeyDirectory | None = field(default=None, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_tables(cls, tables: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> BucketIndex:
@@ -70,20 +77,59 @@ class BucketIndex:
     def build(cls, keys: np.ndarray, alive: np.ndarray | None = None) -> BucketIndex:
         return cls.from_tables([build_table(keys[:, t], alive) for t in range(keys.shape[1])])
 
+    def __getstate__(self) -> dict:
+        # The directory is rebuilt on demand; a lock cannot be pickled.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_directory", "_lock")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _directory=None, _lock=threading.Lock())
+
+    def directory(self) -> KeyDirectory:
+        """The hash directory over ``bucket_keys``, built once on first use."""
+        if self._directory is None:
+            with self._lock:
+                if self._directory is None:
+                    self._directory = KeyDirectory.build(self.bucket_keys)
+        return self._directory
+
+    def find(self, query_keys: np.ndarray) -> np.ndarray:
+        """Bucket number of each key (its position in ``bucket_keys``), -1 where none holds it."""
+        q = np.asarray(query_keys, dtype=np.uint64)
+        return self.directory().find(q.ravel()).reshape(q.shape)
+
+    def bounds(self, buckets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Start offsets into ``members`` and sizes of buckets given by number (-1: size 0)."""
+        b = np.asarray(buckets)
+        lo = self.starts[b]
+        size = self.starts[b + 1] - lo
+        if b.size and b.min() < 0:
+            size[b < 0] = 0
+        return lo, size
+
     def lookup(self, query_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Start offsets into ``members`` and sizes of the buckets of each key (size 0: empty).
 
         ``query_keys`` has any shape; both outputs have the same shape.
         """
-        q = np.asarray(query_keys, dtype=np.uint64)
-        pos = np.searchsorted(self.bucket_keys, q.ravel())
-        pos_c = np.minimum(pos, max(self.bucket_keys.shape[0] - 1, 0))
-        if self.bucket_keys.shape[0] == 0:
-            return np.zeros(q.shape, np.int64), np.zeros(q.shape, np.int64)
-        found = self.bucket_keys[pos_c] == q.ravel()
-        lo = self.starts[pos_c]
-        size = np.where(found, self.starts[pos_c + 1] - lo, 0)
-        return lo.reshape(q.shape), size.reshape(q.shape)
+        return self.bounds(self.find(query_keys))
+
+    def point_buckets(self, n_rows: int) -> np.ndarray:
+        """(n_rows, L) bucket numbers of every indexed row in each table, -1 for rows left out.
+
+        Row i's entry for table t is the number of the bucket holding i, so "is p in the query's
+        bucket of table t" is one integer comparison, and the buckets of a query that is a stored
+        row need no key lookup at all.
+        """
+        dtype = np.int32 if self.bucket_keys.shape[0] < 2**31 else np.int64
+        by_table = np.full((self.n_tables, n_rows), -1, dtype=dtype)
+        tables = self.table_of_key(self.bucket_keys)
+        first = np.searchsorted(tables, np.arange(self.n_tables + 1))
+        for t in range(self.n_tables):
+            b0, b1 = int(first[t]), int(first[t + 1])
+            e0, e1 = int(self.starts[b0]), int(self.starts[b1])
+            sizes = np.diff(self.starts[b0 : b1 + 1])
+            by_table[t, self.members[e0:e1]] = np.repeat(np.arange(b0, b1, dtype=dtype), sizes)
+        return np.ascontiguousarray(by_table.T)
 
     def table_of_key(self, keys: np.ndarray) -> np.ndarray:
         return (np.asarray(keys, dtype=np.uint64) >> TABLE_SHIFT).astype(np.int64)

@@ -41,26 +41,53 @@ class QueryStats:
     extra: dict = field(default_factory=dict)
 
 
-@dataclass
 class QueryBuckets:
-    """The non-empty buckets of one query, with active sizes for outlier removal."""
+    """The non-empty buckets of one query, with active sizes for outlier removal.
 
-    lo: np.ndarray  # (g,) start offsets into members
-    size: np.ndarray  # (g,) original sizes
-    keys: np.ndarray  # (g,) the query's keys of these buckets
-    active: np.ndarray  # (g,) active sizes
-    local: dict  # bucket position -> private copy of its members (after removals)
+    ``active`` is ``size`` itself until a removal first shrinks a bucket (copy on write), and
+    ``tables`` is None when the query has a bucket in every table (then bucket i is in table i).
+    """
+
+    __slots__ = ("lo", "size", "buckets", "tables", "active", "local", "cum", "base")
+
+    def __init__(self, lo, size, buckets, tables=None):
+        self.lo = lo  # (g,) start offsets into members
+        self.size = size  # (g,) original sizes
+        self.buckets = buckets  # (g,) bucket numbers
+        self.tables = tables  # (g,) table of each bucket (a column of the point-bucket matrix)
+        self.active = size  # (g,) active sizes
+        self.local: dict = {}  # bucket position -> private copy of its members (after removals)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the running totals after the active sizes changed."""
+        self.cum = np.cumsum(self.active)  # running total of the active sizes
+        self.base = self.lo - self.cum + self.active  # draw v in bucket b: members[base[b] + v]
+
+    def writable_active(self) -> np.ndarray:
+        if self.active is self.size:
+            self.active = self.size.copy()
+        return self.active
+
+    def table_columns(self) -> np.ndarray:
+        return np.arange(self.size.shape[0]) if self.tables is None else self.tables
 
 
-def query_buckets(index, query_keys: np.ndarray) -> QueryBuckets:
-    lo, size = index.lookup(query_keys)
-    nz = size > 0
-    return QueryBuckets(lo[nz], size[nz], query_keys[nz], size[nz].copy(), {})
+def query_buckets(index, q_buckets: np.ndarray) -> QueryBuckets:
+    """The query's non-empty buckets, from its bucket number in each table (-1: none)."""
+    lo = index.starts[q_buckets]
+    size = index.starts[q_buckets + 1] - lo  # <= 0 for -1 (starts[-1] >= starts[0] = 0)
+    if size.shape[0] and size.min() > 0:
+        return QueryBuckets(lo, size, q_buckets)
+    nz = np.flatnonzero(size > 0)
+    return QueryBuckets(lo[nz], size[nz], q_buckets[nz], nz)
 
 
-def _members_at(index, qb: QueryBuckets, b: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    rows = index.members[qb.lo[b] + pos]
+def _members_at(index, qb: QueryBuckets, b: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Members of draws ``v`` (positions in the concatenated active prefixes), in buckets ``b``."""
+    rows = index.members[qb.base[b] + v]
     if qb.local:
+        pos = v - (qb.cum[b] - qb.active[b])
         for j, arr in qb.local.items():
             hit = b == j
             if hit.any():
@@ -71,56 +98,64 @@ def _members_at(index, qb: QueryBuckets, b: np.ndarray, pos: np.ndarray) -> np.n
 def _remove_outliers(index, qb: QueryBuckets, b: np.ndarray, rows: np.ndarray) -> int:
     """Swap each (bucket, outlier) to the end of the bucket's active prefix and shrink it."""
     removed = 0
+    active = qb.writable_active()
     pairs = np.unique(np.stack([b, rows], axis=1), axis=0)
     for j, row in pairs:
         arr = qb.local.get(int(j))
         if arr is None:
             arr = index.members[qb.lo[j] : qb.lo[j] + qb.size[j]].copy()
             qb.local[int(j)] = arr
-        n_active = qb.active[j]
+        n_active = active[j]
         where = np.flatnonzero(arr[:n_active] == row)
         if where.size:
             p = where[0]
             arr[p], arr[n_active - 1] = arr[n_active - 1], arr[p]
-            qb.active[j] = n_active - 1
+            active[j] = n_active - 1
             removed += 1
+    qb.refresh()
     return removed
 
 
 def _filter_all_outliers(index, qb: QueryBuckets, points, q, far2: float) -> None:
     """Remove every point farther than sqrt(far2) from every bucket at once."""
+    active = qb.writable_active()
     for j in range(qb.lo.shape[0]):
         arr = qb.local.get(j)
         if arr is None:
             arr = index.members[qb.lo[j] : qb.lo[j] + qb.size[j]]
-        arr = arr[: qb.active[j]]
+        arr = arr[: active[j]]
         diff = points[arr] - q
         keep = arr[np.einsum("ij,ij->i", diff, diff) <= far2]
         full = np.empty(qb.size[j], dtype=np.int64)
         full[: keep.shape[0]] = keep
         qb.local[j] = full
-        qb.active[j] = keep.shape[0]
+        active[j] = keep.shape[0]
+    qb.refresh()
 
 
-def degree_of(point_keys: np.ndarray, rows: np.ndarray, query_keys: np.ndarray) -> np.ndarray:
-    """Exact degree: in how many of the query's buckets each row lies (L comparisons each)."""
-    return np.count_nonzero(point_keys[rows] == query_keys, axis=1)
+def degree_of(point_buckets: np.ndarray, rows: np.ndarray, q_buckets: np.ndarray):
+    """Exact degree: in how many of the query's buckets each row lies (L comparisons each).
+
+    ``point_buckets`` is :meth:`BucketIndex.point_buckets`; a row's bucket number in table t equals
+    the query's exactly when their keys of table t are equal.
+    """
+    return (point_buckets[rows] == q_buckets).sum(axis=1)
 
 
 def _approx_accept(
-    point_keys, rows, qb: QueryBuckets, gamma: float, rng: np.random.Generator, stats: QueryStats
+    point_buckets, rows, qb: QueryBuckets, gamma: float, rng: np.random.Generator, stats: QueryStats
 ) -> np.ndarray:
-    g = qb.keys.shape[0]
+    g = qb.buckets.shape[0]
     delta = math.ceil(math.log(1.0 / gamma)) + 4
     cap = g * delta
-    tables = (qb.keys >> np.uint64(48)).astype(np.int64)
+    tables = qb.table_columns()
     probes = np.zeros(rows.shape[0], dtype=np.int64)
     found = np.zeros(rows.shape[0], dtype=bool)
     todo = np.arange(rows.shape[0])
     block = max(4, min(64, g))
     while todo.size:
         t = rng.integers(0, g, size=(todo.size, block))
-        hit = point_keys[rows[todo][:, None], tables[t]] == qb.keys[t]
+        hit = point_buckets[rows[todo][:, None], tables[t]] == qb.buckets[t]
         first = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, block + 1)
         got = first <= block
         found[todo[got]] = True
@@ -177,10 +212,10 @@ def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, nea
 
 def sample_query(
     index,
-    point_keys: np.ndarray,
+    point_buckets: np.ndarray,
     points: np.ndarray,
     query: np.ndarray,
-    query_keys: np.ndarray,
+    q_buckets: np.ndarray,
     n_samples: int,
     method: str,
     mode: str,
@@ -200,56 +235,57 @@ def sample_query(
     ``path`` forces one of them (``lazy`` or ``flat``; ``auto`` by default).
     """
     stats = QueryStats()
-    qb = query_buckets(index, query_keys)
+    qb = query_buckets(index, q_buckets)
     out = np.empty(n_samples, dtype=np.int64)
     filled = 0
     far2 = (c * radius) ** 2
     near2 = radius**2
     rate = 0.5
-    total = int(qb.size.sum())
+    total = int(qb.cum[-1]) if qb.cum.shape[0] else 0
     flat: FlatBuckets | None = None
     if total == 0:
         return out[:0], stats
     while filled < n_samples and stats.draws < max_draws:
         need = n_samples - filled
-        n_draw = int(min(max(need / max(rate, 1e-4) * 1.1 + 16, 16), 4_000_000))
+        n_draw = int(min(need / max(rate, 1e-4) * 1.1 + 4, 4_000_000))
         if flat is None and path != "lazy" and (path == "flat" or stats.draws + n_draw > total):
             flat = _flatten(index, qb, points, query, mode, far2, near2)
             stats.outliers = flat.removed
             stats.extra["flattened"] = True
-        m = int(flat.counts.sum()) if flat is not None else int(qb.active.sum())
+        m = flat.rows.shape[0] if flat is not None else int(qb.cum[-1])
         if m == 0:
             break
         stats.rounds += 1
         stats.draws += n_draw
         if flat is not None:
-            accept, rows = _draw_flat(flat, qb, point_keys, n_draw, method, gamma, rng, stats)
+            accept, rows = _draw_flat(flat, qb, point_buckets, n_draw, method, gamma, rng, stats)
         else:
             accept, rows = _draw_lazy(
-                index, qb, point_keys, points, query, query_keys, n_draw, method, mode,
+                index, qb, point_buckets, points, query, q_buckets, n_draw, method, mode,
                 far2, near2, max_outliers, gamma, rng, stats,
             )  # fmt: skip
         got = rows[accept][:need]
         out[filled : filled + got.shape[0]] = got
         filled += got.shape[0]
-        rate = max(0.5 * rate, accept.mean()) if accept.any() else rate / 4
+        n_ok = int(np.count_nonzero(accept))
+        rate = max(0.5 * rate, n_ok / n_draw) if n_ok else rate / 4
     return out[:filled], stats
 
 
 def _uniform_bucket_draws(sizes: np.ndarray, n_draw: int, rng: np.random.Generator):
     """A non-empty bucket uniformly, then a position uniformly in it (the ``uniform`` sampler)."""
     nonempty = np.flatnonzero(sizes > 0)
-    b = nonempty[rng.integers(0, nonempty.size, size=n_draw)]
-    return b, np.floor(rng.random(n_draw) * sizes[b]).astype(np.int64)
+    b = nonempty[(rng.random(n_draw) * nonempty.size).astype(np.int64)]
+    return b, (rng.random(n_draw) * sizes[b]).astype(np.int64)
 
 
-def _approx_filter(accept, point_keys, rows, qb, gamma, rng, stats) -> None:
+def _approx_filter(accept, point_buckets, rows, qb, gamma, rng, stats) -> None:
     """Apply the approx acceptance in place, probing only for draws still in the running."""
     live = np.flatnonzero(accept)
-    accept[live] = _approx_accept(point_keys, rows[live], qb, gamma, rng, stats)
+    accept[live] = _approx_accept(point_buckets, rows[live], qb, gamma, rng, stats)
 
 
-def _draw_flat(flat: FlatBuckets, qb, point_keys, n_draw, method, gamma, rng, stats):
+def _draw_flat(flat: FlatBuckets, qb, point_buckets, n_draw, method, gamma, rng, stats):
     if method == "uniform":
         b, pos = _uniform_bucket_draws(flat.counts, n_draw, rng)
         v = flat.starts[b] + pos
@@ -260,46 +296,50 @@ def _draw_flat(flat: FlatBuckets, qb, point_keys, n_draw, method, gamma, rng, st
     if method == "exact":
         accept &= rng.random(n_draw) * flat.degree[v] < 1.0
     elif method == "approx":
-        _approx_filter(accept, point_keys, rows, qb, gamma, rng, stats)
+        _approx_filter(accept, point_buckets, rows, qb, gamma, rng, stats)
     return accept, rows
 
 
 def _draw_lazy(
-    index, qb, point_keys, points, query, query_keys, n_draw, method, mode, far2, near2,
+    index, qb, point_buckets, points, query, q_buckets, n_draw, method, mode, far2, near2,
     max_outliers, gamma, rng, stats,
 ):  # fmt: skip
     if method == "uniform":
         b, pos = _uniform_bucket_draws(qb.active, n_draw, rng)
+        v = pos + (qb.cum[b] - qb.active[b])
     else:
-        cum = np.cumsum(qb.active)
-        v = rng.integers(0, int(cum[-1]), size=n_draw)
-        b = np.searchsorted(cum, v, side="right")
-        pos = v - (cum[b] - qb.active[b])
-    rows = _members_at(index, qb, b, pos)
-    accept = np.ones(n_draw, dtype=bool)
+        # Floats scaled to the total: uniform on 0..total-1 up to 2**-53 relative, and several
+        # times cheaper than Generator.integers for the few draws a single query needs.
+        v = (rng.random(n_draw) * float(qb.cum[-1])).astype(np.int64)
+        b = np.searchsorted(qb.cum, v, side="right")
+    rows = _members_at(index, qb, b, v)
+    accept = None
     if mode != "buckets":
         diff = points[rows] - query
         d2 = np.einsum("ij,ij->i", diff, diff)
         outlier = d2 > far2
+        accept = ~outlier
         if outlier.any():
             stats.outliers += _remove_outliers(index, qb, b[outlier], rows[outlier])
             if stats.outliers > max_outliers and not stats.outlier_scan:
                 _filter_all_outliers(index, qb, points, query, far2)
                 stats.outlier_scan = True
-            accept &= ~outlier
         if mode == "exact":
             accept &= d2 <= near2
     if method == "exact":
-        deg = degree_of(point_keys, rows, query_keys)
-        accept &= rng.random(n_draw) * deg < 1.0
+        deg = degree_of(point_buckets, rows, q_buckets)
+        ok = rng.random(n_draw) * deg < 1.0
+        accept = ok if accept is None else accept & ok
     elif method == "approx":
-        _approx_filter(accept, point_keys, rows, qb, gamma, rng, stats)
-    return accept, rows
+        if accept is None:
+            accept = np.ones(n_draw, dtype=bool)
+        _approx_filter(accept, point_buckets, rows, qb, gamma, rng, stats)
+    return (np.ones(n_draw, dtype=bool) if accept is None else accept), rows
 
 
-def neighbourhood(index, points, query, query_keys, mode: str, radius: float, c: float):
+def neighbourhood(index, points, query, q_buckets, mode: str, radius: float, c: float):
     """Unique rows in the union of the query's buckets, filtered by the neighbourhood mode."""
-    qb = query_buckets(index, query_keys)
+    qb = query_buckets(index, q_buckets)
     if qb.lo.size == 0:
         return np.zeros(0, dtype=np.int64)
     rows = np.unique(np.concatenate([index.members[a : a + s] for a, s in zip(qb.lo, qb.size)]))

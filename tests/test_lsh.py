@@ -3,6 +3,7 @@ import pytest
 
 from fairpipe import E2LSH, FairpipeInputError
 from fairpipe.bucket_index import BucketIndex, build_table
+from fairpipe.key_directory import KeyDirectory, home_slots
 
 
 def data(n=3000, d=24, seed=0):
@@ -97,3 +98,44 @@ def test_float64_fold_equals_the_wrapping_uint64_fold():
     tiny = E2LSH(k=7, n_tables=12, width=1e-9, seed=2).fit(X)
     keys = tiny.hash(X)
     assert len(np.unique(keys[:, 0])) == X.shape[0]
+
+
+def test_point_buckets_agree_with_the_key_lookup():
+    X = data(n=2000, d=6)
+    keys = E2LSH(k=3, n_tables=7, width=1.5, seed=3).fit(X).hash(X)
+    alive = np.ones(2000, bool)
+    alive[::5] = False
+    index = BucketIndex.build(keys, alive)
+    pb = index.point_buckets(2000)
+    assert np.array_equal(pb[alive], index.find(keys[alive]))
+    assert (pb[~alive] == -1).all()
+    # A bucket number's key is the key: same table, same bucket.
+    assert np.array_equal(index.bucket_keys[pb[alive]], keys[alive])
+
+
+def _reference_find(sorted_keys, q):
+    pos = np.minimum(np.searchsorted(sorted_keys, q), sorted_keys.size - 1)
+    return np.where(sorted_keys[pos] == q, pos, -1)
+
+
+def test_key_directory_matches_binary_search():
+    rng = np.random.default_rng(4)
+    keys = np.unique(rng.integers(0, 2**63, size=200_000, dtype=np.uint64))
+    d = KeyDirectory.build(keys)
+    q = np.concatenate(
+        [keys[rng.integers(0, keys.size, 5000)], rng.integers(0, 2**63, 5000, dtype=np.uint64)]
+    )
+    assert np.array_equal(d.find(q), _reference_find(keys, q))
+
+
+def test_key_directory_handles_long_probe_runs():
+    # Keys chosen to share a few home slots: probe runs far longer than the lookup window.
+    rng = np.random.default_rng(5)
+    cand = np.unique(rng.integers(0, 2**63, size=400_000, dtype=np.uint64))
+    bits = (2 * 300 - 1).bit_length()
+    keys = np.sort(cand[np.isin(home_slots(cand, bits), [3, 4, 90])][:300])
+    assert keys.size == 300
+    d = KeyDirectory.build(keys)
+    assert d.bits == bits and d.long_run.any()
+    q = np.concatenate([keys, cand[~np.isin(cand, keys)][:2000]])
+    assert np.array_equal(d.find(q), _reference_find(keys, q))

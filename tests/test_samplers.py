@@ -194,8 +194,11 @@ def test_flat_degree_equals_the_key_comparison_degree(skewed):
     from fairpipe.degree_sampling import _flatten, degree_of, query_buckets
 
     X, nn = skewed
-    qk = nn.keys_[7]
-    qb = query_buckets(nn.index_, qk)
+    qb = query_buckets(nn.index_, nn.point_buckets_[7])
     flat = _flatten(nn.index_, qb, nn.points_, X[7], "buckets", np.inf, np.inf)
-    assert np.array_equal(flat.degree, degree_of(nn.keys_, flat.rows, qk))
+    by_keys = np.count_nonzero(nn.keys_[flat.rows] == nn.keys_[7], axis=1)
+    assert np.array_equal(flat.degree, by_keys)
+    assert np.array_equal(
+        flat.degree, degree_of(nn.point_buckets_, flat.rows, nn.point_buckets_[7])
+    )
     assert flat.rows.size == int(qb.size.sum())
