@@ -4,7 +4,7 @@ For table t, ``members`` lists the row numbers of the points sorted by (key, row
 the table are the runs of equal keys. Keys carry their table number in the top bits, so the
 buckets of all tables concatenated are globally sorted. A query finds its L buckets through a
 hash directory over the sorted keys (:mod:`fairpipe.key_directory`, built on first use, about
-0.15 s per million buckets), one cache miss per key where a binary search takes ~log2(B).
+0.25 s per million buckets), one cache miss per key where a binary search takes ~log2(B).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Each of ``n_tables`` tables concatenates ``k`` functions ``floor((a . x + b) / w)`` with
 ``a ~ N(0, I_d)`` and ``b ~ U[0, w)``. The k integers of a table are folded into one 64-bit bucket
 key: the table number in the top 16 bits and a 48-bit hash of the k-tuple below them, so that every
-(table, bucket) pair has one key and all tables' buckets live in one sorted array (one binary search
-finds all L buckets of a query). Two different k-tuples of one table share a key with probability
+(table, bucket) pair has one key and all tables' buckets live in one sorted array (searched through
+:mod:`fairpipe.key_directory`). Two different k-tuples of one table share a key with probability
 2**-48 per pair; such a merge only adds candidates to a bucket, which the neighbourhood modes then
 filter by distance.
 
