@@ -25,12 +25,16 @@ ONE_OF = "The {name!r} parameter of {owner} must be one of {allowed}. Got {value
 
 
 def check_positive_int(value: Any, name: str, owner: str) -> int:
+    if type(value) is int and value > 0:  # the common case, without the ABC checks
+        return value
     if isinstance(value, bool) or not isinstance(value, Integral) or value <= 0:
         raise FairpipeInputError(POSITIVE_INT.format(name=name, owner=owner, value=value))
     return int(value)
 
 
 def check_positive_float(value: Any, name: str, owner: str) -> float:
+    if (type(value) is float or type(value) is int) and 0 < value < math.inf:  # NaN fails too
+        return float(value)
     ok = isinstance(value, Real) and not isinstance(value, bool)
     if not ok or not math.isfinite(float(value)) or float(value) <= 0:
         raise FairpipeInputError(POSITIVE_FLOAT.format(name=name, owner=owner, value=value))

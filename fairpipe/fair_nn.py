@@ -131,12 +131,33 @@ class FairNN:
         if not hasattr(self, "index_"):
             raise FairpipeInputError(NOT_FITTED)
 
+    def _few_rows(self, query_rows):
+        """A short list of row numbers checked on Python ints (a single query's common case)."""
+        if not isinstance(query_rows, (list, tuple)) or not 0 < len(query_rows) <= 8:
+            return None
+        n = self.points_.shape[0]
+        for r in query_rows:
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+                return None
+            if not 0 <= r < n:
+                raise FairpipeInputError(BAD_ROW.format(row=int(r), last=n - 1))
+            if not self.alive_[r]:
+                raise FairpipeInputError(DEAD_ROW.format(row=int(r), id=int(self.ids_[r])))
+        if len(query_rows) == 1:
+            r = int(query_rows[0])
+            return self.points_[r : r + 1], self.point_buckets_[r : r + 1]
+        rows = [int(r) for r in query_rows]
+        return self.points_[rows], self.point_buckets_[rows]
+
     def _resolve_queries(self, queries, query_rows):
         if (queries is None) == (query_rows is None):
             raise FairpipeInputError(
                 "FairNN.sample needs exactly one of 'queries' or 'query_rows'."
             )
         if query_rows is not None:
+            few = self._few_rows(query_rows)
+            if few is not None:
+                return few
             rows = np.atleast_1d(np.asarray(query_rows))
             if rows.dtype.kind not in "iu":
                 raise FairpipeInputError(f"Query rows must be integers. Got {rows.dtype}.")
@@ -195,7 +216,10 @@ class FairNN:
             max_outliers = 3 * self.lsh_.n_tables
         Q, QB = self._resolve_queries(queries, query_rows)
         rng = _generator(int(self.seed if seed is None else seed))
-        rows = np.full((Q.shape[0], n_samples), -1, dtype=np.int64)
+        rows = np.empty((Q.shape[0], n_samples), dtype=np.int64)
+        rows.fill(-1)
+        short = False
+        complete = queries is None  # live stored rows: each of their buckets holds them
         counts = np.zeros(Q.shape[0], dtype=np.int64)
         sizes = (
             np.zeros(Q.shape[0], dtype=np.int64) if with_neighbourhood or method == "rank" else None
@@ -227,12 +251,14 @@ class FairNN:
                     max_outliers,
                     gamma,
                     path=path,
+                    complete=complete,
                 )
             rows[i, : got.shape[0]] = got
             counts[i] = got.shape[0]
+            short = short or got.shape[0] < n_samples
             stats.append(st)
         ids = self.ids_[rows]
-        if counts.min() < n_samples:
+        if short:
             ids[rows < 0] = -1
         return SampleResult(
             ids=ids, rows=rows, counts=counts, neighbourhood_sizes=sizes, stats=stats

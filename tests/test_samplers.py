@@ -202,3 +202,41 @@ def test_flat_degree_equals_the_key_comparison_degree(skewed):
         flat.degree, degree_of(nn.point_buckets_, flat.rows, nn.point_buckets_[7])
     )
     assert flat.rows.size == int(qb.size.sum())
+
+
+def _expected_probabilities(nn, row, M, method):
+    """P(p) of one draw of each sampler on the union M of row's buckets, from the index itself."""
+    lo, size = nn.index_.bounds(nn.point_buckets_[row])
+    members = [nn.index_.members[a : a + s] for a, s in zip(lo, size) if s]
+    p = np.zeros(M.size)
+    for bucket in members:
+        where = np.searchsorted(M, bucket)
+        if method == "uniform":
+            p[where] += 1.0 / (len(members) * bucket.size)
+        else:  # weighted: each (bucket, member) entry equally likely
+            p[where] += 1.0 / sum(b.size for b in members)
+    if method == "exact":
+        p = np.full(M.size, 1.0 / M.size)
+    return p
+
+
+@pytest.mark.parametrize("method", ["exact", "weighted", "uniform"])
+@pytest.mark.parametrize("n_samples", [1, 3])
+def test_few_sample_queries_follow_each_samplers_distribution(skewed, method, n_samples):
+    # n_samples <= 4 in buckets mode takes the draw-by-draw path: check it draws from the same
+    # distribution as the vectorised rounds (exact: uniform on M; weighted: degree/m; uniform:
+    # bucket then member), over many seeds.
+    X, nn = skewed
+    M = nn.neighbourhood(query_rows=[0], radius=1.0, mode="buckets")[0]
+    got = np.concatenate(
+        [
+            nn.sample(query_rows=[0], radius=1.0, n_samples=n_samples, method=method,
+                      mode="buckets", seed=seed).rows[0]
+            for seed in range(40 * M.size // n_samples)
+        ]
+    )  # fmt: skip
+    assert got.min() >= 0 and set(got) <= set(M)
+    expected = _expected_probabilities(nn, 0, M, method) * got.size
+    observed = np.bincount(np.searchsorted(M, got), minlength=M.size)
+    chi2 = float(((observed - expected) ** 2 / expected).sum())
+    assert stats.chi2.sf(chi2, M.size - 1) > ALPHA
