@@ -1,0 +1,201 @@
+"""Many small weighted k-means problems solved together: k-means++ seeding, then Lloyd iterations.
+
+The DC-k-means tree (:mod:`fairpipe.dc_kmeans`) has many small problems: each leaf clusters its
+points, each parent clusters its children's centroids weighted by their masses. Solving them one
+Python call at a time would spend most of the time in call overhead, so this kernel takes a batch
+of problems laid end to end and works on all of them in each numpy call.
+
+Bit-identical results whatever the batch: the tree's deletion contract is that recomputing a few
+problems gives exactly the bits a fresh fit gives, where the same problems sat in a different
+batch. So every floating-point reduction here runs within one problem, in the problem's own order:
+
+- distances: a sum over the d coordinates of one (point, centroid) pair;
+- centroid sums and masses: ``np.bincount`` over labels numbered (problem, cluster), which adds
+  each bin's values one by one in array order;
+- k-means++ draws: a running sum (``np.add.accumulate``, strictly sequential) along each problem's
+  own row of a padded matrix;
+- random numbers: hashes of (seed, problem key, step), never a shared stream.
+
+Seeding is scikit-learn's greedy k-means++ (several D^2 candidates per step, the best kept).
+
+A problem with at most k points of positive weight keeps those points as its centroids (masses =
+their weights) and fills the other slots with zero-mass centroids at the origin; zero-mass points
+are never drawn as seeds and add nothing to any sum, so a parent ignores them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairpipe.hashing import seed_key, splitmix64, unit_uniform
+
+# Largest number of point-centroid-coordinate differences held at once (float64: 8 bytes each).
+_DIFF_BUDGET = 4_000_000
+
+
+@dataclass
+class BatchResult:
+    centroids: np.ndarray  # (P, k, d) float64
+    masses: np.ndarray  # (P, k) float64: total weight assigned to each centroid
+    loss: np.ndarray  # (P,) weighted sum of squared distances to the nearest centroid
+
+
+def _uniforms(seed: int, keys: np.ndarray, step: int) -> np.ndarray:
+    """One uniform in [0, 1) per problem key, for this step of this seed."""
+    salt = seed_key(seed, 0x6B6D + step)
+    return unit_uniform(splitmix64(keys.astype(np.uint64) ^ salt))
+
+
+def _sq_dist(X: np.ndarray, C: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """(M, k) squared distances from each point to each centroid of its own problem."""
+    M, d = X.shape
+    k = C.shape[1]
+    out = np.empty((M, k), dtype=np.float64)
+    step = max(1, _DIFF_BUDGET // max(k * d, 1))
+    for a in range(0, M, step):
+        b = min(a + step, M)
+        diff = X[a:b, None, :] - C[owner[a:b]]
+        out[a:b] = (diff * diff).sum(axis=2)
+    return out
+
+
+def _sq_dist_one(X: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """(M,) squared distance from each point to one centre per point (c is (M, d))."""
+    diff = X - c
+    return (diff * diff).sum(axis=1)
+
+
+def _draw(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray, u: np.ndarray):
+    """Per problem, an index drawn with probability proportional to ``values`` (global index).
+
+    Returns (index, ok): ok is False where the problem's values sum to zero.
+    """
+    P = sizes.shape[0]
+    width = int(sizes.max()) if P else 0
+    grid = np.zeros((P, max(width, 1)), dtype=np.float64)
+    col = np.arange(values.shape[0]) - np.repeat(starts, sizes)
+    row = np.repeat(np.arange(P), sizes)
+    grid[row, col] = values
+    cum = np.add.accumulate(grid, axis=1)
+    total = cum[np.arange(P), np.maximum(sizes - 1, 0)]
+    ok = (total > 0) & (sizes > 0)
+    target = u * total
+    pos = (cum <= target[:, None]).sum(axis=1)
+    pos = np.minimum(pos, np.maximum(sizes - 1, 0))
+    return starts + pos, ok
+
+
+def solve_batch(
+    X: np.ndarray,
+    weights: np.ndarray,
+    sizes: np.ndarray,
+    keys: np.ndarray,
+    k: int,
+    iterations: int,
+    seed: int,
+) -> BatchResult:
+    """Weighted k-means++ then ``iterations`` Lloyd steps for each problem of a batch.
+
+    ``X`` (M, d) and ``weights`` (M,) hold the problems end to end, problem p having ``sizes[p]``
+    rows in its canonical order; ``keys`` (P,) are stable problem keys (they pick the random
+    numbers). Inputs are assumed valid (finite, weights >= 0).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    P, d = sizes.shape[0], X.shape[1]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    owner = np.repeat(np.arange(P), sizes)
+    positive = np.bincount(owner, weights=(w > 0).astype(np.float64), minlength=P)
+    C = np.zeros((P, k, d), dtype=np.float64)
+
+    # Problems with at most k points of positive weight: those points are the centroids.
+    small = positive <= k
+    big = ~small
+    if small.any():
+        keep = small[owner] & (w > 0)
+        slot = _rank_within(owner[keep], P)
+        C[owner[keep], slot] = X[keep]
+
+    if big.any():
+        _seed_plus_plus(X, w, owner, starts, sizes, keys, k, seed, C, big)
+        for _ in range(iterations):
+            _lloyd_step(X, w, owner, P, k, C, big)
+
+    d2 = _sq_dist(X, C, owner)
+    label = _argmin_live(d2, C, owner, w, k, small)
+    bins = owner * k + label
+    masses = np.bincount(bins, weights=w, minlength=P * k).reshape(P, k)
+    best = d2[np.arange(X.shape[0]), label]
+    loss = np.bincount(owner, weights=w * best, minlength=P)
+    return BatchResult(C, masses, loss)
+
+
+def _rank_within(owner: np.ndarray, P: int) -> np.ndarray:
+    """0, 1, 2, ... within each run of equal ``owner`` values (owner is sorted)."""
+    counts = np.bincount(owner, minlength=P)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return np.arange(owner.shape[0]) - np.repeat(starts, counts)
+
+
+def _argmin_live(d2, C, owner, w, k, small) -> np.ndarray:
+    """Nearest centroid; in small problems only the occupied slots count (the rest are padding)."""
+    if not small.any():
+        return d2.argmin(axis=1)
+    positive = np.bincount(owner, weights=(w > 0).astype(np.float64), minlength=C.shape[0])
+    n_live = np.where(small, positive, k).astype(np.int64)
+    masked = np.where(np.arange(k)[None, :] < n_live[owner][:, None], d2, np.inf)
+    label = masked.argmin(axis=1)
+    # A problem with no positive weight at all: every point goes to slot 0 (mass 0 anyway).
+    return np.where(n_live[owner] > 0, label, 0)
+
+
+def _seed_plus_plus(X, w, owner, starts, sizes, keys, k, seed, C, big) -> None:
+    """Greedy weighted D^2 seeding of the problems marked ``big`` (each has > k positive weights).
+
+    As scikit-learn's k-means++: each step draws ``2 + log(k)`` candidates with probability
+    proportional to weight x D^2 and keeps the one that lowers the weighted potential most.
+    """
+    pb = np.flatnonzero(big)
+    sel = big[owner]
+    Xb, wb = X[sel], w[sel]
+    ob = np.searchsorted(pb, owner[sel])  # problem position within pb
+    sizes_b = sizes[pb]
+    starts_b = np.concatenate([[0], np.cumsum(sizes_b)[:-1]]).astype(np.int64)
+    first, _ = _draw(wb, starts_b, sizes_b, _uniforms(seed, keys[pb], 0))
+    C[pb, 0] = Xb[first]
+    d2 = _sq_dist_one(Xb, C[pb, 0][ob])
+    trials = 2 + int(np.log(k))
+    for j in range(1, k):
+        best_pot = np.full(pb.shape[0], np.inf)
+        best_c = C[pb, 0].copy()
+        best_d2 = d2
+        for t in range(trials):
+            idx, ok = _draw(wb * d2, starts_b, sizes_b, _uniforms(seed, keys[pb], 64 * j + t))
+            # All mass already at distance 0 (fewer distinct points than k): repeat the first seed.
+            cand = np.where(ok[:, None], Xb[idx], C[pb, 0])
+            cand_d2 = np.minimum(d2, _sq_dist_one(Xb, cand[ob]))
+            pot = np.bincount(ob, weights=wb * cand_d2, minlength=pb.shape[0])
+            better = pot < best_pot
+            best_pot = np.where(better, pot, best_pot)
+            best_c[better] = cand[better]
+            best_d2 = np.where(better[ob], cand_d2, best_d2)
+        C[pb, j] = best_c
+        d2 = best_d2
+
+
+def _lloyd_step(X, w, owner, P, k, C, big) -> None:
+    sel = big[owner]
+    Xb, wb, ob = X[sel], w[sel], owner[sel]
+    label = _sq_dist(Xb, C, ob).argmin(axis=1)
+    bins = ob * k + label
+    mass = np.bincount(bins, weights=wb, minlength=P * k)
+    sums = np.stack(
+        [np.bincount(bins, weights=wb * Xb[:, j], minlength=P * k) for j in range(X.shape[1])],
+        axis=1,
+    )
+    live = (mass > 0) & np.repeat(big, k)
+    flat = C.reshape(P * k, -1)
+    flat[live] = sums[live] / mass[live][:, None]
