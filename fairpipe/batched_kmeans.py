@@ -133,6 +133,18 @@ def solve_batch(
     return BatchResult(C, masses, loss)
 
 
+def kmeans_plus_plus(X: np.ndarray, k: int, key: int, seed: int):
+    """Greedy k-means++ seeds of one unweighted problem (more than k points): (centroids, rows)."""
+    X = np.asarray(X, dtype=np.float64)
+    n = X.shape[0]
+    C = np.zeros((1, k, X.shape[1]))
+    rows = _seed_plus_plus(
+        X, np.ones(n), np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64),
+        np.array([n]), np.array([key], dtype=np.uint64), k, seed, C, np.array([True]),
+    )  # fmt: skip
+    return C[0], rows[0]
+
+
 def _rank_within(owner: np.ndarray, P: int) -> np.ndarray:
     """0, 1, 2, ... within each run of equal ``owner`` values (owner is sorted)."""
     counts = np.bincount(owner, minlength=P)
@@ -152,11 +164,13 @@ def _argmin_live(d2, C, owner, w, k, small) -> np.ndarray:
     return np.where(n_live[owner] > 0, label, 0)
 
 
-def _seed_plus_plus(X, w, owner, starts, sizes, keys, k, seed, C, big) -> None:
+def _seed_plus_plus(X, w, owner, starts, sizes, keys, k, seed, C, big) -> np.ndarray:
     """Greedy weighted D^2 seeding of the problems marked ``big`` (each has > k positive weights).
 
     As scikit-learn's k-means++: each step draws ``2 + log(k)`` candidates with probability
     proportional to weight x D^2 and keeps the one that lowers the weighted potential most.
+    Returns the rows of ``X`` chosen as seeds, (number of big problems, k); -1 where a seed
+    repeats the first one because no mass was left.
     """
     pb = np.flatnonzero(big)
     sel = big[owner]
@@ -164,13 +178,17 @@ def _seed_plus_plus(X, w, owner, starts, sizes, keys, k, seed, C, big) -> None:
     ob = np.searchsorted(pb, owner[sel])  # problem position within pb
     sizes_b = sizes[pb]
     starts_b = np.concatenate([[0], np.cumsum(sizes_b)[:-1]]).astype(np.int64)
+    rows_b = np.flatnonzero(sel)
     first, _ = _draw(wb, starts_b, sizes_b, _uniforms(seed, keys[pb], 0))
+    chosen = np.full((pb.shape[0], k), -1, dtype=np.int64)
+    chosen[:, 0] = rows_b[first]
     C[pb, 0] = Xb[first]
     d2 = _sq_dist_one(Xb, C[pb, 0][ob])
     trials = 2 + int(np.log(k))
     for j in range(1, k):
         best_pot = np.full(pb.shape[0], np.inf)
         best_c = C[pb, 0].copy()
+        best_row = np.full(pb.shape[0], -1, dtype=np.int64)
         best_d2 = d2
         for t in range(trials):
             idx, ok = _draw(wb * d2, starts_b, sizes_b, _uniforms(seed, keys[pb], 64 * j + t))
@@ -181,9 +199,12 @@ def _seed_plus_plus(X, w, owner, starts, sizes, keys, k, seed, C, big) -> None:
             better = pot < best_pot
             best_pot = np.where(better, pot, best_pot)
             best_c[better] = cand[better]
+            best_row[better] = np.where(ok, rows_b[idx], -1)[better]
             best_d2 = np.where(better[ob], cand_d2, best_d2)
         C[pb, j] = best_c
+        chosen[:, j] = best_row
         d2 = best_d2
+    return chosen
 
 
 def _lloyd_step(X, w, owner, P, k, C, big) -> None:
