@@ -46,6 +46,73 @@ MAX_LEAVES = 1 << 24
 LEAF_BATCH_POINTS = 200_000
 
 
+def leaf_of(ids: np.ndarray, seed: int, n_leaves: int) -> np.ndarray:
+    """The leaf of each id: a hash of (seed, id) modulo the leaf count."""
+    return (stable_hash(int(seed), ids, salt=0xDC) % np.uint64(n_leaves)).astype(np.int64)
+
+
+def node_keys(level: int, nodes: np.ndarray, restart: int = 0) -> np.ndarray:
+    """Stable 64-bit key of (level, node, restart): picks the node's random numbers."""
+    return (
+        (np.uint64(level) << np.uint64(56))
+        | (np.uint64(restart) << np.uint64(40))
+        | np.asarray(nodes).astype(np.uint64)
+    )
+
+
+def solve_leaves(points, ids, leaf, leaves, k, iterations, seed):
+    """Centroids (len(leaves), k, d) and masses of the given leaves from their points.
+
+    ``points``, ``ids`` and ``leaf`` are the live rows of those leaves (any order, any superset
+    of rows from other leaves is not allowed); each leaf is solved on its rows sorted by id.
+    Leaves are solved in batches of about ``LEAF_BATCH_POINTS`` points.
+    """
+    leaves = np.asarray(leaves, dtype=np.int64)
+    order = np.lexsort((ids, leaf))  # by leaf, then id
+    points, leaf = points[order], leaf[order]
+    sizes = np.bincount(np.searchsorted(leaves, leaf), minlength=leaves.shape[0])
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    centroids = np.zeros((leaves.shape[0], k, points.shape[1]))
+    masses = np.zeros((leaves.shape[0], k))
+    a = 0
+    while a < leaves.shape[0]:
+        b = int(np.searchsorted(bounds, bounds[a] + LEAF_BATCH_POINTS, side="right")) - 1
+        b = max(b, a + 1)
+        res = solve_batch(
+            points[bounds[a] : bounds[b]],
+            np.ones(int(bounds[b] - bounds[a])),
+            sizes[a:b],
+            node_keys(0, leaves[a:b]),
+            k,
+            iterations,
+            seed,
+        )
+        centroids[a:b], masses[a:b] = res.centroids, res.masses
+        a = b
+    return centroids, masses
+
+
+def solve_parents(child_centroids, child_masses, nodes, level, width, k, iterations, n_init, seed):
+    """Centroids and masses of ``nodes`` at ``level`` from their children's (best of n_init).
+
+    ``child_centroids`` (nodes * width, k, d) and ``child_masses`` hold each node's ``width``
+    children in order.
+    """
+    nodes = np.asarray(nodes, dtype=np.int64)
+    d = child_centroids.shape[-1]
+    X = child_centroids.reshape(-1, d)
+    weights = child_masses.ravel()
+    sizes = np.full(nodes.shape[0] * n_init, width * k)
+    keys = np.concatenate([node_keys(level, nodes, r) for r in range(n_init)])
+    res = solve_batch(
+        np.tile(X, (n_init, 1)), np.tile(weights, n_init), sizes, keys, k, iterations, seed
+    )
+    loss = res.loss.reshape(n_init, nodes.shape[0])
+    best = loss.argmin(axis=0)  # ties: the lowest restart
+    pick = best * nodes.shape[0] + np.arange(nodes.shape[0])
+    return res.centroids[pick], res.masses[pick]
+
+
 @dataclass
 class DeletionReport:
     deleted: np.ndarray  # ids removed by this call
@@ -148,9 +215,17 @@ class DCKMeans:
         return model
 
     def _leaf_of(self, ids: np.ndarray) -> np.ndarray:
-        return (stable_hash(int(self.seed), ids, salt=0xDC) % np.uint64(self.n_leaves_)).astype(
-            np.int64
-        )
+        return leaf_of(ids, int(self.seed), self.n_leaves_)
+
+    def params(self) -> dict:
+        return {
+            "n_clusters": int(self.n_clusters),
+            "width": int(self.width),
+            "height": int(self.height),
+            "iterations": int(self.iterations),
+            "n_init": int(self.n_init),
+            "seed": int(self.seed),
+        }
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "centroids_by_level_"):
@@ -167,14 +242,6 @@ class DCKMeans:
         return self.masses_by_level_[-1][0]
 
     # -- the tree ------------------------------------------------------------------------------
-    def _node_keys(self, level: int, nodes: np.ndarray, restart: int = 0) -> np.ndarray:
-        """Stable 64-bit key of (level, node, restart): picks the node's random numbers."""
-        return (
-            (np.uint64(level) << np.uint64(56))
-            | (np.uint64(restart) << np.uint64(40))
-            | nodes.astype(np.uint64)
-        )
-
     def _recompute(self, leaves: np.ndarray) -> list[np.ndarray]:
         """Recompute these leaves, then their ancestors level by level; the nodes, per level."""
         changed = [np.unique(leaves)]
@@ -189,52 +256,23 @@ class DCKMeans:
         if leaves.size == 0:
             return
         rows = np.flatnonzero(self.alive_ & np.isin(self.leaf_of_, leaves))
-        order = np.lexsort((self.ids_[rows], self.leaf_of_[rows]))  # by leaf, then id
-        rows = rows[order]
-        leaf = self.leaf_of_[rows]
-        sizes = np.bincount(np.searchsorted(leaves, leaf), minlength=leaves.shape[0])
-        bounds = np.concatenate([[0], np.cumsum(sizes)])
-        a = 0
-        while a < leaves.shape[0]:
-            # Leaves in batches of about LEAF_BATCH_POINTS points (at least one leaf each).
-            b = int(np.searchsorted(bounds, bounds[a] + LEAF_BATCH_POINTS, side="right")) - 1
-            b = max(b, a + 1)
-            part = rows[bounds[a] : bounds[b]]
-            res = solve_batch(
-                self.points_[part],
-                np.ones(part.shape[0]),
-                sizes[a:b],
-                self._node_keys(0, leaves[a:b]),
-                self.n_clusters,
-                self.iterations,
-                int(self.seed),
-            )
-            self.centroids_by_level_[0][leaves[a:b]] = res.centroids
-            self.masses_by_level_[0][leaves[a:b]] = res.masses
-            a = b
+        c, m = solve_leaves(
+            self.points_[rows], self.ids_[rows], self.leaf_of_[rows], leaves,
+            self.n_clusters, self.iterations, int(self.seed),
+        )  # fmt: skip
+        self.centroids_by_level_[0][leaves] = c
+        self.masses_by_level_[0][leaves] = m
 
     def _solve_parents(self, level: int, nodes: np.ndarray) -> None:
-        k, w = self.n_clusters, self.width
+        w = self.width
         children = (nodes[:, None] * w + np.arange(w)).ravel()
-        X = self.centroids_by_level_[level - 1][children].reshape(-1, self.points_.shape[1])
-        weights = self.masses_by_level_[level - 1][children].ravel()
-        restarts = self.n_init
-        sizes = np.full(nodes.shape[0] * restarts, w * k)
-        keys = np.concatenate([self._node_keys(level, nodes, r) for r in range(restarts)])
-        res = solve_batch(
-            np.tile(X, (restarts, 1)),
-            np.tile(weights, restarts),
-            sizes,
-            keys,
-            k,
-            self.iterations,
-            int(self.seed),
-        )
-        loss = res.loss.reshape(restarts, nodes.shape[0])
-        best = loss.argmin(axis=0)  # ties: the lowest restart
-        pick = best * nodes.shape[0] + np.arange(nodes.shape[0])
-        self.centroids_by_level_[level][nodes] = res.centroids[pick]
-        self.masses_by_level_[level][nodes] = res.masses[pick]
+        c, m = solve_parents(
+            self.centroids_by_level_[level - 1][children],
+            self.masses_by_level_[level - 1][children],
+            nodes, level, w, self.n_clusters, self.iterations, self.n_init, int(self.seed),
+        )  # fmt: skip
+        self.centroids_by_level_[level][nodes] = c
+        self.masses_by_level_[level][nodes] = m
 
     # -- deletion and prediction ---------------------------------------------------------------
     def delete(self, ids) -> DeletionReport:

@@ -31,6 +31,7 @@ from fairpipe.batched_kmeans import kmeans_plus_plus
 from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int
 from fairpipe.validation import check_points, check_unique_ids
 
+Q_STATE = ("c_in_", "c_out_", "thetas_", "sums_", "sizes_", "losses_", "seed_ids_")
 NOT_FITTED = "This QKMeans instance is not fitted yet. Call 'fit' first."
 BAD_GAMMA = "The 'gamma' parameter of QKMeans must be in (0, 1). Got {value!r} instead."
 K_TOO_LARGE = "The 'n_clusters' parameter of QKMeans is {k}, but the data has only {n} points."
@@ -114,7 +115,11 @@ class QKMeans:
         self.seed_ids_ = np.unique(self.ids_[rows[seed_pos[seed_pos >= 0]]])
         rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), 0x514B]))
         thetas = rng.random((T, k, d))
-        c_in, c_out, sums, sizes, losses = [], [], [], [], []
+        c_in: list[np.ndarray] = []
+        c_out: list[np.ndarray] = []
+        sums: list[np.ndarray] = []
+        sizes: list[np.ndarray] = []
+        losses: list[float] = []
         self.stop_loss_: float | None = None
         for t in range(T):
             label, dist = _assign(X, c)
@@ -139,6 +144,34 @@ class QKMeans:
         self.sizes_ = np.array(sizes)
         self.losses_ = np.array(losses)
         self.centroids_ = c
+
+    def params(self) -> dict:
+        return {
+            "n_clusters": int(self.n_clusters),
+            "epsilon": float(self.epsilon),
+            "gamma": float(self.gamma),
+            "iterations": int(self.iterations),
+            "seed": int(self.seed),
+        }
+
+    def state(self) -> tuple[dict, dict]:
+        """(arrays, scalars) that :meth:`from_state` needs besides the points."""
+        arrays = {name: getattr(self, name) for name in Q_STATE}
+        scalars = {"n_fit": int(self.n_fit_), "stop_loss": self.stop_loss_}
+        return arrays, scalars
+
+    @classmethod
+    def from_state(cls, params: dict, arrays: dict, scalars: dict, points, ids, alive) -> QKMeans:
+        model = cls(**params)
+        for name in Q_STATE:
+            setattr(model, name, np.asarray(arrays[name]))
+        model.n_fit_ = int(scalars["n_fit"])
+        model.stop_loss_ = scalars.get("stop_loss")
+        model.centroids_ = model.c_out_[-1]
+        model.points_, model.ids_ = points, np.asarray(ids)
+        model.alive_ = np.asarray(alive, dtype=bool).copy()
+        model.n_retrains_ = 0
+        return model
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "centroids_"):

@@ -176,6 +176,21 @@ def build_index_task(fork, n_tables: int, n_rows: int):
     return _dask_map(_index_tables, [fork] * len(starts), starts, stops)
 
 
+def rebuild_index(txn, n_tables: int, n_rows: int) -> np.ndarray:
+    """Rebuild every table's bucket index from the keys of the alive rows (Dask jobs over blocks
+    of tables, merged into ``txn``); returns the bucket count of each table."""
+    index_results = build_index_task.submit(txn.fork(), n_tables, n_rows).result()
+    txn.merge([fork for fork, _ in index_results])
+    counts = np.zeros(n_tables, dtype=np.int64)
+    for _, c in index_results:
+        for t, v in c.items():
+            counts[t] = v
+    if "lsh/bucket_counts" in txn.root:
+        del txn.root["lsh/bucket_counts"]
+    txn.root.create_array("lsh/bucket_counts", shape=(n_tables,), dtype="int64")[:] = counts
+    return counts
+
+
 # -- the flow -------------------------------------------------------------------------------------
 def _remap_groups(plan: SourcePlan, existing: list[str]) -> tuple[np.ndarray, list[str]]:
     names = list(existing)
@@ -307,15 +322,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         timings["hash_and_write"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        index_results = build_index_task.submit(txn.fork(), L, n_total).result()
-        txn.merge([fork for fork, _ in index_results])
-        counts = np.zeros(L, dtype=np.int64)
-        for _, c in index_results:
-            for t, v in c.items():
-                counts[t] = v
-        if "lsh/bucket_counts" in txn.root:
-            del txn.root["lsh/bucket_counts"]
-        txn.root.create_array("lsh/bucket_counts", shape=(L,), dtype="int64")[:] = counts
+        counts = rebuild_index(txn, L, n_total)
         timings["bucket_index"] = time.perf_counter() - t0
 
         groups_all = read_array(txn.session, "groups")
@@ -323,7 +330,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         meta = {
             "fairpipe_format": FORMAT,
             "n": n_total,
-            "n_alive": n_total,
+            "n_alive": int(read_array(txn.session, "alive").sum()),
             "d": plan.d,
             "seed": seed,
             "chunk_rows": chunk_rows,

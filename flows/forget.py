@@ -1,0 +1,206 @@
+"""Forget flow: one deletion batch in one commit.
+
+Erase the rows (points zeroed, LSH keys overwritten, alive = false), rebuild the LSH bucket index
+without them, and update the clustering model: for DC-k-means only the deleted rows' leaves are
+recomputed (on Dask, from their remaining points), then only those leaves' ancestors; a Q-k-means
+model certifies each deletion from its metadata and retrains only when one is not certified. An
+error anywhere leaves the store at its previous commit.
+
+The rows stay erased in the new snapshot only: earlier snapshots still hold them until they are
+expired and garbage-collected (not done by this flow yet).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from fairpipe.dc_kmeans import leaf_of
+from fairpipe.errors import FairpipeInputError
+from fairpipe.q_kmeans import QKMeans
+from flows.fit import solve_leaves_task, solve_parents_task
+from flows.ingest import _default_task_runner, rebuild_index
+from storage.store import FairpipeStore, read_array, write_rows
+from storage.tree import read_dc_tree, read_q_model, update_dc_nodes, write_q_model
+
+ALL_UNKNOWN = "None of the {n} ids to forget is in the store {url} (first: {first})."
+NO_IDS = "No ids to forget: give --ids 1,2,3 or --ids-file FILE."
+BAD_ID = "Id {value!r} in {where} is not an integer."
+NO_FILE = "The ids file {path} does not exist."
+EMPTY_FILE = "The ids file {path} holds no ids."
+ERASED_KEY = np.iinfo(np.uint64).max
+
+
+@dataclass
+class ForgetOptions:
+    lock_timeout: float = 0.0
+
+
+def parse_ids(text: str | None = None, path: str | None = None) -> np.ndarray:
+    """Ids from '1,2,3' or from a file (.npy, or text with one id per line / comma separated)."""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise FairpipeInputError(NO_FILE.format(path=path))
+        if p.suffix == ".npy":
+            arr = np.load(p, allow_pickle=False)
+            if arr.size and arr.dtype.kind not in "iu":
+                raise FairpipeInputError(BAD_ID.format(value=arr.ravel()[0], where=path))
+            ids = arr.ravel().astype(np.int64)
+        else:
+            tokens = p.read_text().replace(",", "\n").split()
+            ids = _ints(tokens, path)
+        if ids.size == 0:
+            raise FairpipeInputError(EMPTY_FILE.format(path=path))
+        return ids
+    if text is None or not text.strip():
+        raise FairpipeInputError(NO_IDS)
+    return _ints([t for t in text.split(",") if t.strip()], "--ids")
+
+
+def _ints(tokens, where) -> np.ndarray:
+    out = []
+    for t in tokens:
+        try:
+            out.append(int(t.strip()))
+        except ValueError:
+            raise FairpipeInputError(BAD_ID.format(value=t.strip(), where=where)) from None
+    return np.array(out, dtype=np.int64)
+
+
+def _erase(txn, rows: np.ndarray, chunk_rows: int) -> None:
+    """Zero the points, overwrite the keys and clear alive of ``rows``, chunk by chunk."""
+    for c in np.unique(rows // chunk_rows):
+        a = int(c) * chunk_rows
+        sel = rows[(rows >= a) & (rows < a + chunk_rows)] - a
+        b = a + chunk_rows
+        for name, value in (("points", 0.0), ("lsh/keys", ERASED_KEY), ("alive", False)):
+            block = read_array(txn.session, name, slice(a, b))
+            block[sel] = value
+            write_rows(txn.session, name, a, block)
+
+
+@task(name="update-q-kmeans", cache_policy=NO_CACHE)
+def forget_q_task(session, attrs_q, arrays, rows):
+    params = {k: attrs_q[k] for k in ("n_clusters", "epsilon", "gamma", "iterations", "seed")}
+    alive = read_array(session, "alive")
+    X = read_array(session, "points")
+    ids = read_array(session, "ids")
+    # The model was fitted on the live rows: rebuild it over them, then delete.
+    model = QKMeans.from_state(
+        params, arrays, attrs_q, X[alive], ids[alive], np.ones(int(alive.sum()), bool)
+    )
+    report = model.delete(ids[rows])
+    return model, report
+
+
+@flow(name="fairpipe-forget", log_prints=False, task_runner=_default_task_runner())
+def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> dict:
+    """Forget ``ids`` in the store at ``store_url``: one commit (none if nothing changes)."""
+    o = options or ForgetOptions()
+    t_start = time.perf_counter()
+    ids = np.unique(np.asarray(ids, dtype=np.int64))
+    if ids.size == 0:
+        raise FairpipeInputError(NO_IDS)
+    store = FairpipeStore.open(store_url)
+    store.require_data()
+    timings: dict[str, float] = {}
+    result: dict = {}
+    with store.transaction(f"forget {ids.size} ids", lock_timeout=o.lock_timeout) as txn:
+        attrs = store.attrs(txn.session)
+        all_ids = read_array(txn.session, "ids")
+        alive = read_array(txn.session, "alive")
+        order = np.argsort(all_ids, kind="stable")
+        pos = np.minimum(np.searchsorted(all_ids[order], ids), all_ids.shape[0] - 1)
+        known = all_ids[order][pos] == ids
+        if not known.any():
+            raise FairpipeInputError(
+                ALL_UNKNOWN.format(n=ids.size, url=store.url, first=int(ids[0]))
+            )
+        rows = order[pos[known]]
+        live = alive[rows]
+        rows = np.sort(rows[live])
+        result.update(
+            deleted=ids[known][live].tolist(),
+            unknown=ids[~known].tolist(),
+            already_deleted=ids[known][~live].tolist(),
+        )
+        # The Q model needs the live points as they were fitted: read them before erasing.
+        kind = attrs.get("model")
+        q_session = txn.fork() if kind == "q" and rows.size else None
+        if rows.size:
+            n_rows, chunk_rows = int(attrs["n"]), int(attrs["chunk_rows"])
+            t0 = time.perf_counter()
+            _erase(txn, rows, chunk_rows)
+            txn.root.attrs["n_alive"] = int(attrs["n_alive"]) - int(rows.size)
+            timings["erase"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            counts = rebuild_index(txn, int(attrs["lsh"]["n_tables"]), n_rows)
+            timings["lsh_index"] = time.perf_counter() - t0
+            result["buckets_per_table"] = float(counts.mean())
+            t0 = time.perf_counter()
+            if kind == "dc":
+                result.update(_forget_dc(txn, all_ids, alive, rows, n_rows, chunk_rows))
+            elif kind == "q":
+                model, report = forget_q_task.submit(
+                    q_session, *read_q_model(q_session), rows
+                ).result()
+                txn.merge([q_session])  # read only
+                arrays, scalars = model.state()
+                params = {k: v for k, v in read_q_model(q_session)[0].items() if k in _Q_PARAMS}
+                write_q_model(txn.root, {"model": "q", **params}, arrays, scalars)
+                result.update(
+                    certified=report.certified,
+                    certified_fraction=report.certified_fraction,
+                    retrained=report.retrained,
+                )
+            timings["model"] = time.perf_counter() - t0
+        result["model"] = kind
+    timings["total"] = time.perf_counter() - t_start
+    return {"store": store.url, "commit": txn.commit_id, **result, "timings": timings}
+
+
+_Q_PARAMS = ("n_clusters", "epsilon", "gamma", "iterations", "seed")
+
+
+def _forget_dc(txn, all_ids, alive_before, rows, n_rows, chunk_rows) -> dict:
+    params, centroids, masses = read_dc_tree(txn.session)
+    n_leaves = int(params["width"]) ** int(params["height"])
+    leaf_all = leaf_of(all_ids, int(params["seed"]), n_leaves)
+    leaves = np.unique(leaf_all[rows])
+    alive = alive_before.copy()
+    alive[rows] = False
+    leaf_rows = np.flatnonzero(alive & np.isin(leaf_all, leaves))
+    fork = txn.fork()
+    got, c, m = solve_leaves_task.submit(
+        fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows
+    ).result()
+    txn.merge([fork])  # read only
+    # Leaves left with no live row at all get no part: they become empty (zero mass).
+    centroids[0][leaves] = 0.0
+    masses[0][leaves] = 0.0
+    centroids[0][got], masses[0][got] = c, m
+    centroids, masses, changed = solve_parents_task.submit(
+        params, centroids, masses, leaves
+    ).result()
+    for level, nodes in enumerate(changed):
+        update_dc_nodes(txn.root, level, nodes, centroids[level][nodes], masses[level][nodes])
+    return {
+        "leaves_recomputed": int(leaves.size),
+        "nodes_recomputed": int(sum(n.size for n in changed)),
+    }
+
+
+def run_forget(store_url, ids, options=None, dask_address=None, n_workers=2, processes=True):
+    from flows.runtime import prefect_api, task_runner
+
+    with prefect_api():
+        runner = task_runner(dask_address, n_workers=n_workers, processes=processes)
+        return forget_flow.with_options(task_runner=runner)(
+            str(store_url), ids, options or ForgetOptions()
+        )
