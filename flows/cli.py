@@ -1,4 +1,4 @@
-"""The ``fairpipe`` command line: ingest, sample, info, demo."""
+"""The ``fairpipe`` command line: ingest, sample, fit, forget, predict, info, demo."""
 
 from __future__ import annotations
 
@@ -189,6 +189,125 @@ def sample(
                 f"({r['mode']} mode, {r['method']} sampler)"
             )
             print(" ".join(map(str, q["ids"])))
+
+    _emit(result, as_json, render)
+
+
+@app.command()
+def fit(
+    store: str = typer.Option(..., "--store"),
+    k: int = typer.Option(..., "--k", help="Number of clusters."),
+    model: str = typer.Option("dc", "--model", help="dc | q | auto (see choose_model)."),
+    tree_width: int = typer.Option(8, "--tree-width", help="DC: children per node."),
+    tree_height: int = typer.Option(2, "--tree-height", help="DC: levels below the root."),
+    iterations: int = typer.Option(10, "--iterations", help="Lloyd iterations per node."),
+    n_init: int = typer.Option(10, "--n-init", help="DC: restarts of each internal node."),
+    epsilon: float = typer.Option(0.05, "--epsilon", help="Q: lattice spacing."),
+    gamma: float = typer.Option(0.2, "--gamma", help="Q: balance correction, in (0, 1)."),
+    seed: int = typer.Option(0, "--seed"),
+    dask_address: Optional[str] = typer.Option(None, "--dask-address"),
+    workers: int = typer.Option(2, "--workers"),
+    lock_timeout: float = typer.Option(0.0, "--lock-timeout"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Fit the store's clustering model (DC-k-means tree or Q-k-means): one commit."""
+    from flows.fit import FitOptions, run_fit
+
+    options = FitOptions(
+        k=k, model=model, width=tree_width, height=tree_height, iterations=iterations,
+        n_init=n_init, seed=seed, epsilon=epsilon, gamma=gamma, lock_timeout=lock_timeout,
+    )  # fmt: skip
+    try:
+        result = run_fit(store, options, dask_address=dask_address, n_workers=workers)
+    except Exception as exc:  # noqa: BLE001
+        _fail(_unwrap(exc))
+
+    def render(r):
+        shape = (
+            f"{r['leaves']} leaves, {r['nodes']} nodes"
+            if r["model"] == "dc"
+            else f"{r['steps']} steps"
+        )
+        console.print(
+            f"fitted {r['model']} k={r['k']} on {r['n_alive']} points ({shape}); "
+            f"commit {r['commit']} in {r['timings']['total']:.1f} s"
+        )
+        console.print("cluster masses: " + " ".join(f"{m:.0f}" for m in r["masses"]))
+
+    _emit(result, as_json, render)
+
+
+@app.command()
+def forget(
+    store: str = typer.Option(..., "--store"),
+    ids: Optional[str] = typer.Option(None, "--ids", help="Comma-separated ids."),
+    ids_file: Optional[str] = typer.Option(
+        None, "--ids-file", help="A .npy, or text with one id per line."
+    ),
+    dask_address: Optional[str] = typer.Option(None, "--dask-address"),
+    workers: int = typer.Option(2, "--workers"),
+    lock_timeout: float = typer.Option(0.0, "--lock-timeout"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Forget a batch of ids: erase the rows, drop them from the index, update the model."""
+    from flows.forget import ForgetOptions, parse_ids, run_forget
+
+    try:
+        if (ids is None) == (ids_file is None):
+            raise FairpipeInputError("Give exactly one of --ids or --ids-file.")
+        wanted = parse_ids(text=ids, path=ids_file)
+        result = run_forget(
+            store, wanted, ForgetOptions(lock_timeout=lock_timeout),
+            dask_address=dask_address, n_workers=workers,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001
+        _fail(_unwrap(exc))
+
+    def render(r):
+        console.print(
+            f"forgot {len(r['deleted'])} ids ({len(r['unknown'])} unknown, "
+            f"{len(r['already_deleted'])} already forgotten); commit {r['commit']} "
+            f"in {r['timings']['total']:.1f} s"
+        )
+        if r.get("model") == "dc" and r["deleted"]:
+            console.print(
+                f"tree: {r['leaves_recomputed']} leaves and {r['nodes_recomputed']} nodes recomputed"
+            )
+        elif r.get("model") == "q" and r["deleted"]:
+            console.print(
+                f"q-k-means: {r['certified']} deletions certified, retrained: {r['retrained']}"
+            )
+        if r["unknown"]:
+            console.print(f"unknown ids: {r['unknown'][:10]}")
+
+    _emit(result, as_json, render)
+
+
+@app.command()
+def predict(
+    store: str = typer.Option(..., "--store"),
+    query_row: Optional[int] = typer.Option(None, "--query-row"),
+    query_file: Optional[Path] = typer.Option(None, "--query-file"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The nearest root centroid of a stored row or of each row of a .npy file."""
+    import numpy as np
+
+    from flows.predict import predict_store
+
+    try:
+        queries = None
+        if query_file is not None:
+            if not query_file.exists():
+                raise FairpipeInputError(f"Query file {str(query_file)!r} does not exist.")
+            queries = np.load(query_file, allow_pickle=False)
+        result = predict_store(store, query_rows=query_row, queries=queries)
+    except Exception as exc:  # noqa: BLE001
+        _fail(_unwrap(exc))
+
+    def render(r):
+        for c, dist in zip(r["clusters"], r["distances"]):
+            print(f"cluster {c}  distance {dist:.4g}")
 
     _emit(result, as_json, render)
 

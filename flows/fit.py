@@ -30,7 +30,7 @@ from fairpipe.dc_kmeans import (
 )
 from fairpipe.errors import FairpipeInputError, check_one_of
 from fairpipe.q_kmeans import QKMeans, choose_model
-from flows.ingest import _dask_map, _default_task_runner
+from flows.ingest import _default_task_runner
 from storage.store import FairpipeStore, read_array
 from storage.tree import write_dc_tree, write_q_model
 

@@ -132,7 +132,7 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
         )
         # The Q model needs the live points as they were fitted: read them before erasing.
         kind = attrs.get("model")
-        q_session = txn.fork() if kind == "q" and rows.size else None
+        q_session = store.readonly_session(txn.base_snapshot) if kind == "q" else None
         if rows.size:
             n_rows, chunk_rows = int(attrs["n"]), int(attrs["chunk_rows"])
             t0 = time.perf_counter()
@@ -150,7 +150,6 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
                 model, report = forget_q_task.submit(
                     q_session, *read_q_model(q_session), rows
                 ).result()
-                txn.merge([q_session])  # read only
                 arrays, scalars = model.state()
                 params = {k: v for k, v in read_q_model(q_session)[0].items() if k in _Q_PARAMS}
                 write_q_model(txn.root, {"model": "q", **params}, arrays, scalars)

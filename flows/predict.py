@@ -1,0 +1,58 @@
+"""Query time (no flow): the nearest root centroid of the store's clustering model."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairpipe.errors import FairpipeInputError
+from fairpipe.validation import check_points
+from storage.store import FairpipeStore
+from storage.tree import read_dc_tree, read_q_model, require_model
+
+DEAD_ROW = "Row {row} of the store {url} has been forgotten; it cannot be used as a query."
+BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
+
+
+def load_centroids(store: FairpipeStore, session=None) -> tuple[str, np.ndarray, np.ndarray]:
+    """(model, centroids (k, d), masses (k,)) of the committed model."""
+    session = session or store.readonly_session()
+    kind = require_model(store.attrs(session), store.url)
+    if kind == "dc":
+        _, centroids, masses = read_dc_tree(session)
+        return kind, centroids[-1][0], masses[-1][0]
+    _, arrays = read_q_model(session)
+    return kind, arrays["c_out_"][-1], arrays["sizes_"][-1]
+
+
+def predict_store(store_url: str, *, query_rows=None, queries=None) -> dict:
+    store = FairpipeStore.open(store_url)
+    attrs = store.require_data()
+    kind, C, mass = load_centroids(store)
+    if (query_rows is None) == (queries is None):
+        raise FairpipeInputError("Give exactly one of --query-row or --query-file.")
+    if query_rows is not None:
+        rows = np.atleast_1d(np.asarray(query_rows, dtype=np.int64))
+        n = int(attrs["n"])
+        for r in rows:
+            if not 0 <= r < n:
+                raise FairpipeInputError(BAD_ROW.format(row=int(r), url=store.url, last=n - 1))
+        alive = store.read("alive")
+        for r in rows:
+            if not alive[r]:
+                raise FairpipeInputError(DEAD_ROW.format(row=int(r), url=store.url))
+        X = np.stack([store.read("points", slice(int(r), int(r) + 1))[0] for r in rows])
+    else:
+        Q = np.asarray(queries)
+        X = check_points(
+            Q[None, :] if Q.ndim == 1 else Q, where="the query file", n_features=int(attrs["d"])
+        )
+    d2 = ((X[:, None, :].astype(np.float64) - C[None]) ** 2).sum(-1)
+    d2[:, mass <= 0] = np.inf
+    label = d2.argmin(axis=1)
+    return {
+        "store": store.url,
+        "model": kind,
+        "clusters": label.tolist(),
+        "distances": np.sqrt(d2[np.arange(X.shape[0]), label]).tolist(),
+        "centroid_masses": mass.tolist(),
+    }
