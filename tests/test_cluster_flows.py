@@ -1,0 +1,153 @@
+"""fit / forget / predict flows on real Prefect + Dask, against the in-memory estimators."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+
+from fairpipe.dc_kmeans import DCKMeans
+from fairpipe.q_kmeans import QKMeans
+from flows.fit import FitOptions, run_fit
+from flows.forget import ERASED_KEY, ForgetOptions, parse_ids, run_forget
+from flows.ingest import IngestOptions, run_ingest
+from flows.predict import predict_store
+from flows.sample import load_sampler
+from storage.lock import StoreBusyError, WriterLock, lock_path_for
+from storage.store import FairpipeStore
+from storage.tree import read_dc_tree
+
+DC = dict(n_clusters=4, width=4, height=2, iterations=5, n_init=3, seed=5)
+
+
+def make_store(tmp_path, name="s", n=1500):
+    X, _ = make_blobs(n_samples=n, n_features=6, centers=4, random_state=1)
+    X = X.astype(np.float32)
+    np.save(tmp_path / f"{name}.npy", X)
+    np.save(tmp_path / f"{name}_ids.npy", np.arange(n) * 2 + 100)
+    opts = IngestOptions(
+        lsh_k=4, lsh_tables=8, chunk_rows=512, ids_file=str(tmp_path / f"{name}_ids.npy")
+    )
+    run_ingest(str(tmp_path / f"{name}.npy"), str(tmp_path / name), opts)
+    return tmp_path / name, X, np.arange(n) * 2 + 100
+
+
+def fit_options(**kw):
+    p = {**DC, **kw}
+    return FitOptions(
+        k=p["n_clusters"], width=p["width"], height=p["height"], iterations=p["iterations"],
+        n_init=p["n_init"], seed=p["seed"],
+    )  # fmt: skip
+
+
+def tree_of(path):
+    st = FairpipeStore.open(str(path))
+    return read_dc_tree(st.readonly_session())
+
+
+def assert_tree_equals(path, model: DCKMeans):
+    _, C, M = tree_of(path)
+    for level in range(len(C)):
+        assert np.array_equal(C[level], model.centroids_by_level_[level]), level
+        assert np.array_equal(M[level], model.masses_by_level_[level]), level
+
+
+def test_fit_then_forget_equal_the_in_memory_tree_and_erase_the_rows(prefect_server, tmp_path):
+    path, X, ids = make_store(tmp_path)
+    run_fit(str(path), fit_options(), n_workers=2)
+    model = DCKMeans(**DC).fit(X, ids=ids)
+    assert_tree_equals(path, model)
+    # One worker process gives the same tree.
+    other, _, _ = make_store(tmp_path, "one")
+    run_fit(str(other), fit_options(), n_workers=1)
+    assert_tree_equals(other, model)
+
+    gone = [ids[3], ids[700], ids[701], 999_999]
+    res = run_forget(str(path), gone)
+    assert res["deleted"] == sorted(map(int, gone[:3])) and res["unknown"] == [999_999]
+    report = model.delete(gone[:3])
+    assert res["leaves_recomputed"] == report.leaves_recomputed
+    assert res["nodes_recomputed"] == report.nodes_recomputed
+    assert_tree_equals(path, model)
+
+    st = FairpipeStore.open(str(path))
+    rows = [3, 700, 701]
+    assert not st.read("alive")[rows].any() and (st.read("points")[rows] == 0).all()
+    assert (st.read("lsh/keys")[rows] == ERASED_KEY).all()
+    assert st.attrs()["n_alive"] == X.shape[0] - 3
+    nn, _ = load_sampler(str(path))
+    assert not np.isin(rows, nn.index_.members).any()
+    res = nn.sample(query_rows=[4], radius=50.0, n_samples=500, mode="buckets")
+    assert not np.isin(np.asarray(gone[:3]), res.ids).any()
+    # Forgetting the same ids again is a no-op: no new commit.
+    again = run_forget(str(path), gone[:3])
+    assert again["deleted"] == [] and again["commit"] == res_commit(path)
+
+
+def res_commit(path):
+    return FairpipeStore.open(str(path)).history()[0]["id"]
+
+
+def test_crash_mid_forget_leaves_the_last_commit_and_a_rerun_finishes(
+    prefect_server, tmp_path, monkeypatch
+):
+    path, X, ids = make_store(tmp_path)
+    run_fit(str(path), fit_options(), n_workers=1, processes=False)
+    st = FairpipeStore.open(str(path))
+    before = {n: st.read(n) for n in ("points", "alive", "lsh/keys", "lsh/members")}
+    history = st.history()
+
+    import flows.forget
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected crash after the rows were erased and the index rebuilt")
+
+    monkeypatch.setattr(flows.forget, "update_dc_nodes", boom)
+    with pytest.raises(Exception, match="injected crash"):
+        run_forget(str(path), [ids[5]], n_workers=1, processes=False)
+    st = FairpipeStore.open(str(path))
+    assert st.history() == history
+    for name, arr in before.items():
+        assert np.array_equal(st.read(name), arr), name
+    monkeypatch.undo()
+    run_forget(str(path), [ids[5]], n_workers=1, processes=False)
+    assert_tree_equals(path, DCKMeans(**DC).fit(np.delete(X, 5, 0), ids=np.delete(ids, 5)))
+
+
+def test_q_model_fit_and_forget_match_the_estimator(prefect_server, tmp_path):
+    path, X, ids = make_store(tmp_path, n=3000)
+    params = dict(n_clusters=4, epsilon=0.5, gamma=0.2, iterations=8, seed=2)
+    run_fit(str(path), FitOptions(k=4, model="q", epsilon=0.5, iterations=8, seed=2))
+    model = QKMeans(**params).fit(X, ids=ids)
+    p = predict_store(str(path), queries=X[:50])
+    assert p["model"] == "q" and p["clusters"] == model.predict(X[:50]).tolist()
+    gone = [i for i in ids[10:14] if i not in model.seed_ids_]
+    res = run_forget(str(path), gone)
+    report = model.delete(gone)
+    assert res["certified"] == report.certified and res["retrained"] == report.retrained
+    p = predict_store(str(path), queries=X[:50])
+    assert p["clusters"] == model.predict(X[:50]).tolist()
+
+
+def test_forget_without_a_model_and_bad_inputs(prefect_server, tmp_path):
+    path, X, ids = make_store(tmp_path)
+    res = run_forget(str(path), [ids[0]])  # LSH-only forget works without a fitted model
+    assert res["deleted"] == [int(ids[0])] and res["model"] is None
+    with pytest.raises(Exception, match="has no fitted model"):
+        predict_store(str(path), query_rows=[1])
+    with pytest.raises(Exception, match="None of the 2 ids to forget is in the store"):
+        run_forget(str(path), [1, 3])
+    with pytest.raises(Exception, match="k = 5000 is larger than the 1499 live points"):
+        run_fit(str(path), FitOptions(k=5000))
+    with pytest.raises(Exception, match="'gamma' parameter of QKMeans must be in"):
+        run_fit(str(path), FitOptions(k=3, model="q", gamma=1.0))
+    with pytest.raises(Exception, match="Id 'x' in --ids is not an integer"):
+        parse_ids(text="1,x")
+    with pytest.raises(Exception, match="does not exist"):
+        parse_ids(path=str(tmp_path / "missing.txt"))
+    (tmp_path / "empty.txt").write_text("\n")
+    with pytest.raises(Exception, match="holds no ids"):
+        parse_ids(path=str(tmp_path / "empty.txt"))
+    assert parse_ids(text="4, 5,6").tolist() == [4, 5, 6]
+    with WriterLock(lock_path_for(str(path), path), str(path), 0.0):
+        with pytest.raises(StoreBusyError):
+            run_forget(str(path), [ids[1]], ForgetOptions(lock_timeout=0.0))
+    assert FairpipeStore.open(str(path)).read("alive")[1]
