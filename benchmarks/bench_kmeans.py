@@ -1,0 +1,224 @@
+"""Deletion-efficient k-means benchmarks (issue 3), run on demand:
+
+    .venv/bin/python benchmarks/bench_kmeans.py [--quick] [--only 12] [--out benchmarks/out]
+
+1. online deletions (Ginart et al., Section 5): train once, then 1,000 deletions drawn uniformly
+   without replacement, each answered (a valid model) before the next. Baseline: scikit-learn
+   KMeans(n_init=1, max_iter=10, k-means++) refitted on the remaining data per deletion, as the
+   paper's baseline; its per-deletion time is the mean of ``--refits`` refits measured in the same
+   run (1,000 refits would take most of an hour), and its total is train + 1,000 x that mean.
+   Quality: loss ratio to scikit-learn's best of 10 inits on the final data, silhouette (5,000
+   sampled points) and NMI against the labels. Data: Gaussian mixture N=100k D=25 K=5, MNIST 5k
+   (K=10), Census-Income KDD numeric columns (K=5, standardised).
+2. one batch of 1,000 deletions at n = 1M (Gaussian, D=25, K=5) against one scikit-learn refit.
+
+Prints a table (figure, baseline, ratio) and writes ``kmeans_online.png`` (amortised time per
+deletion vs deletions) and JSON under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sklearn.cluster import KMeans  # noqa: E402
+from sklearn.metrics import normalized_mutual_info_score, silhouette_score  # noqa: E402
+
+from fairpipe.dc_kmeans import DCKMeans  # noqa: E402
+from fairpipe.q_kmeans import QKMeans  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+
+
+def report(what: str, figure: str, baseline: str = "", ratio: str = "") -> None:
+    print(f"  {what:<62} {figure:>14} {baseline:>14} {ratio:>9}", flush=True)
+
+
+def gaussian(n: int, d: int = 25, k: int = 5, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=4.0, size=(k, d))
+    y = rng.integers(0, k, size=n)
+    X = centres[y] + rng.normal(size=(n, d))
+    return X.astype(np.float32), y
+
+
+def mnist():
+    raw = np.loadtxt(gzip.open(DATA / "mnist" / "mnist_5k.csv.gz"), delimiter=",", skiprows=0)
+    return (raw[:, :-1] / 255.0).astype(np.float32), raw[:, -1].astype(int)
+
+
+def census():
+    import pandas as pd
+
+    df = pd.read_csv(DATA / "census_kdd" / "census_income_1994_1995_train.csv.gz", header=None)
+    numeric = [0, 5, 16, 17, 18, 30, 39]  # age, wage/hour, gains, losses, dividends, persons, weeks
+    X = df[numeric].to_numpy(np.float64)
+    X = (X - X.mean(0)) / X.std(0)
+    y = (df[41].astype(str).str.contains("50000\\+")).to_numpy().astype(int)
+    return X.astype(np.float32), y
+
+
+def sk_refit(X, k, seed):
+    return KMeans(n_clusters=k, n_init=1, max_iter=10, init="k-means++", random_state=seed).fit(X)
+
+
+def quality(model, X, y, k, seed=0):
+    best = KMeans(n_clusters=k, n_init=10, random_state=seed).fit(X).inertia_
+    label = model.predict(X)
+    rng = np.random.default_rng(seed)
+    take = rng.choice(X.shape[0], size=min(5000, X.shape[0]), replace=False)
+    sil = (
+        silhouette_score(X[take], label[take]) if np.unique(label[take]).size > 1 else float("nan")
+    )
+    return model.loss(X) / best, sil, normalized_mutual_info_score(y, label)
+
+
+def online(name, X, y, k, dc_params, n_del, refits, run_q, results):
+    n = X.shape[0]
+    ids = np.arange(n)
+    gone = np.random.default_rng(1).choice(ids, size=n_del, replace=False)
+    print(f"\n[1] online deletions on {name}: n={n:,} d={X.shape[1]} k={k}, {n_del} deletions")
+    # Baseline: scikit-learn refit on the remaining data, per deletion.
+    times = []
+    for i in range(refits):
+        keep = np.ones(n, bool)
+        keep[gone[: i + 1]] = False
+        t0 = time.perf_counter()
+        sk_refit(X[keep], k, i)
+        times.append(time.perf_counter() - t0)
+    refit = float(np.mean(times))
+    base_total = refit * (n_del + 1)
+    report(f"{name}: scikit-learn refit per deletion (mean of {refits})", f"{refit:.3f} s")
+    out = {"n": n, "d": int(X.shape[1]), "k": k, "refit_s": refit, "deletions": n_del}
+    models = {"dc": lambda: DCKMeans(n_clusters=k, **dc_params)}
+    if run_q:
+        models["q"] = lambda: QKMeans(n_clusters=k, epsilon=0.05, gamma=0.2, iterations=10)
+    for label, make in models.items():
+        t0 = time.perf_counter()
+        model = make().fit(X, ids=ids)
+        train = time.perf_counter() - t0
+        cum = []
+        certified = 0
+        t1 = time.perf_counter()
+        for g in gone:
+            rep = model.delete([g])
+            certified += getattr(rep, "certified", 0)
+            cum.append(time.perf_counter() - t1)
+        total = train + cum[-1]
+        keep = np.ones(n, bool)
+        keep[gone] = False
+        ratio, sil, nmi = quality(model, X[keep], y[keep], k)
+        report(f"{name}: {label} train + {n_del} deletions, s", f"{total:.2f}", f"{base_total:.1f}",
+               f"{base_total / total:.0f}x")  # fmt: skip
+        report(f"{name}: {label} amortised per deletion, ms", f"{1e3 * cum[-1] / n_del:.2f}",
+               f"{1e3 * refit:.0f}", f"{refit * n_del / cum[-1]:.0f}x")  # fmt: skip
+        report(f"{name}: {label} loss ratio / silhouette / NMI", f"{ratio:.3f}", f"{sil:.3f}",
+               f"{nmi:.3f}")  # fmt: skip
+        if label == "q":
+            report(f"{name}: q certified deletions", f"{certified / n_del:.1%}")
+        out[label] = {
+            "train_s": train, "total_s": total, "speedup": base_total / total,
+            "amortised_ms": 1e3 * cum[-1] / n_del, "loss_ratio": ratio, "silhouette": sil,
+            "nmi": nmi, "cumulative_s": cum[:: max(1, n_del // 100)],
+            "certified": certified / n_del if label == "q" else None,
+        }  # fmt: skip
+    results[name] = out
+
+
+def batch(n, k, dc_params, n_del, results):
+    X, y = gaussian(n, seed=7)
+    ids = np.arange(n)
+    print(f"\n[2] one batch of {n_del} deletions, Gaussian n={n:,} d=25 k={k}, DC {dc_params}")
+    t0 = time.perf_counter()
+    model = DCKMeans(n_clusters=k, **dc_params).fit(X, ids=ids)
+    train = time.perf_counter() - t0
+    gone = np.random.default_rng(2).choice(ids, size=n_del, replace=False)
+    t0 = time.perf_counter()
+    rep = model.delete(gone)
+    dt = time.perf_counter() - t0
+    keep = np.ones(n, bool)
+    keep[gone] = False
+    t0 = time.perf_counter()
+    ref = sk_refit(X[keep], k, 0)
+    refit = time.perf_counter() - t0
+    ratio = model.loss(X[keep]) / ref.inertia_
+    report("DC train (whole tree), s", f"{train:.1f}")
+    report(f"DC delete one batch of {n_del}, s", f"{dt:.2f}", f"{refit:.2f}", f"{refit / dt:.1f}x")
+    report("leaves / nodes recomputed", f"{rep.leaves_recomputed} / {rep.nodes_recomputed}",
+           f"of {model.n_leaves_}")  # fmt: skip
+    report("loss ratio to the scikit-learn refit", f"{ratio:.3f}")
+    results["batch"] = {
+        "n": n, "train_s": train, "delete_s": dt, "refit_s": refit, "speedup": refit / dt,
+        "leaves": rep.leaves_recomputed, "nodes": rep.nodes_recomputed,
+        "n_leaves": model.n_leaves_, "loss_ratio": ratio,
+    }  # fmt: skip
+
+
+def plot(results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in results if n != "batch"]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        r = results[name]
+        for label in ("dc", "q"):
+            if label in r:
+                cum = np.array(r[label]["cumulative_s"])
+                step = max(1, r["deletions"] // 100)
+                x = np.arange(1, cum.size + 1) * step
+                ax.plot(x, 1e3 * cum / x, label=f"{label} (amortised)")
+        ax.axhline(1e3 * r["refit_s"], color="k", linestyle="dashed", label="scikit-learn refit")
+        ax.set_yscale("log")
+        ax.set_xlabel("deletions")
+        ax.set_ylabel("ms per deletion")
+        ax.set_title(name)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"  plot: {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="12")
+    ap.add_argument("--refits", type=int, default=10)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    n_del = 200 if args.quick else 1000
+    results: dict = {}
+    print(f"  {'what':<62} {'figure':>14} {'baseline':>14} {'ratio':>9}")
+    if "1" in args.only:
+        Xg, yg = gaussian(20_000 if args.quick else 100_000)
+        dc = dict(width=32, height=2, iterations=10, n_init=10)
+        online("gaussian", Xg, yg, 5, dc, n_del, args.refits, True, results)
+        Xm, ym = mnist()
+        online("mnist-5k", Xm, ym, 10, dict(width=8, height=2, n_init=10), n_del, args.refits,
+               False, results)  # fmt: skip
+        Xc, yc = census()
+        online("census-kdd", Xc, yc, 5, dict(width=32, height=2, n_init=10), n_del, args.refits,
+               True, results)  # fmt: skip
+        plot(results, out / "kmeans_online.png")
+    if "2" in args.only:
+        batch(200_000 if args.quick else 1_000_000, 5, dict(width=128, height=2, n_init=10),
+              1000, results)  # fmt: skip
+    (out / "kmeans.json").write_text(json.dumps(results, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
