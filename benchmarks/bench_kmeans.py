@@ -205,17 +205,17 @@ def main() -> None:
     print(f"  {'what':<62} {'figure':>14} {'baseline':>14} {'ratio':>9}")
     if "1" in args.only:
         Xg, yg = gaussian(20_000 if args.quick else 100_000)
-        dc = dict(width=32, height=2, iterations=10, n_init=10)
+        dc = dict(width=32, height=2, iterations=10, n_init=3)
         online("gaussian", Xg, yg, 5, dc, n_del, args.refits, True, results)
         Xm, ym = mnist()
-        online("mnist-5k", Xm, ym, 10, dict(width=8, height=2, n_init=10), n_del, args.refits,
+        online("mnist-5k", Xm, ym, 10, dict(width=8, height=2, n_init=3), n_del, args.refits,
                False, results)  # fmt: skip
         Xc, yc = census()
-        online("census-kdd", Xc, yc, 5, dict(width=32, height=2, n_init=10), n_del, args.refits,
+        online("census-kdd", Xc, yc, 5, dict(width=32, height=2, n_init=3), n_del, args.refits,
                True, results)  # fmt: skip
         plot(results, out / "kmeans_online.png")
     if "2" in args.only:
-        batch(200_000 if args.quick else 1_000_000, 5, dict(width=128, height=2, n_init=10),
+        batch(200_000 if args.quick else 1_000_000, 5, dict(width=128, height=2, n_init=3),
               1000, results)  # fmt: skip
     (out / "kmeans.json").write_text(json.dumps(results, indent=1, default=float))
 

@@ -67,24 +67,35 @@ def _sq_dist_one(X: np.ndarray, c: np.ndarray) -> np.ndarray:
     return (diff * diff).sum(axis=1)
 
 
+def _cum_grid(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray):
+    """Each problem's running sum of ``values`` along its own row of a padded matrix."""
+    P = sizes.shape[0]
+    width = int(sizes.max()) if P else 0
+    grid = np.zeros((P, max(width, 1)), dtype=np.float64)
+    col = np.arange(values.shape[0]) - np.repeat(starts, sizes)
+    grid[np.repeat(np.arange(P), sizes), col] = values
+    cum = np.add.accumulate(grid, axis=1)
+    total = cum[np.arange(P), np.maximum(sizes - 1, 0)]
+    return cum, total
+
+
+def _pick(cum, total, starts, sizes, u: np.ndarray):
+    """Indices drawn with probability proportional to the values behind ``cum``: one per
+    problem and column of ``u`` (P, T). Returns (index (P, T), ok (P,): the values sum > 0)."""
+    target = u * total[:, None]
+    pos = (cum[:, None, :] <= target[:, :, None]).sum(axis=2)
+    pos = np.minimum(pos, np.maximum(sizes - 1, 0)[:, None])
+    return starts[:, None] + pos, (total > 0) & (sizes > 0)
+
+
 def _draw(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray, u: np.ndarray):
     """Per problem, an index drawn with probability proportional to ``values`` (global index).
 
     Returns (index, ok): ok is False where the problem's values sum to zero.
     """
-    P = sizes.shape[0]
-    width = int(sizes.max()) if P else 0
-    grid = np.zeros((P, max(width, 1)), dtype=np.float64)
-    col = np.arange(values.shape[0]) - np.repeat(starts, sizes)
-    row = np.repeat(np.arange(P), sizes)
-    grid[row, col] = values
-    cum = np.add.accumulate(grid, axis=1)
-    total = cum[np.arange(P), np.maximum(sizes - 1, 0)]
-    ok = (total > 0) & (sizes > 0)
-    target = u * total
-    pos = (cum <= target[:, None]).sum(axis=1)
-    pos = np.minimum(pos, np.maximum(sizes - 1, 0))
-    return starts + pos, ok
+    cum, total = _cum_grid(values, starts, sizes)
+    idx, ok = _pick(cum, total, starts, sizes, u[:, None])
+    return idx[:, 0], ok
 
 
 def solve_batch(
@@ -121,8 +132,14 @@ def solve_batch(
 
     if big.any():
         _seed_plus_plus(X, w, owner, starts, sizes, keys, k, seed, C, big)
+        # A problem whose assignment did not change is at a fixed point: further steps would
+        # recompute the same centroids bit for bit, so it drops out (same result, less work).
+        active = big.copy()
+        label = np.full(X.shape[0], -1, dtype=np.int64)
         for _ in range(iterations):
-            _lloyd_step(X, w, owner, P, k, C, big)
+            if not active.any():
+                break
+            active &= _lloyd_step(X, w, owner, P, k, C, active, label)
 
     d2 = _sq_dist(X, C, owner)
     label = _argmin_live(d2, C, owner, w, k, small)
@@ -185,38 +202,53 @@ def _seed_plus_plus(X, w, owner, starts, sizes, keys, k, seed, C, big) -> np.nda
     C[pb, 0] = Xb[first]
     d2 = _sq_dist_one(Xb, C[pb, 0][ob])
     trials = 2 + int(np.log(k))
+    seg = starts_b[sizes_b > 0]  # problem starts in Xb, for per-problem sums by reduceat
     for j in range(1, k):
-        best_pot = np.full(pb.shape[0], np.inf)
-        best_c = C[pb, 0].copy()
-        best_row = np.full(pb.shape[0], -1, dtype=np.int64)
-        best_d2 = d2
-        for t in range(trials):
-            idx, ok = _draw(wb * d2, starts_b, sizes_b, _uniforms(seed, keys[pb], 64 * j + t))
-            # All mass already at distance 0 (fewer distinct points than k): repeat the first seed.
-            cand = np.where(ok[:, None], Xb[idx], C[pb, 0])
-            cand_d2 = np.minimum(d2, _sq_dist_one(Xb, cand[ob]))
-            pot = np.bincount(ob, weights=wb * cand_d2, minlength=pb.shape[0])
-            better = pot < best_pot
-            best_pot = np.where(better, pot, best_pot)
-            best_c[better] = cand[better]
-            best_row[better] = np.where(ok, rows_b[idx], -1)[better]
-            best_d2 = np.where(better[ob], cand_d2, best_d2)
-        C[pb, j] = best_c
-        chosen[:, j] = best_row
-        d2 = best_d2
+        u = np.stack([_uniforms(seed, keys[pb], 64 * j + t) for t in range(trials)], axis=1)
+        cum, total = _cum_grid(wb * d2, starts_b, sizes_b)
+        idx, ok = _pick(cum, total, starts_b, sizes_b, u)  # (P, trials)
+        # All mass already at distance 0 (fewer distinct points than k): repeat the first seed.
+        cand = np.where(ok[:, None, None], Xb[idx], C[pb, 0][:, None, :])  # (P, trials, d)
+        diff = Xb[:, None, :] - cand[ob]
+        cand_d2 = np.minimum(d2[:, None], (diff * diff).sum(axis=2))  # (M, trials)
+        pot = np.zeros((pb.shape[0], trials))
+        if seg.size:
+            pot[sizes_b > 0] = np.add.reduceat(wb[:, None] * cand_d2, seg, axis=0)
+        best = pot.argmin(axis=1)  # ties: the first trial
+        rows_p = np.arange(pb.shape[0])
+        C[pb, j] = cand[rows_p, best]
+        chosen[:, j] = np.where(ok, rows_b[idx[rows_p, best]], -1)
+        d2 = cand_d2[np.arange(Xb.shape[0]), best[ob]]
     return chosen
 
 
-def _lloyd_step(X, w, owner, P, k, C, big) -> None:
-    sel = big[owner]
+def _bin_sums(values: np.ndarray, bins: np.ndarray, n_bins: int) -> np.ndarray:
+    """Row sums of ``values`` per bin, each bin's rows added one by one in their array order.
+
+    A stable sort by bin keeps each bin's rows in order; ``np.add.reduceat`` over axis 0 then
+    accumulates them row after row, so a bin's sum depends on its own rows only.
+    """
+    order = np.argsort(bins, kind="stable")
+    sorted_bins = bins[order]
+    start = np.searchsorted(sorted_bins, np.arange(n_bins))
+    out = np.zeros((n_bins, values.shape[1]))
+    present = np.flatnonzero(np.bincount(bins, minlength=n_bins))
+    if present.size:
+        out[present] = np.add.reduceat(values[order], start[present], axis=0)
+    return out
+
+
+def _lloyd_step(X, w, owner, P, k, C, active, label) -> np.ndarray:
+    """One Lloyd step for the ``active`` problems (in place); returns which of them moved."""
+    sel = np.flatnonzero(active[owner])
     Xb, wb, ob = X[sel], w[sel], owner[sel]
-    label = _sq_dist(Xb, C, ob).argmin(axis=1)
-    bins = ob * k + label
+    new = _sq_dist(Xb, C, ob).argmin(axis=1)
+    moved = np.bincount(ob, weights=(new != label[sel]), minlength=P) > 0
+    label[sel] = new
+    bins = ob * k + new
     mass = np.bincount(bins, weights=wb, minlength=P * k)
-    sums = np.stack(
-        [np.bincount(bins, weights=wb * Xb[:, j], minlength=P * k) for j in range(X.shape[1])],
-        axis=1,
-    )
-    live = (mass > 0) & np.repeat(big, k)
+    sums = _bin_sums(wb[:, None] * Xb, bins, P * k)
+    live = (mass > 0) & np.repeat(active & moved, k)
     flat = C.reshape(P * k, -1)
     flat[live] = sums[live] / mass[live][:, None]
+    return moved
