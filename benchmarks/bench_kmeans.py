@@ -215,7 +215,7 @@ def main() -> None:
                True, results)  # fmt: skip
         plot(results, out / "kmeans_online.png")
     if "2" in args.only:
-        batch(200_000 if args.quick else 1_000_000, 5, dict(width=128, height=2, n_init=3),
+        batch(200_000 if args.quick else 1_000_000, 5, dict(width=4, height=7, n_init=1),
               1000, results)  # fmt: skip
     (out / "kmeans.json").write_text(json.dumps(results, indent=1, default=float))
 

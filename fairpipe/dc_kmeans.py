@@ -113,6 +113,21 @@ def solve_parents(child_centroids, child_masses, nodes, level, width, k, iterati
     return res.centroids[pick], res.masses[pick]
 
 
+def _find_ids(model, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the known ``ids`` and which ids are known (a sorted copy of the ids is cached)."""
+    cache = getattr(model, "_sorted_ids", None)
+    if cache is None or cache[0] is not model.ids_:
+        order = np.argsort(model.ids_, kind="stable")
+        cache = (model.ids_, order, model.ids_[order])
+        model._sorted_ids = cache
+    _, order, sorted_ids = cache
+    if sorted_ids.size == 0:
+        return np.zeros(0, np.int64), np.zeros(ids.shape, bool)
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+    known = sorted_ids[pos] == ids
+    return order[pos[known]], known
+
+
 @dataclass
 class DeletionReport:
     deleted: np.ndarray  # ids removed by this call
@@ -282,11 +297,7 @@ class DCKMeans:
         if ids.size and ids.dtype.kind not in "iu":
             raise FairpipeInputError(f"Ids to delete must be integers. Got {ids.dtype}.")
         ids = np.unique(ids.astype(np.int64))
-        order = np.argsort(self.ids_, kind="stable")
-        pos = np.searchsorted(self.ids_[order], ids)
-        pos = np.minimum(pos, max(self.ids_.shape[0] - 1, 0))
-        known = self.ids_[order][pos] == ids if self.ids_.size else np.zeros(ids.shape, bool)
-        rows = order[pos[known]]
+        rows, known = _find_ids(self, ids)
         live = self.alive_[rows]
         report = DeletionReport(
             deleted=ids[known][live], unknown=ids[~known], already_deleted=ids[known][~live]

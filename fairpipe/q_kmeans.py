@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairpipe.batched_kmeans import kmeans_plus_plus
+from fairpipe.dc_kmeans import _find_ids
 from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int
 from fairpipe.validation import check_points, check_unique_ids
 
@@ -221,9 +222,9 @@ class QKMeans:
         if ids.size and ids.dtype.kind not in "iu":
             raise FairpipeInputError(f"Ids to delete must be integers. Got {ids.dtype}.")
         ids = np.unique(ids.astype(np.int64))
-        index = {int(v): i for i, v in enumerate(self.ids_)}
-        rows = np.array([index.get(int(v), -1) for v in ids], dtype=np.int64)
-        known = rows >= 0
+        found, known = _find_ids(self, ids)
+        rows = np.full(ids.shape, -1, dtype=np.int64)
+        rows[known] = found
         live = np.zeros(ids.shape, bool)
         live[known] = self.alive_[rows[known]]
         todo = rows[live]
