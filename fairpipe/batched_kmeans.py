@@ -150,6 +150,22 @@ def solve_batch(
     return BatchResult(C, masses, loss)
 
 
+def nearest(X: np.ndarray, C: np.ndarray, live: np.ndarray | None = None, block: int = 65536):
+    """Nearest of the centroids ``C`` (only those marked ``live``) and its squared distance, for
+    each row of ``X`` (direct differences, in row blocks of bounded memory)."""
+    X = np.asarray(X, dtype=np.float64)
+    label = np.empty(X.shape[0], dtype=np.int64)
+    dist = np.empty(X.shape[0])
+    for a in range(0, X.shape[0], block):
+        diff = X[a : a + block, None, :] - C[None]
+        d2 = (diff * diff).sum(axis=2)
+        if live is not None:
+            d2[:, ~live] = np.inf
+        label[a : a + block] = d2.argmin(axis=1)
+        dist[a : a + block] = d2[np.arange(d2.shape[0]), label[a : a + block]]
+    return label, dist
+
+
 def kmeans_plus_plus(X: np.ndarray, k: int, key: int, seed: int):
     """Greedy k-means++ seeds of one unweighted problem (more than k points): (centroids, rows)."""
     X = np.asarray(X, dtype=np.float64)

@@ -31,10 +31,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fairpipe.batched_kmeans import solve_batch
+from fairpipe.batched_kmeans import nearest, solve_batch
 from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.hashing import stable_hash
-from fairpipe.validation import check_points, check_unique_ids
+from fairpipe.validation import (
+    IdLookup,
+    check_points,
+    check_points_and_ids,
+    deletion_request,
+)
 
 NOT_FITTED = "This DCKMeans instance is not fitted yet. Call 'fit' first."
 TOO_MANY_LEAVES = (
@@ -63,8 +68,8 @@ def node_keys(level: int, nodes: np.ndarray, restart: int = 0) -> np.ndarray:
 def solve_leaves(points, ids, leaf, leaves, k, iterations, seed):
     """Centroids (len(leaves), k, d) and masses of the given leaves from their points.
 
-    ``points``, ``ids`` and ``leaf`` are the live rows of those leaves (any order, any superset
-    of rows from other leaves is not allowed); each leaf is solved on its rows sorted by id.
+    ``points``, ``ids`` and ``leaf`` are the live rows of those leaves and no others, in any
+    order; each leaf is solved on its rows sorted by id.
     Leaves are solved in batches of about ``LEAF_BATCH_POINTS`` points.
     """
     leaves = np.asarray(leaves, dtype=np.int64)
@@ -111,21 +116,6 @@ def solve_parents(child_centroids, child_masses, nodes, level, width, k, iterati
     best = loss.argmin(axis=0)  # ties: the lowest restart
     pick = best * nodes.shape[0] + np.arange(nodes.shape[0])
     return res.centroids[pick], res.masses[pick]
-
-
-def _find_ids(model, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the known ``ids`` and which ids are known (a sorted copy of the ids is cached)."""
-    cache = getattr(model, "_sorted_ids", None)
-    if cache is None or cache[0] is not model.ids_:
-        order = np.argsort(model.ids_, kind="stable")
-        cache = (model.ids_, order, model.ids_[order])
-        model._sorted_ids = cache
-    _, order, sorted_ids = cache
-    if sorted_ids.size == 0:
-        return np.zeros(0, np.int64), np.zeros(ids.shape, bool)
-    pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
-    known = sorted_ids[pos] == ids
-    return order[pos[known]], known
 
 
 @dataclass
@@ -192,18 +182,13 @@ class DCKMeans:
 
     def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> DCKMeans:
         self._check_params()
-        X = check_points(X, where="DCKMeans.fit")
-        ids = np.arange(X.shape[0], dtype=np.int64) if ids is None else np.asarray(ids)
-        if ids.shape != (X.shape[0],):
-            raise FairpipeInputError(
-                f"DCKMeans.fit got {ids.shape[0]} ids for {X.shape[0]} points; one id per point is needed."
-            )
-        ids = check_unique_ids(ids, where="DCKMeans.fit")
+        X, ids = check_points_and_ids(X, ids, "DCKMeans")
         if self.n_clusters > X.shape[0]:
             raise FairpipeInputError(K_TOO_LARGE.format(k=self.n_clusters, n=X.shape[0]))
         self.n_leaves_ = int(self.width) ** int(self.height)
         self.points_ = X
         self.ids_ = ids
+        self._ids = IdLookup(ids)
         self.alive_ = np.ones(X.shape[0], dtype=bool)
         self.leaf_of_ = self._leaf_of(ids)
         k, d = self.n_clusters, X.shape[1]
@@ -223,6 +208,7 @@ class DCKMeans:
         model.n_leaves_ = int(model.width) ** int(model.height)
         model.points_ = points
         model.ids_ = np.asarray(ids)
+        model._ids = IdLookup(model.ids_)
         model.alive_ = np.asarray(alive, dtype=bool).copy()
         model.leaf_of_ = model._leaf_of(model.ids_)
         model.centroids_by_level_ = [np.array(c, dtype=np.float64) for c in centroids_by_level]
@@ -293,12 +279,7 @@ class DCKMeans:
     def delete(self, ids) -> DeletionReport:
         """Delete a batch of ids: recompute their leaves, then only those leaves' ancestors."""
         self._check_fitted()
-        ids = np.atleast_1d(np.asarray(ids))
-        if ids.size and ids.dtype.kind not in "iu":
-            raise FairpipeInputError(f"Ids to delete must be integers. Got {ids.dtype}.")
-        ids = np.unique(ids.astype(np.int64))
-        rows, known = _find_ids(self, ids)
-        live = self.alive_[rows]
+        ids, known, rows, live = deletion_request(ids, self._ids, self.alive_)
         report = DeletionReport(
             deleted=ids[known][live], unknown=ids[~known], already_deleted=ids[known][~live]
         )
@@ -314,15 +295,10 @@ class DCKMeans:
         """Index of the nearest root centroid (among those with positive mass) for each row."""
         self._check_fitted()
         X = check_points(X, where="DCKMeans.predict", n_features=self.points_.shape[1])
-        C = self.centroids_
-        d2 = ((X[:, None, :].astype(np.float64) - C[None]) ** 2).sum(-1)
-        d2[:, self.masses_ <= 0] = np.inf
-        return d2.argmin(axis=1)
+        return nearest(X, self.centroids_, self.masses_ > 0)[0]
 
     def loss(self, X: np.ndarray) -> float:
         """k-means loss of ``X`` against the root centroids (sum of squared distances)."""
         self._check_fitted()
         X = check_points(X, where="DCKMeans.loss", n_features=self.points_.shape[1])
-        d2 = ((X[:, None, :].astype(np.float64) - self.centroids_[None]) ** 2).sum(-1)
-        d2[:, self.masses_ <= 0] = np.inf
-        return float(d2.min(axis=1).sum())
+        return float(nearest(X, self.centroids_, self.masses_ > 0)[1].sum())

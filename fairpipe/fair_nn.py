@@ -31,7 +31,7 @@ from fairpipe.errors import (
 )
 from fairpipe.lsh import E2LSH
 from fairpipe.rank_sampling import RankState
-from fairpipe.validation import check_points, check_unique_ids
+from fairpipe.validation import check_points, check_points_and_ids
 
 NOT_FITTED = "This FairNN instance is not fitted yet. Call 'fit' or 'from_arrays' first."
 BAD_ROW = "Query row {row} is out of range: the index holds rows 0..{last}."
@@ -87,13 +87,7 @@ class FairNN:
         self.seed = seed
 
     def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> FairNN:
-        X = check_points(X, where="FairNN.fit")
-        ids = np.arange(X.shape[0], dtype=np.int64) if ids is None else np.asarray(ids)
-        if ids.shape != (X.shape[0],):
-            raise FairpipeInputError(
-                f"FairNN.fit got {ids.shape[0]} ids for {X.shape[0]} points; one id per point is needed."
-            )
-        ids = check_unique_ids(ids, where="FairNN.fit")
+        X, ids = check_points_and_ids(X, ids, "FairNN")
         lsh = E2LSH(self.k, self.n_tables, self.width, self.seed).fit(X)
         keys = lsh._hash(X)
         return self._install(X, ids, keys, BucketIndex.build(keys), lsh, np.ones(X.shape[0], bool))

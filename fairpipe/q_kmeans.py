@@ -27,10 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairpipe.batched_kmeans import kmeans_plus_plus
-from fairpipe.dc_kmeans import _find_ids
+from fairpipe.batched_kmeans import kmeans_plus_plus, nearest
 from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int
-from fairpipe.validation import check_points, check_unique_ids
+from fairpipe.validation import (
+    IdLookup,
+    check_points,
+    check_points_and_ids,
+    deletion_request,
+)
 
 Q_STATE = ("c_in_", "c_out_", "thetas_", "sums_", "sizes_", "losses_", "seed_ids_")
 NOT_FITTED = "This QKMeans instance is not fitted yet. Call 'fit' first."
@@ -89,14 +93,8 @@ class QKMeans:
 
     def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> QKMeans:
         self._check_params()
-        X = check_points(X, where="QKMeans.fit")
-        ids = np.arange(X.shape[0], dtype=np.int64) if ids is None else np.asarray(ids)
-        if ids.shape != (X.shape[0],):
-            raise FairpipeInputError(
-                f"QKMeans.fit got {ids.shape[0]} ids for {X.shape[0]} points; one id per point is needed."
-            )
-        self.points_ = X
-        self.ids_ = check_unique_ids(ids, where="QKMeans.fit")
+        self.points_, self.ids_ = check_points_and_ids(X, ids, "QKMeans")
+        self._ids = IdLookup(self.ids_)
         self.alive_ = np.ones(X.shape[0], dtype=bool)
         self.n_retrains_ = 0
         self._train()
@@ -123,7 +121,7 @@ class QKMeans:
         losses: list[float] = []
         self.stop_loss_: float | None = None
         for t in range(T):
-            label, dist = _assign(X, c)
+            label, dist = nearest(X, c)
             loss = float(dist.sum())
             if losses and loss > losses[-1]:
                 self.stop_loss_ = loss  # the loss increased: keep the previous step's centroids
@@ -170,6 +168,7 @@ class QKMeans:
         model.stop_loss_ = scalars.get("stop_loss")
         model.centroids_ = model.c_out_[-1]
         model.points_, model.ids_ = points, np.asarray(ids)
+        model._ids = IdLookup(model.ids_)
         model.alive_ = np.asarray(alive, dtype=bool).copy()
         model.n_retrains_ = 0
         return model
@@ -218,15 +217,7 @@ class QKMeans:
     def delete(self, ids) -> QDeletionReport:
         """Delete a batch of ids one by one; retrain once at the end if any is not certified."""
         self._check_fitted()
-        ids = np.atleast_1d(np.asarray(ids))
-        if ids.size and ids.dtype.kind not in "iu":
-            raise FairpipeInputError(f"Ids to delete must be integers. Got {ids.dtype}.")
-        ids = np.unique(ids.astype(np.int64))
-        found, known = _find_ids(self, ids)
-        rows = np.full(ids.shape, -1, dtype=np.int64)
-        rows[known] = found
-        live = np.zeros(ids.shape, bool)
-        live[known] = self.alive_[rows[known]]
+        ids, known, rows, live = deletion_request(ids, self._ids, self.alive_)
         todo = rows[live]
         certified = 0
         retrain = False
@@ -244,9 +235,9 @@ class QKMeans:
             self.n_retrains_ += 1
             self._train()
         return QDeletionReport(
-            deleted=ids[live],
+            deleted=ids[known][live],
             unknown=ids[~known],
-            already_deleted=ids[known & ~live],
+            already_deleted=ids[known][~live],
             certified=certified,
             retrained=retrain,
         )
@@ -254,24 +245,12 @@ class QKMeans:
     def predict(self, X: np.ndarray) -> np.ndarray:
         self._check_fitted()
         X = check_points(X, where="QKMeans.predict", n_features=self.centroids_.shape[1])
-        return _assign(X.astype(np.float64), self.centroids_)[0]
+        return nearest(X, self.centroids_)[0]
 
     def loss(self, X: np.ndarray) -> float:
         self._check_fitted()
         X = check_points(X, where="QKMeans.loss", n_features=self.centroids_.shape[1])
-        return float(_assign(X.astype(np.float64), self.centroids_)[1].sum())
-
-
-def _assign(X: np.ndarray, C: np.ndarray, block: int = 65536):
-    """Nearest centroid and squared distance of each row (direct differences, in row blocks)."""
-    label = np.empty(X.shape[0], dtype=np.int64)
-    dist = np.empty(X.shape[0])
-    for a in range(0, X.shape[0], block):
-        diff = X[a : a + block, None, :] - C[None]
-        d2 = (diff * diff).sum(axis=2)
-        label[a : a + block] = d2.argmin(axis=1)
-        dist[a : a + block] = d2[np.arange(d2.shape[0]), label[a : a + block]]
-    return label, dist
+        return float(nearest(X, self.centroids_)[1].sum())
 
 
 def _balanced(sums: np.ndarray, sizes: np.ndarray, prev: np.ndarray, threshold: float):

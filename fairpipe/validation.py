@@ -76,3 +76,44 @@ def check_unique_ids(ids: np.ndarray, where: str) -> np.ndarray:
         rows = np.flatnonzero(ids == value)[:5].tolist()
         raise FairpipeInputError(DUPLICATE_ID.format(id=int(value), where=where, rows=rows))
     return ids
+
+
+def check_points_and_ids(X, ids, owner: str) -> tuple[np.ndarray, np.ndarray]:
+    """Validated points and their ids (row numbers when ``ids`` is None), for ``owner.fit``."""
+    X = check_points(X, where=f"{owner}.fit")
+    ids = np.arange(X.shape[0], dtype=np.int64) if ids is None else np.asarray(ids)
+    if ids.shape != (X.shape[0],):
+        raise FairpipeInputError(
+            f"{owner}.fit got {ids.shape[0]} ids for {X.shape[0]} points; one id per point is needed."
+        )
+    return X, check_unique_ids(ids, where=f"{owner}.fit")
+
+
+class IdLookup:
+    """Rows of ids, by binary search over a sorted copy made once."""
+
+    def __init__(self, ids: np.ndarray):
+        self.order = np.argsort(ids, kind="stable")
+        self.sorted = np.asarray(ids)[self.order]
+
+    def rows(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows of the known ids, which of ``wanted`` are known)."""
+        wanted = np.asarray(wanted, dtype=np.int64)
+        if self.sorted.size == 0:
+            return np.zeros(0, np.int64), np.zeros(wanted.shape, bool)
+        pos = np.minimum(np.searchsorted(self.sorted, wanted), self.sorted.size - 1)
+        known = self.sorted[pos] == wanted
+        return self.order[pos[known]], known
+
+
+def deletion_request(ids, lookup: IdLookup, alive: np.ndarray):
+    """Ids to delete, checked: (unique ids, known mask, rows of the known ids, live mask over them).
+
+    Unknown ids and ids already deleted are not errors: the caller reports them.
+    """
+    ids = np.atleast_1d(np.asarray(ids))
+    if ids.size and ids.dtype.kind not in "iu":
+        raise FairpipeInputError(f"Ids to delete must be integers. Got {ids.dtype}.")
+    ids = np.unique(ids.astype(np.int64))
+    rows, known = lookup.rows(ids)
+    return ids, known, rows, alive[rows]

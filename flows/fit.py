@@ -30,7 +30,7 @@ from fairpipe.dc_kmeans import (
 )
 from fairpipe.errors import FairpipeInputError, check_one_of
 from fairpipe.q_kmeans import QKMeans, choose_model
-from flows.ingest import _default_task_runner
+from flows.ingest import _default_task_runner, dask_client
 from storage.store import FairpipeStore, read_array
 from storage.tree import write_dc_tree, write_q_model
 
@@ -86,8 +86,6 @@ def _solve_group(leaves, k, iterations, seed, d, *parts):
 def solve_leaf_groups(session, n_rows, chunk_rows, params, n_leaves, leaves_wanted, rows=None):
     """Solve ``leaves_wanted`` (sorted) on Dask with a shuffle by leaf group; returns
     (leaves, centroids, masses) in ``leaves_wanted`` order."""
-    from distributed import get_worker, worker_client
-
     seed, k, T = int(params["seed"]), int(params["n_clusters"]), int(params["iterations"])
     d = int(read_array(session, "points", slice(0, 1)).shape[1])
     edges = leaf_groups(n_leaves, n_rows)
@@ -97,7 +95,7 @@ def solve_leaf_groups(session, n_rows, chunk_rows, params, n_leaves, leaves_want
     if rows is not None:  # only the chunks holding rows of interest
         chunks = [(a, b) for a, b in chunks if ((rows >= a) & (rows < b)).any()]
 
-    def run(client):
+    with dask_client() as client:
         split = [
             client.submit(_split_chunk, session, a, b, seed, n_leaves, edges, rows, pure=False)
             for a, b in chunks
@@ -107,18 +105,7 @@ def solve_leaf_groups(session, n_rows, chunk_rows, params, n_leaves, leaves_want
             parts = [client.submit(_pick, s, int(g), pure=False) for s in split]
             leaves = leaves_wanted[group_of == g]
             jobs.append(client.submit(_solve_group, leaves, k, T, seed, d, *parts, pure=False))
-        return client.gather(jobs)
-
-    try:
-        get_worker()
-    except ValueError:
-        from prefect_dask import get_dask_client
-
-        with get_dask_client() as client:
-            results = run(client)
-    else:
-        with worker_client() as client:
-            results = run(client)
+        results = client.gather(jobs)
     if not results:
         return leaves_wanted, np.zeros((0, k, d)), np.zeros((0, k))
     leaves = np.concatenate([r[0] for r in results])

@@ -23,6 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from fairpipe.dc_kmeans import leaf_of
 from fairpipe.errors import FairpipeInputError
 from fairpipe.q_kmeans import QKMeans
+from fairpipe.validation import IdLookup, deletion_request
 from flows.fit import solve_leaves_task, solve_parents_task
 from flows.ingest import _default_task_runner, rebuild_index
 from storage.store import FairpipeStore, read_array, write_rows
@@ -87,7 +88,7 @@ def _erase(txn, rows: np.ndarray, chunk_rows: int) -> None:
 
 @task(name="update-q-kmeans", cache_policy=NO_CACHE)
 def forget_q_task(session, attrs_q, arrays, rows):
-    params = {k: attrs_q[k] for k in ("n_clusters", "epsilon", "gamma", "iterations", "seed")}
+    params = {k: attrs_q[k] for k in QKMeans().params()}
     alive = read_array(session, "alive")
     X = read_array(session, "points")
     ids = read_array(session, "ids")
@@ -115,15 +116,11 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
         attrs = store.attrs(txn.session)
         all_ids = read_array(txn.session, "ids")
         alive = read_array(txn.session, "alive")
-        order = np.argsort(all_ids, kind="stable")
-        pos = np.minimum(np.searchsorted(all_ids[order], ids), all_ids.shape[0] - 1)
-        known = all_ids[order][pos] == ids
+        ids, known, rows, live = deletion_request(ids, IdLookup(all_ids), alive)
         if not known.any():
             raise FairpipeInputError(
                 ALL_UNKNOWN.format(n=ids.size, url=store.url, first=int(ids[0]))
             )
-        rows = order[pos[known]]
-        live = alive[rows]
         rows = np.sort(rows[live])
         result.update(
             deleted=ids[known][live].tolist(),
@@ -151,8 +148,7 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
                     q_session, *read_q_model(q_session), rows
                 ).result()
                 arrays, scalars = model.state()
-                params = {k: v for k, v in read_q_model(q_session)[0].items() if k in _Q_PARAMS}
-                write_q_model(txn.root, {"model": "q", **params}, arrays, scalars)
+                write_q_model(txn.root, {"model": "q", **model.params()}, arrays, scalars)
                 result.update(
                     certified=report.certified,
                     certified_fraction=report.certified_fraction,
@@ -162,9 +158,6 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
         result["model"] = kind
     timings["total"] = time.perf_counter() - t_start
     return {"store": store.url, "commit": txn.commit_id, **result, "timings": timings}
-
-
-_Q_PARAMS = ("n_clusters", "epsilon", "gamma", "iterations", "seed")
 
 
 def _forget_dc(txn, all_ids, alive_before, rows, n_rows, chunk_rows) -> dict:

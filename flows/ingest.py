@@ -8,6 +8,7 @@ store as it was.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -118,11 +119,12 @@ def _index_tables(fork, t0: int, t1: int):
     return fork, counts
 
 
-def _dask_map(fn, *iterables):
-    """Map ``fn`` over the cluster from inside a Prefect task running on a Dask worker.
+@contextlib.contextmanager
+def dask_client():
+    """A Dask client usable from inside a Prefect task running on a Dask worker.
 
     ``prefect_dask.get_dask_client`` does not secede from the worker's thread pool, so with one
-    worker thread the mapped jobs would wait forever for the thread their parent holds.
+    worker thread the jobs a task submits would wait forever for the thread their parent holds.
     ``distributed.worker_client`` secedes while it waits and rejoins afterwards.
     """
     from distributed import get_worker, worker_client
@@ -133,8 +135,15 @@ def _dask_map(fn, *iterables):
         from prefect_dask import get_dask_client
 
         with get_dask_client() as client:
-            return client.gather(client.map(fn, *iterables, pure=False))
+            yield client
+        return
     with worker_client() as client:
+        yield client
+
+
+def _dask_map(fn, *iterables):
+    """Map ``fn`` over the cluster from inside a Prefect task and gather the results."""
+    with dask_client() as client:
         return client.gather(client.map(fn, *iterables, pure=False))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fairpipe.batched_kmeans import nearest
 from fairpipe.errors import FairpipeInputError
 from fairpipe.validation import check_points
 from storage.store import FairpipeStore
@@ -46,13 +47,11 @@ def predict_store(store_url: str, *, query_rows=None, queries=None) -> dict:
         X = check_points(
             Q[None, :] if Q.ndim == 1 else Q, where="the query file", n_features=int(attrs["d"])
         )
-    d2 = ((X[:, None, :].astype(np.float64) - C[None]) ** 2).sum(-1)
-    d2[:, mass <= 0] = np.inf
-    label = d2.argmin(axis=1)
+    label, d2 = nearest(X, C, mass > 0)
     return {
         "store": store.url,
         "model": kind,
         "clusters": label.tolist(),
-        "distances": np.sqrt(d2[np.arange(X.shape[0]), label]).tolist(),
+        "distances": np.sqrt(d2).tolist(),
         "centroid_masses": mass.tolist(),
     }
