@@ -56,11 +56,12 @@ def leaf_of(ids: np.ndarray, seed: int, n_leaves: int) -> np.ndarray:
     return (stable_hash(int(seed), ids, salt=0xDC) % np.uint64(n_leaves)).astype(np.int64)
 
 
-def node_keys(level: int, nodes: np.ndarray, restart: int = 0) -> np.ndarray:
-    """Stable 64-bit key of (level, node, restart): picks the node's random numbers."""
+def node_keys(level: int, nodes: np.ndarray, restart: int | np.ndarray = 0) -> np.ndarray:
+    """Stable 64-bit key of (level, node, restart): picks the node's random numbers (restart and
+    nodes broadcast together)."""
     return (
         (np.uint64(level) << np.uint64(56))
-        | (np.uint64(restart) << np.uint64(40))
+        | (np.asarray(restart).astype(np.uint64) << np.uint64(40))
         | np.asarray(nodes).astype(np.uint64)
     )
 
@@ -105,13 +106,15 @@ def solve_parents(child_centroids, child_masses, nodes, level, width, k, iterati
     """
     nodes = np.asarray(nodes, dtype=np.int64)
     d = child_centroids.shape[-1]
-    X = child_centroids.reshape(-1, d)
-    weights = child_masses.ravel()
-    sizes = np.full(nodes.shape[0] * n_init, width * k)
-    keys = np.concatenate([node_keys(level, nodes, r) for r in range(n_init)])
+    m = width * k  # points of one node: its children's centroids
+    # Restart r of node i is problem r * len(nodes) + i; restarts share their node's rows.
+    sizes = np.full(nodes.shape[0] * n_init, m, dtype=np.int64)
+    starts = np.tile(np.arange(nodes.shape[0], dtype=np.int64) * m, n_init)
+    keys = node_keys(level, nodes[None, :], np.arange(n_init)[:, None]).ravel()
     res = solve_batch(
-        np.tile(X, (n_init, 1)), np.tile(weights, n_init), sizes, keys, k, iterations, seed
-    )
+        child_centroids.reshape(-1, d), child_masses.ravel(), sizes, keys, k, iterations, seed,
+        starts=starts,
+    )  # fmt: skip
     loss = res.loss.reshape(n_init, nodes.shape[0])
     best = loss.argmin(axis=0)  # ties: the lowest restart
     pick = best * nodes.shape[0] + np.arange(nodes.shape[0])
@@ -256,13 +259,30 @@ class DCKMeans:
     def _solve_leaves(self, leaves: np.ndarray) -> None:
         if leaves.size == 0:
             return
-        rows = np.flatnonzero(self.alive_ & np.isin(self.leaf_of_, leaves))
+        rows = self._live_rows(leaves)
         c, m = solve_leaves(
             self.points_[rows], self.ids_[rows], self.leaf_of_[rows], leaves,
             self.n_clusters, self.iterations, int(self.seed),
         )  # fmt: skip
         self.centroids_by_level_[0][leaves] = c
         self.masses_by_level_[0][leaves] = m
+
+    def _live_rows(self, leaves: np.ndarray) -> np.ndarray:
+        """Rows of these (sorted, distinct) leaves that are still alive, from a by-leaf index."""
+        if not hasattr(self, "_by_leaf"):
+            self._by_leaf = np.argsort(self.leaf_of_, kind="stable")
+            self._leaf_start = np.zeros(self.n_leaves_ + 1, dtype=np.int64)
+            np.cumsum(
+                np.bincount(self.leaf_of_, minlength=self.n_leaves_), out=self._leaf_start[1:]
+            )
+        if leaves.shape[0] == self.n_leaves_:
+            rows = self._by_leaf
+        else:
+            lo, hi = self._leaf_start[leaves], self._leaf_start[leaves + 1]
+            lengths = hi - lo
+            shift = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths)
+            rows = self._by_leaf[shift + np.arange(int(lengths.sum()))]
+        return rows[self.alive_[rows]]
 
     def _solve_parents(self, level: int, nodes: np.ndarray) -> None:
         w = self.width
