@@ -177,12 +177,13 @@ class QKMeans:
         if not hasattr(self, "centroids_"):
             raise FairpipeInputError(NOT_FITTED)
 
-    def _certify(self, x: np.ndarray) -> bool:
-        """Would removing x leave every quantised centroid and stop decision unchanged?"""
+    def _replay(self, x: np.ndarray):
+        """The metadata after removing x if every quantised centroid and stop decision stays the
+        same; None otherwise (nothing is changed either way)."""
         k = int(self.n_clusters)
         n = self.n_fit_ - 1
         if n < k:
-            return False
+            return None
         T = self.c_out_.shape[0]
         new_sums = self.sums_.copy()
         new_sizes = self.sizes_.copy()
@@ -199,20 +200,43 @@ class QKMeans:
                 float(self.epsilon),
             )
             if not np.array_equal(q, self.c_out_[t]):
-                return False
+                return None
         # The early-stop decisions must not flip: every kept step's loss did not increase, and a
         # step that stopped training (T < iterations) must still see an increase.
         if T > 1 and (np.diff(new_losses) > 0).any():
-            return False
+            return None
         stop_loss = self.stop_loss_
         if stop_loss is not None:
             stop_loss -= float(((self.c_out_[-1] - x) ** 2).sum(axis=1).min())
             if not stop_loss > new_losses[-1]:
-                return False
-            self.stop_loss_ = stop_loss
-        self.sums_, self.sizes_, self.losses_ = new_sums, new_sizes, new_losses
-        self.n_fit_ = n
+                return None
+        return new_sums, new_sizes, new_losses, stop_loss
+
+    def _certify(self, x: np.ndarray) -> bool:
+        """Would removing x leave every quantised centroid and stop decision unchanged? If so,
+        update the metadata as retraining without x would have left it."""
+        state = self._replay(x)
+        if state is None:
+            return False
+        self.sums_, self.sizes_, self.losses_, self.stop_loss_ = state
+        self.n_fit_ -= 1
         return True
+
+    def certification_rate(self, n_probe: int = 200, seed: int = 0) -> float:
+        """Fraction of ``n_probe`` live points (drawn at random) whose deletion alone would be
+        certified: a dry run that changes nothing. It predicts how often deletions will need a
+        retrain, so whether ``epsilon`` suits the data (or DC-k-means would serve better)."""
+        self._check_fitted()
+        check_positive_int(n_probe, "n_probe", "QKMeans.certification_rate")
+        rows = np.flatnonzero(self.alive_)
+        rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x50B]))
+        rows = rng.choice(rows, size=min(n_probe, rows.shape[0]), replace=False)
+        ok = [
+            self.ids_[r] not in self.seed_ids_
+            and self._replay(self.points_[r].astype(np.float64)) is not None
+            for r in rows
+        ]
+        return float(np.mean(ok)) if ok else 0.0
 
     def delete(self, ids) -> QDeletionReport:
         """Delete a batch of ids one by one; retrain once at the end if any is not certified."""
@@ -261,13 +285,20 @@ def _balanced(sums: np.ndarray, sizes: np.ndarray, prev: np.ndarray, threshold: 
     return np.where(small[:, None], a * mean + (1 - a) * prev, mean)
 
 
-def choose_model(n: int, d: int, k: int) -> str:
-    """``"q"`` or ``"dc"`` from the data's shape.
+def choose_model(n: int, d: int, k: int, certification_rate: float | None = None) -> str:
+    """``"q"`` or ``"dc"`` from the data's shape, or from a measured certification rate.
 
     Q-k-means answers most deletions from its metadata, but its certification rate falls with
-    dimension (about 99.6% at d = 15-25, 77% at d = 52 and 24% at d = 784 at eps = 0.05) and every
-    failed certification costs a full retrain; DC-k-means always recomputes one leaf-to-root path.
-    So: Q up to 30 dimensions when clusters hold enough points for the lattice to absorb one
-    deletion (n / k >= 1,000), DC otherwise.
+    dimension (measured: 99.8-100% at d = 7-25 with eps = 0.2; 0-15% on MNIST, d = 784, at eps
+    0.05-0.5) and every failed certification costs a full retrain; DC-k-means always recomputes
+    one leaf-to-root path (about 1 ms at d = 25). A retrain costs about as much as a thousand DC
+    deletions, so Q pays off only when nearly every deletion is certified:
+
+    - with ``certification_rate`` (from :meth:`QKMeans.certification_rate` on a fitted model):
+      Q when it is at least 0.99;
+    - from the shape alone: Q up to 30 dimensions when clusters hold enough points for the
+      lattice to absorb one deletion (n / k >= 1,000), DC otherwise.
     """
+    if certification_rate is not None:
+        return "q" if certification_rate >= 0.99 else "dc"
     return "q" if d <= 30 and n >= 1000 * k else "dc"

@@ -217,7 +217,8 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             write_q_model(txn.root, {"model": "q", **q_params}, arrays, scalars)
             timings["lloyd"] = time.perf_counter() - t0
             root_c, root_m = qm.centroids_, qm.sizes_[-1]
-            extra = {"steps": int(qm.c_out_.shape[0])}
+            # Dry run on 200 live points: how many deletions will be answered without a retrain.
+            extra = {"steps": int(qm.c_out_.shape[0]), "certification_rate": qm.certification_rate()}
         txn.root.attrs["model"] = model
     timings["total"] = time.perf_counter() - t_start
     return {

@@ -115,8 +115,9 @@ def test_crash_mid_forget_leaves_the_last_commit_and_a_rerun_finishes(
 def test_q_model_fit_and_forget_match_the_estimator(prefect_server, tmp_path):
     path, X, ids = make_store(tmp_path, n=3000)
     params = dict(n_clusters=4, epsilon=0.5, gamma=0.2, iterations=8, seed=2)
-    run_fit(str(path), FitOptions(k=4, model="q", epsilon=0.5, iterations=8, seed=2))
+    fitted = run_fit(str(path), FitOptions(k=4, model="q", epsilon=0.5, iterations=8, seed=2))
     model = QKMeans(**params).fit(X, ids=ids)
+    assert fitted["certification_rate"] == model.certification_rate()
     p = predict_store(str(path), queries=X[:50])
     assert p["model"] == "q" and p["clusters"] == model.predict(X[:50]).tolist()
     gone = [i for i in ids[10:14] if i not in model.seed_ids_]

@@ -111,3 +111,22 @@ def test_bad_parameters(params, match):
 def test_choose_model():
     assert choose_model(100_000, 25, 5) == "q"
     assert choose_model(5_000, 784, 10) == "dc"
+    assert choose_model(100_000, 25, 5, certification_rate=0.95) == "dc"
+    assert choose_model(5_000, 784, 10, certification_rate=0.999) == "q"
+
+
+def test_certification_probe_changes_nothing_and_predicts_the_rate():
+    X = blobs(n=20000, d=5, k=5)
+    model = QKMeans(n_clusters=5, epsilon=0.05, gamma=0.2, iterations=10, seed=0).fit(X)
+    before = {name: np.copy(getattr(model, name)) for name in ("sums_", "sizes_", "losses_")}
+    rate = model.certification_rate(n_probe=100, seed=1)
+    for name, value in before.items():
+        assert np.array_equal(getattr(model, name), value)
+    # Single deletions from the same state: the probe's answer for each is what delete() does.
+    rows = np.random.default_rng(np.random.SeedSequence([1, 0x50B])).choice(20000, 100, False)
+    realised = [QKMeans.from_state(model.params(), *model.state(), X, model.ids_, model.alive_)
+                .delete([model.ids_[r]]).certified for r in rows]  # fmt: skip
+    assert rate == np.mean(realised)
+    # A fine lattice in high dimension certifies little: the probe says so.
+    wide = QKMeans(n_clusters=5, epsilon=0.001, seed=0).fit(blobs(n=2000, d=40, k=5))
+    assert wide.certification_rate(n_probe=50) < 0.5
