@@ -271,6 +271,25 @@ def _nearest_rows(X, C, live, label, dist):
         dist[i] = best_d
 
 
+@_kernel
+def _cluster_sums_rows(X, label, sums, sizes):
+    for i in range(X.shape[0]):
+        c = label[i]
+        sizes[c] += 1.0
+        for j in range(X.shape[1]):
+            sums[c, j] += X[i, j]
+
+
+def cluster_sums(X: np.ndarray, label: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sums (k, d), sizes (k,)) of the rows of X per label, each added in row order (the bits of
+    ``np.bincount(label, weights=X[:, j])`` for every column j, in one pass)."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    sums = np.zeros((k, X.shape[1]))
+    sizes = np.zeros(k)
+    _cluster_sums_rows(X, np.ascontiguousarray(label, dtype=np.int64), sums, sizes)
+    return sums, sizes
+
+
 def solve_batch(
     X: np.ndarray,
     weights: np.ndarray,

@@ -12,7 +12,12 @@ epsilon-lattice with a random phase theta ~ U[0, 1)^d:
 ``Q(c) = eps * (round(c / eps + theta - 1/2) - (theta - 1/2))``. Training stops early when the
 assignment loss increases. Every step's sums, sizes, phases, inputs, outputs and loss are kept.
 
-Deletion of a point x: if x was a k-means++ seed, retrain. Otherwise replay every step with x
+Restarts (``n_init``): whole training runs from different seeds; the run whose final centroids
+have the lowest loss is the model. A deletion is certified only if it is certified in every run
+and the same run stays the best (its loss, like every run's, drops by x's distance to its final
+centroids), so the model is still the one retraining would choose.
+
+Deletion of a point x: if x was a k-means++ seed (of any run), retrain. Otherwise replay every step with x
 removed: its cluster under ``c_in[t]`` loses x (sum - x, size - 1: the exact new mean), n becomes
 n - 1 (which moves the balance threshold of every cluster), and the quantised outputs must all stay
 the same, as must every early-stop decision; then the deletion is *certified*: only the metadata
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairpipe.batched_kmeans import kmeans_plus_plus, nearest
+from fairpipe.batched_kmeans import cluster_sums, kmeans_plus_plus, nearest
 from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int
 from fairpipe.validation import (
     IdLookup,
@@ -36,7 +41,11 @@ from fairpipe.validation import (
     deletion_request,
 )
 
-Q_STATE = ("c_in_", "c_out_", "thetas_", "sums_", "sizes_", "losses_", "seed_ids_")
+# Arrays of a fitted model's state (per run, padded to the longest run; see QKMeans.state).
+Q_STATE = (
+    "c_in", "c_out", "thetas", "sums", "sizes", "losses", "steps", "stop_losses", "final_losses",
+    "seed_ids", "centroids",
+)  # fmt: skip
 NOT_FITTED = "This QKMeans instance is not fitted yet. Call 'fit' first."
 BAD_GAMMA = "The 'gamma' parameter of QKMeans must be in (0, 1). Got {value!r} instead."
 K_TOO_LARGE = "The 'n_clusters' parameter of QKMeans is {k}, but the data has only {n} points."
@@ -61,6 +70,21 @@ def quantise(c: np.ndarray, theta: np.ndarray, eps: float) -> np.ndarray:
     return eps * (np.round(c / eps + shift) - shift)
 
 
+@dataclass
+class _Run:
+    """One training run's metadata: step t went from ``c_in[t]`` to ``c_out[t]``."""
+
+    c_in: np.ndarray  # (T, k, d)
+    c_out: np.ndarray  # (T, k, d)
+    thetas: np.ndarray  # (T, k, d) lattice phases
+    sums: np.ndarray  # (T, k, d) cluster sums under c_in[t]
+    sizes: np.ndarray  # (T, k)
+    losses: np.ndarray  # (T,) loss of c_in[t]
+    stop_loss: float | None  # loss of c_out[-1] when it rose and stopped training
+    final_loss: float  # loss of c_out[-1] (the run's centroids)
+    seed_ids: np.ndarray  # ids of its k-means++ seeds
+
+
 class QKMeans:
     """Quantised k-means with certified deletion.
 
@@ -68,24 +92,29 @@ class QKMeans:
     ----------
     n_clusters : int
     epsilon : float
-        Lattice spacing of the quantisation (in the data's units).
+        Lattice spacing of the quantisation, in the data's units. Larger: more deletions certified
+        (fewer retrains), and a higher loss (quantisation adds about d * eps^2 / 12 per point).
     gamma : float in (0, 1)
         Balance: clusters smaller than ``gamma * n / k`` are pulled toward their previous centroid.
     iterations : int
         Most Lloyd steps.
+    n_init : int
+        Training runs from different seeds; the lowest final loss wins.
     seed : int
     """
 
-    def __init__(self, n_clusters=8, epsilon=0.05, gamma=0.2, iterations=10, seed=0):
+    def __init__(self, n_clusters=8, epsilon=0.05, gamma=0.2, iterations=10, n_init=1, seed=0):
         self.n_clusters = n_clusters
         self.epsilon = epsilon
         self.gamma = gamma
         self.iterations = iterations
+        self.n_init = n_init
         self.seed = seed
 
     def _check_params(self) -> None:
         check_positive_int(self.n_clusters, "n_clusters", "QKMeans")
         check_positive_int(self.iterations, "iterations", "QKMeans")
+        check_positive_int(self.n_init, "n_init", "QKMeans")
         check_positive_float(self.epsilon, "epsilon", "QKMeans")
         g = self.gamma
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 < g < 1:
@@ -105,29 +134,34 @@ class QKMeans:
         # Canonical order: by id, so the model does not depend on row order.
         rows = rows[np.argsort(self.ids_[rows], kind="stable")]
         X = self.points_[rows].astype(np.float64)
+        k = int(self.n_clusters)
+        if k > X.shape[0]:
+            raise FairpipeInputError(K_TOO_LARGE.format(k=k, n=X.shape[0]))
+        self.runs_ = [self._train_run(X, self.ids_[rows], r) for r in range(int(self.n_init))]
+        self.n_fit_ = X.shape[0]
+        self._choose()
+
+    def _train_run(self, X: np.ndarray, ids: np.ndarray, r: int) -> _Run:
         n, d = X.shape
         k = int(self.n_clusters)
-        if k > n:
-            raise FairpipeInputError(K_TOO_LARGE.format(k=k, n=n))
         eps, T = float(self.epsilon), int(self.iterations)
-        c, seed_pos = kmeans_plus_plus(X, k, key=0x51, seed=int(self.seed))
-        self.seed_ids_ = np.unique(self.ids_[rows[seed_pos[seed_pos >= 0]]])
-        rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), 0x514B]))
-        thetas = rng.random((T, k, d))
+        c, seed_pos = kmeans_plus_plus(X, k, key=0x51 + (r << 8), seed=int(self.seed))
+        seed_ids = np.unique(ids[seed_pos[seed_pos >= 0]])
+        entropy = [int(self.seed), 0x514B] + ([r] if r else [])
+        thetas = np.random.default_rng(np.random.SeedSequence(entropy)).random((T, k, d))
         c_in: list[np.ndarray] = []
         c_out: list[np.ndarray] = []
         sums: list[np.ndarray] = []
         sizes: list[np.ndarray] = []
         losses: list[float] = []
-        self.stop_loss_: float | None = None
+        stop_loss: float | None = None
         for t in range(T):
             label, dist = nearest(X, c)
             loss = float(dist.sum())
             if losses and loss > losses[-1]:
-                self.stop_loss_ = loss  # the loss increased: keep the previous step's centroids
+                stop_loss = loss  # the loss increased: keep the previous step's centroids
                 break
-            s = np.stack([np.bincount(label, weights=X[:, j], minlength=k) for j in range(d)], 1)
-            m = np.bincount(label, minlength=k).astype(np.float64)
+            s, m = cluster_sums(X, label, k)
             q = quantise(_balanced(s, m, c, self.gamma * n / k), thetas[t], eps)
             c_in.append(c)
             c_out.append(q)
@@ -135,14 +169,26 @@ class QKMeans:
             sizes.append(m)
             losses.append(loss)
             c = q
-        self.n_fit_ = n
-        self.thetas_ = thetas[: len(c_out)]
-        self.c_in_ = np.array(c_in)
-        self.c_out_ = np.array(c_out)
-        self.sums_ = np.array(sums)
-        self.sizes_ = np.array(sizes)
-        self.losses_ = np.array(losses)
-        self.centroids_ = c
+        final = stop_loss if stop_loss is not None else float(nearest(X, c)[1].sum())
+        return _Run(
+            np.array(c_in), np.array(c_out), thetas[: len(c_out)], np.array(sums),
+            np.array(sizes), np.array(losses), stop_loss, final, seed_ids,
+        )  # fmt: skip
+
+    def _choose(self) -> None:
+        finals = [run.final_loss for run in self.runs_]
+        self.best_ = int(np.argmin(finals))  # ties: the lowest run
+        self.seed_ids_ = np.unique(np.concatenate([run.seed_ids for run in self.runs_]))
+        self.centroids_ = self.runs_[self.best_].c_out[-1]
+
+    # The best run's metadata, under the names a single run would have.
+    c_in_ = property(lambda self: self.runs_[self.best_].c_in)
+    c_out_ = property(lambda self: self.runs_[self.best_].c_out)
+    thetas_ = property(lambda self: self.runs_[self.best_].thetas)
+    sums_ = property(lambda self: self.runs_[self.best_].sums)
+    sizes_ = property(lambda self: self.runs_[self.best_].sizes)
+    losses_ = property(lambda self: self.runs_[self.best_].losses)
+    stop_loss_ = property(lambda self: self.runs_[self.best_].stop_loss)
 
     def params(self) -> dict:
         return {
@@ -150,23 +196,48 @@ class QKMeans:
             "epsilon": float(self.epsilon),
             "gamma": float(self.gamma),
             "iterations": int(self.iterations),
+            "n_init": int(self.n_init),
             "seed": int(self.seed),
         }
 
     def state(self) -> tuple[dict, dict]:
-        """(arrays, scalars) that :meth:`from_state` needs besides the points."""
-        arrays = {name: getattr(self, name) for name in Q_STATE}
-        scalars = {"n_fit": int(self.n_fit_), "stop_loss": self.stop_loss_}
-        return arrays, scalars
+        """(arrays, scalars) that :meth:`from_state` needs besides the points. Per-run arrays
+        have a leading run axis, padded with zeros to the longest run (``steps`` per run)."""
+        R = len(self.runs_)
+        T = max(run.c_out.shape[0] for run in self.runs_)
+        arrays: dict[str, np.ndarray] = {}
+        for name in ("c_in", "c_out", "thetas", "sums", "sizes", "losses"):
+            first = getattr(self.runs_[0], name)
+            out = np.zeros((R, T) + first.shape[1:])
+            for r, run in enumerate(self.runs_):
+                value = getattr(run, name)
+                out[r, : value.shape[0]] = value
+            arrays[name] = out
+        arrays["steps"] = np.array([run.c_out.shape[0] for run in self.runs_], dtype=np.int64)
+        arrays["stop_losses"] = np.array(
+            [np.nan if run.stop_loss is None else run.stop_loss for run in self.runs_]
+        )
+        arrays["final_losses"] = np.array([run.final_loss for run in self.runs_])
+        arrays["seed_ids"] = self.seed_ids_
+        arrays["centroids"] = self.centroids_
+        return arrays, {"n_fit": int(self.n_fit_), "best": int(self.best_)}
 
     @classmethod
     def from_state(cls, params: dict, arrays: dict, scalars: dict, points, ids, alive) -> QKMeans:
         model = cls(**params)
-        for name in Q_STATE:
-            setattr(model, name, np.asarray(arrays[name]))
+        a = {name: np.asarray(arrays[name]) for name in Q_STATE}
+        model.runs_ = []
+        for r, T in enumerate(a["steps"].tolist()):
+            stop = float(a["stop_losses"][r])
+            model.runs_.append(_Run(
+                a["c_in"][r, :T], a["c_out"][r, :T], a["thetas"][r, :T], a["sums"][r, :T].copy(),
+                a["sizes"][r, :T].copy(), a["losses"][r, :T].copy(),
+                None if np.isnan(stop) else stop, float(a["final_losses"][r]), np.zeros(0),
+            ))  # fmt: skip
         model.n_fit_ = int(scalars["n_fit"])
-        model.stop_loss_ = scalars.get("stop_loss")
-        model.centroids_ = model.c_out_[-1]
+        model.best_ = int(scalars["best"])
+        model.seed_ids_ = a["seed_ids"]
+        model.centroids_ = model.runs_[model.best_].c_out[-1]
         model.points_, model.ids_ = points, np.asarray(ids)
         model._ids = IdLookup(model.ids_)
         model.alive_ = np.asarray(alive, dtype=bool).copy()
@@ -177,48 +248,64 @@ class QKMeans:
         if not hasattr(self, "centroids_"):
             raise FairpipeInputError(NOT_FITTED)
 
-    def _replay(self, x: np.ndarray):
-        """The metadata after removing x if every quantised centroid and stop decision stays the
+    def _replay_run(self, run: _Run, x: np.ndarray):
+        """Run metadata after removing x if every quantised centroid and stop decision stays the
         same; None otherwise (nothing is changed either way)."""
         k = int(self.n_clusters)
         n = self.n_fit_ - 1
-        if n < k:
-            return None
-        T = self.c_out_.shape[0]
-        new_sums = self.sums_.copy()
-        new_sizes = self.sizes_.copy()
-        new_losses = self.losses_.copy()
+        T = run.c_out.shape[0]
+        new_sums = run.sums.copy()
+        new_sizes = run.sizes.copy()
+        new_losses = run.losses.copy()
         for t in range(T):
-            d2 = ((self.c_in_[t] - x) ** 2).sum(axis=1)
+            d2 = ((run.c_in[t] - x) ** 2).sum(axis=1)
             j = int(d2.argmin())
             new_sums[t, j] -= x
             new_sizes[t, j] -= 1
             new_losses[t] -= d2[j]
             q = quantise(
-                _balanced(new_sums[t], new_sizes[t], self.c_in_[t], self.gamma * n / k),
-                self.thetas_[t],
+                _balanced(new_sums[t], new_sizes[t], run.c_in[t], self.gamma * n / k),
+                run.thetas[t],
                 float(self.epsilon),
             )
-            if not np.array_equal(q, self.c_out_[t]):
+            if not np.array_equal(q, run.c_out[t]):
                 return None
         # The early-stop decisions must not flip: every kept step's loss did not increase, and a
         # step that stopped training (T < iterations) must still see an increase.
         if T > 1 and (np.diff(new_losses) > 0).any():
             return None
-        stop_loss = self.stop_loss_
+        drop = float(((run.c_out[-1] - x) ** 2).sum(axis=1).min())
+        stop_loss = run.stop_loss
         if stop_loss is not None:
-            stop_loss -= float(((self.c_out_[-1] - x) ** 2).sum(axis=1).min())
+            stop_loss -= drop
             if not stop_loss > new_losses[-1]:
                 return None
-        return new_sums, new_sizes, new_losses, stop_loss
+        return _Run(
+            run.c_in, run.c_out, run.thetas, new_sums, new_sizes, new_losses, stop_loss,
+            run.final_loss - drop, run.seed_ids,
+        )  # fmt: skip
+
+    def _replay(self, x: np.ndarray) -> list[_Run] | None:
+        """Every run replayed without x, if all are certified and the best run stays the best."""
+        if self.n_fit_ - 1 < int(self.n_clusters):
+            return None
+        runs = []
+        for run in self.runs_:
+            new = self._replay_run(run, x)
+            if new is None:
+                return None
+            runs.append(new)
+        if int(np.argmin([run.final_loss for run in runs])) != self.best_:
+            return None
+        return runs
 
     def _certify(self, x: np.ndarray) -> bool:
-        """Would removing x leave every quantised centroid and stop decision unchanged? If so,
-        update the metadata as retraining without x would have left it."""
-        state = self._replay(x)
-        if state is None:
+        """Would removing x leave every quantised centroid and decision unchanged? If so, update
+        the metadata as retraining without x would have left it."""
+        runs = self._replay(x)
+        if runs is None:
             return False
-        self.sums_, self.sizes_, self.losses_, self.stop_loss_ = state
+        self.runs_ = runs
         self.n_fit_ -= 1
         return True
 

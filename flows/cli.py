@@ -201,8 +201,17 @@ def fit(
     tree_width: int = typer.Option(8, "--tree-width", help="DC: children per node."),
     tree_height: int = typer.Option(2, "--tree-height", help="DC: levels below the root."),
     iterations: int = typer.Option(10, "--iterations", help="Lloyd iterations per node."),
-    n_init: int = typer.Option(10, "--n-init", help="DC: restarts of each internal node."),
-    epsilon: float = typer.Option(0.05, "--epsilon", help="Q: lattice spacing, in the data's units (larger: more certified deletions, higher loss)."),
+    n_init: Optional[int] = typer.Option(
+        None,
+        "--n-init",
+        help="Restarts, the lowest loss kept: DC, of each internal node (default 10); "
+        "Q, whole training runs (default 1).",
+    ),  # fmt: skip
+    epsilon: float = typer.Option(
+        0.05,
+        "--epsilon",
+        help="Q: lattice spacing, in the data's units (larger: more certified deletions, higher loss).",
+    ),
     gamma: float = typer.Option(0.2, "--gamma", help="Q: balance correction, in (0, 1)."),
     seed: int = typer.Option(0, "--seed"),
     dask_address: Optional[str] = typer.Option(None, "--dask-address"),

@@ -44,7 +44,7 @@ class FitOptions:
     width: int = 8
     height: int = 2
     iterations: int = 10
-    n_init: int = 10
+    n_init: int | None = None  # restarts: DC, of each internal node (10); Q, whole runs (1)
     seed: int = 0
     epsilon: float = 0.05
     gamma: float = 0.2
@@ -169,11 +169,12 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
         model = choose_model(n_alive, d, o.k)
     dc_params = dict(
         n_clusters=o.k, width=o.width, height=o.height, iterations=o.iterations,
-        n_init=o.n_init, seed=o.seed,
+        n_init=10 if o.n_init is None else o.n_init, seed=o.seed,
     )  # fmt: skip
     q_params = dict(
-        n_clusters=o.k, epsilon=o.epsilon, gamma=o.gamma, iterations=o.iterations, seed=o.seed
-    )
+        n_clusters=o.k, epsilon=o.epsilon, gamma=o.gamma, iterations=o.iterations,
+        n_init=1 if o.n_init is None else o.n_init, seed=o.seed,
+    )  # fmt: skip
     # Validate every parameter before anything is read or written.
     if model == "dc":
         DCKMeans(**dc_params)._check_params()
@@ -218,7 +219,10 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             timings["lloyd"] = time.perf_counter() - t0
             root_c, root_m = qm.centroids_, qm.sizes_[-1]
             # Dry run on 200 live points: how many deletions will be answered without a retrain.
-            extra = {"steps": int(qm.c_out_.shape[0]), "certification_rate": qm.certification_rate()}
+            extra = {
+                "steps": int(qm.c_out_.shape[0]),
+                "certification_rate": qm.certification_rate(),
+            }
         txn.root.attrs["model"] = model
     timings["total"] = time.perf_counter() - t_start
     return {

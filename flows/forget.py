@@ -88,7 +88,7 @@ def _erase(txn, rows: np.ndarray, chunk_rows: int) -> None:
 
 @task(name="update-q-kmeans", cache_policy=NO_CACHE)
 def forget_q_task(session, attrs_q, arrays, rows):
-    params = {k: attrs_q[k] for k in QKMeans().params()}
+    params = {k: attrs_q[k] for k in QKMeans().params() if k in attrs_q}
     alive = read_array(session, "alive")
     X = read_array(session, "points")
     ids = read_array(session, "ids")

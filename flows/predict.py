@@ -21,8 +21,9 @@ def load_centroids(store: FairpipeStore, session=None) -> tuple[str, np.ndarray,
     if kind == "dc":
         _, centroids, masses = read_dc_tree(session)
         return kind, centroids[-1][0], masses[-1][0]
-    _, arrays = read_q_model(session)
-    return kind, arrays["c_out_"][-1], arrays["sizes_"][-1]
+    attrs, arrays = read_q_model(session)
+    best = int(attrs["best"])
+    return kind, arrays["centroids"], arrays["sizes"][best, int(arrays["steps"][best]) - 1]
 
 
 def predict_store(store_url: str, *, query_rows=None, queries=None) -> dict:

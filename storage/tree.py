@@ -2,8 +2,9 @@
 
 - ``tree/level_<j>/centroids`` float64 (nodes_j, k, d) and ``tree/level_<j>/masses`` float64
   (nodes_j, k), level 0 = leaves, level ``height`` = the root; parameters in ``tree`` attributes.
-- ``qkmeans/<name>`` for every array of a fitted :class:`fairpipe.q_kmeans.QKMeans` (per-step
-  inputs, outputs, phases, sums, sizes, losses, seed ids), parameters in ``qkmeans`` attributes.
+- ``qkmeans/<name>`` for every array of a fitted :class:`fairpipe.q_kmeans.QKMeans` (per run and
+  step: inputs, outputs, phases, sums, sizes, losses; per run: steps, losses; the seed ids and the
+  model's centroids), parameters and scalars in ``qkmeans`` attributes.
 
 The root attribute ``model`` says which one the store holds (``"dc"`` or ``"q"``).
 """
@@ -13,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
+from fairpipe.q_kmeans import Q_STATE
 from storage.store import _zarr, read_array
 
 NO_MODEL = "The store {url} has no fitted model. Run 'fairpipe fit --store {url} --k K' first."
-Q_ARRAYS = ("c_in_", "c_out_", "thetas_", "sums_", "sizes_", "losses_", "seed_ids_")
 
 
 def _replace(root, name: str, values: np.ndarray) -> None:
@@ -65,15 +66,15 @@ def write_q_model(root, params: dict, arrays: dict, extra: dict) -> None:
             del root[group]
     q = root.create_group("qkmeans")
     q.attrs.update({**params, **extra})
-    for name in Q_ARRAYS:
-        _replace(root, f"qkmeans/{name.rstrip('_')}", np.asarray(arrays[name]))
+    for name in Q_STATE:
+        _replace(root, f"qkmeans/{name}", np.asarray(arrays[name]))
     root.attrs["model"] = "q"
 
 
 def read_q_model(session) -> tuple[dict, dict]:
     group = _zarr().open_group(session.store, mode="r")
     attrs = dict(group["qkmeans"].attrs)
-    arrays = {name: read_array(session, f"qkmeans/{name.rstrip('_')}") for name in Q_ARRAYS}
+    arrays = {name: read_array(session, f"qkmeans/{name}") for name in Q_STATE}
     return attrs, arrays
 
 

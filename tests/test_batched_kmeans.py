@@ -5,7 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from fairpipe.batched_kmeans import kmeans_plus_plus, n_trials, nearest, solve_batch
+from fairpipe.batched_kmeans import (
+    cluster_sums,
+    kmeans_plus_plus,
+    n_trials,
+    nearest,
+    solve_batch,
+)
 from fairpipe.hashing import seed_key, splitmix64, unit_uniform
 
 
@@ -124,3 +130,12 @@ def test_nearest_matches_a_direct_argmin():
     assert np.array_equal(label, d2.argmin(axis=1))
     assert np.allclose(dist, d2.min(axis=1))
     assert math.isinf(nearest(X[:2], C, np.zeros(7, bool))[1][0])
+
+
+def test_cluster_sums_are_the_bits_of_bincount():
+    rng = np.random.default_rng(5)
+    X, label = rng.normal(size=(1000, 4)) * 1e3, rng.integers(0, 6, size=1000)
+    sums, sizes = cluster_sums(X, label, 7)
+    ref = np.stack([np.bincount(label, weights=X[:, j], minlength=7) for j in range(4)], 1)
+    assert np.array_equal(sums, ref)
+    assert np.array_equal(sizes, np.bincount(label, minlength=7))

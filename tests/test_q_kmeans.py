@@ -130,3 +130,29 @@ def test_certification_probe_changes_nothing_and_predicts_the_rate():
     # A fine lattice in high dimension certifies little: the probe says so.
     wide = QKMeans(n_clusters=5, epsilon=0.001, seed=0).fit(blobs(n=2000, d=40, k=5))
     assert wide.certification_rate(n_probe=50) < 0.5
+
+
+def test_restarts_keep_the_run_with_the_lowest_loss_and_certify_across_all_runs():
+    X = blobs(n=3000, d=3, k=6, seed=5)
+    ids = np.arange(3000)
+    params = dict(n_clusters=6, epsilon=1.0, gamma=0.2, iterations=8, seed=4)
+    model = QKMeans(n_init=4, **params).fit(X, ids=ids)
+    single = QKMeans(n_init=1, **params).fit(X, ids=ids)
+    assert np.array_equal(model.runs_[0].c_out, single.c_out_)  # run 0 is the single run
+    finals = [run.final_loss for run in model.runs_]
+    assert len(set(finals)) > 1 and model.best_ == int(np.argmin(finals))
+    assert np.isclose(model.loss(X), min(finals), rtol=1e-12)
+    assert set(model.seed_ids_) == set(np.concatenate([r.seed_ids for r in model.runs_]))
+    # Through the stored state and back, then a batch of certified deletions: every run is what
+    # replaying it from its own seeds without the points gives, and the best run is still best.
+    model = QKMeans.from_state(model.params(), *model.state(), model.points_, ids, model.alive_)
+    gone = np.random.default_rng(0).choice(np.setdiff1d(ids, model.seed_ids_), 20, False)
+    report = model.delete(gone)
+    assert report.certified == 20 and not report.retrained  # a lattice this coarse absorbs them
+    rest = np.delete(model.points_.astype(np.float64), gone, 0)
+    replayed = [replay(rest, r.c_in[0], r.thetas, 1.0, 0.2, 6)[0] for r in model.runs_]
+    losses = [((rest[:, None] - c[None]) ** 2).sum(-1).min(1).sum() for c in replayed]
+    assert model.best_ == int(np.argmin(losses))
+    for run, c, loss in zip(model.runs_, replayed, losses):
+        assert np.allclose(run.c_out[-1], c, atol=1e-9)
+        assert np.isclose(run.final_loss, loss, rtol=1e-9)
