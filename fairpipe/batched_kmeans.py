@@ -25,6 +25,8 @@ are never drawn as seeds and add nothing to any sum, so a parent ignores them.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -321,9 +323,31 @@ def solve_batch(
     M = np.zeros((P, k))
     loss = np.zeros(P)
     seeds = np.full((P, k), -1, dtype=np.int64)
-    _solve(X, w, starts, sizes, keys, _salts(int(seed), int(k)), int(k), n_trials(k),
-           int(iterations), C, M, loss, seeds)  # fmt: skip
+    salts = _salts(int(seed), int(k))
+
+    def run(a: int, b: int) -> None:
+        _solve(X, w, starts[a:b], sizes[a:b], keys[a:b], salts, int(k), n_trials(k),
+               int(iterations), C[a:b], M[a:b], loss[a:b], seeds[a:b])  # fmt: skip
+
+    # Problems are independent, so a large batch is split into contiguous ranges of about equal
+    # work solved on threads at once (the kernel releases the GIL); the bits do not change.
+    threads = min(_THREADS, P, int(sizes.sum() * d) // _WORK_PER_THREAD)
+    if threads <= 1:
+        run(0, P)
+    else:
+        cut = np.searchsorted(np.cumsum(sizes), sizes.sum() * np.arange(1, threads) / threads)
+        bounds = [0, *sorted(set(int(c) for c in cut) - {0, P}), P]
+        list(_pool().map(run, bounds[:-1], bounds[1:]))
     return BatchResult(C, M, loss, seeds)
+
+
+_THREADS = min(os.cpu_count() or 1, 8)
+_WORK_PER_THREAD = 100_000  # points x dimensions below which one thread does it all
+
+
+@lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="fairpipe-kmeans")
 
 
 def nearest(X: np.ndarray, C: np.ndarray, live: np.ndarray | None = None):

@@ -139,3 +139,22 @@ def test_cluster_sums_are_the_bits_of_bincount():
     ref = np.stack([np.bincount(label, weights=X[:, j], minlength=7) for j in range(4)], 1)
     assert np.array_equal(sums, ref)
     assert np.array_equal(sizes, np.bincount(label, minlength=7))
+
+
+def test_a_batch_split_over_threads_gives_the_same_bits(monkeypatch):
+    import fairpipe.batched_kmeans as bk
+
+    rng = np.random.default_rng(6)
+    sizes = rng.integers(0, 80, size=60)
+    X = rng.normal(size=(sizes.sum(), 5))
+    w = rng.uniform(0, 2, size=sizes.sum())
+    keys = np.arange(60)
+    monkeypatch.setattr(bk, "_THREADS", 1)
+    one = solve_batch(X, w, sizes, keys, 4, 6, 1)
+    monkeypatch.setattr(bk, "_THREADS", 4)
+    monkeypatch.setattr(bk, "_WORK_PER_THREAD", 10)
+    bk._pool.cache_clear()
+    many = solve_batch(X, w, sizes, keys, 4, 6, 1)
+    bk._pool.cache_clear()
+    for name in ("centroids", "masses", "loss", "seeds"):
+        assert np.array_equal(getattr(one, name), getattr(many, name)), name
