@@ -223,7 +223,7 @@ def plot(results, path: Path) -> None:
             if label in r:
                 cum = np.array(r[label]["cumulative_s"])
                 step = max(1, r["deletions"] // 100)
-                x = np.arange(1, cum.size + 1) * step
+                x = np.arange(cum.size) * step + 1  # cumulative_s[i]: after i * step + 1
                 ax.plot(x, 1e3 * cum / x, label=f"{label} (amortised)")
         ax.axhline(1e3 * r["refit_s"], color="k", linestyle="dashed", label="scikit-learn refit")
         ax.set_yscale("log")

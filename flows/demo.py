@@ -1,4 +1,5 @@
-"""The main job: ingest the built-in digits, build the index, sample fairly, report and plot."""
+"""The main job: ingest the built-in digits, build the index, sample fairly, report and plot;
+then fit the deletion-efficient clustering tree and forget some people."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+from fairpipe.hashing import stable_hash
 from flows.evaluate import evaluate_tv, pick_queries, plot_tv
+from flows.fit import FitOptions, run_fit
+from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.sample import load_sampler
 
@@ -21,7 +27,7 @@ def run_demo(
 ) -> dict:
     t0 = time.perf_counter()
     folder = Path(store) if store else Path(tempfile.mkdtemp(prefix="fairpipe-demo-")) / "store"
-    log(f"[1/3] ingest {source} into {folder} (Prefect flow on a local Dask cluster)")
+    log(f"[1/5] ingest {source} into {folder} (Prefect flow on a local Dask cluster)")
     # k=10, L=50 keep the digits' buckets well populated (1,797 points); w from the data.
     options = IngestOptions(seed=seed, lsh_k=10, lsh_tables=50)
     ingest = run_ingest(source, str(folder), options)
@@ -29,12 +35,12 @@ def run_demo(
         f"      {ingest['n']} points x {ingest['d']} dims, {len(ingest['groups'])} groups, "
         f"commit {ingest['commit']}, {ingest['timings']['total']:.1f} s"
     )
-    log("[2/3] open the committed index")
+    log("[2/5] open the committed index")
     nn, attrs = load_sampler(str(folder))
     radius = float(attrs["suggested_radius"]) * 1.5
     queries = pick_queries(nn, n_queries, seed)
     log(
-        f"[3/3] sample 100 x |M(q)| fair neighbours for {len(queries)} queries, radius {radius:.2f}"
+        f"[3/5] sample 100 x |M(q)| fair neighbours for {len(queries)} queries, radius {radius:.2f}"
     )
     done = {}
 
@@ -46,13 +52,46 @@ def run_demo(
     ev = evaluate_tv(nn, queries, radius, mode="exact", seed=seed, progress=progress)
     plot_path = plot or str(folder.parent / "fairpipe-demo-tv.png")
     plot_tv({source: ev}, plot_path, f"{source}: fair sampling, k=10, L=50, r={radius:.1f}")
+    log("[4/5] fit DC-k-means, k=10, 8 x 2 tree (Prefect flow; leaves solved on Dask)")
+    fit = run_fit(str(folder), FitOptions(k=10, width=8, height=2, seed=seed))
+    log(
+        f"      {fit['leaves']} leaves, {fit['nodes']} nodes, commit {fit['commit']}, "
+        f"{fit['timings']['total']:.1f} s"
+    )
+    # Forget 20 people who are near neighbours of the queries, then check they are never drawn.
+    near = nn.sample(query_rows=queries, radius=radius, n_samples=20, seed=seed).ids
+    near = np.setdiff1d(near[near >= 0], nn.ids_[queries])
+    gone = near[pick_queries_of(near, seed)][:20]
+    log(f"[5/5] forget {gone.size} of the queries' neighbours (one commit)")
+
+    def hits_in_samples(sampler) -> tuple[int, int]:
+        drawn = sampler.sample(query_rows=queries, radius=radius, n_samples=1000, seed=seed + 1)
+        return int(np.isin(drawn.ids, gone).sum()), int(drawn.ids.size)
+
+    before, n_drawn = hits_in_samples(nn)
+    forget = run_forget(str(folder), gone)
+    hits, _ = hits_in_samples(load_sampler(str(folder))[0])
+    log(
+        f"      {len(forget['deleted'])} forgotten, {forget['leaves_recomputed']} leaves and "
+        f"{forget['nodes_recomputed']} nodes recomputed, commit {forget['commit']}, "
+        f"{forget['timings']['total']:.1f} s"
+    )
+    log(f"      the forgotten ids in {n_drawn:,} samples: {before} before, {hits} after")
     return {
         "store": str(folder),
         "ingest": ingest,
         "evaluation": ev,
+        "fit": fit,
+        "forget": forget,
+        "forgotten_in_samples": {"before": before, "after": hits},
         "plot": plot_path,
         "seconds": time.perf_counter() - t0,
     }
+
+
+def pick_queries_of(ids: np.ndarray, seed: int) -> np.ndarray:
+    """Positions of ``ids`` in an order fixed by hash of (seed, id)."""
+    return np.argsort(stable_hash(seed, ids, salt=0x0F), kind="stable")
 
 
 if __name__ == "__main__":

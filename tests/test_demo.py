@@ -1,0 +1,14 @@
+"""The demo end to end: ingest, fair sampling, fit, forget (what `make demo` runs)."""
+
+from flows.demo import run_demo
+
+
+def test_demo_forgets_people_who_were_being_sampled(prefect_server, tmp_path):
+    r = run_demo(store=str(tmp_path / "demo"), n_queries=8, plot=str(tmp_path / "tv.png"))
+    assert (tmp_path / "tv.png").stat().st_size > 0
+    ev = r["evaluation"]["methods"]
+    assert ev["exact"]["ratio_to_floor"] < 2 < ev["uniform"]["ratio_to_floor"]
+    assert r["fit"]["leaves"] == 64 and len(r["forget"]["deleted"]) == 20
+    # The forgotten ids were drawn before the forget, and never after.
+    assert r["forgotten_in_samples"]["before"] > 0
+    assert r["forgotten_in_samples"]["after"] == 0
