@@ -257,6 +257,12 @@ def forget(
     dask_address: Optional[str] = typer.Option(None, "--dask-address"),
     workers: int = typer.Option(2, "--workers"),
     lock_timeout: float = typer.Option(0.0, "--lock-timeout"),
+    purge_history: bool = typer.Option(
+        False,
+        "--purge-history",
+        help="Also drop every earlier snapshot (they still hold the erased rows) and delete "
+        "the objects only they used. Time travel before this commit is lost.",
+    ),  # fmt: skip
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Forget a batch of ids: erase the rows, drop them from the index, update the model."""
@@ -267,7 +273,7 @@ def forget(
             raise FairpipeInputError("Give exactly one of --ids or --ids-file.")
         wanted = parse_ids(text=ids, path=ids_file)
         result = run_forget(
-            store, wanted, ForgetOptions(lock_timeout=lock_timeout),
+            store, wanted, ForgetOptions(lock_timeout=lock_timeout, purge_history=purge_history),
             dask_address=dask_address, n_workers=workers,
         )  # fmt: skip
     except Exception as exc:  # noqa: BLE001
@@ -289,6 +295,12 @@ def forget(
             )
         if r["unknown"]:
             console.print(f"unknown ids: {r['unknown'][:10]}")
+        if "purged" in r:
+            p = r["purged"]
+            console.print(
+                f"history purged: {p['snapshots_before']} -> {p['snapshots_after']} snapshots, "
+                f"{p['chunks_deleted']} chunks ({p['bytes_deleted'] / 1e6:.1f} MB) deleted"
+            )
 
     _emit(result, as_json, render)
 

@@ -40,6 +40,9 @@ ERASED_KEY = np.iinfo(np.uint64).max
 @dataclass
 class ForgetOptions:
     lock_timeout: float = 0.0
+    # Also drop every earlier snapshot and the objects only they used (storage.purge_history):
+    # without it, time travel to an earlier snapshot still reads the erased rows.
+    purge_history: bool = False
 
 
 def parse_ids(text: str | None = None, path: str | None = None) -> np.ndarray:
@@ -75,12 +78,13 @@ def _ints(tokens, where) -> np.ndarray:
 
 
 def _erase(txn, rows: np.ndarray, chunk_rows: int) -> None:
-    """Zero the points, overwrite the keys and clear alive of ``rows``, chunk by chunk."""
+    """Zero the points, overwrite the keys and groups, clear alive of ``rows``, chunk by chunk."""
     for c in np.unique(rows // chunk_rows):
         a = int(c) * chunk_rows
         sel = rows[(rows >= a) & (rows < a + chunk_rows)] - a
         b = a + chunk_rows
-        for name, value in (("points", 0.0), ("lsh/keys", ERASED_KEY), ("alive", False)):
+        erased = (("points", 0.0), ("lsh/keys", ERASED_KEY), ("groups", -1), ("alive", False))
+        for name, value in erased:
             block = read_array(txn.session, name, slice(a, b))
             block[sel] = value
             write_rows(txn.session, name, a, block)
@@ -156,6 +160,10 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
                 )
             timings["model"] = time.perf_counter() - t0
         result["model"] = kind
+    if o.purge_history:
+        t0 = time.perf_counter()
+        result["purged"] = store.purge_history(lock_timeout=o.lock_timeout)
+        timings["purge"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     return {"store": store.url, "commit": txn.commit_id, **result, "timings": timings}
 

@@ -334,7 +334,8 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         counts = rebuild_index(txn, L, n_total)
         timings["bucket_index"] = time.perf_counter() - t0
 
-        groups_all = read_array(txn.session, "groups")
+        # Live rows per group (a forgotten row's group is erased to -1).
+        groups_all = read_array(txn.session, "groups")[read_array(txn.session, "alive")]
         per_group = np.bincount(groups_all, minlength=max(len(group_names), 1)).tolist()
         meta = {
             "fairpipe_format": FORMAT,

@@ -239,6 +239,31 @@ class FairpipeStore:
                 with contextlib.suppress(Exception):
                     self.repo.delete_branch(branch)
 
+    def purge_history(self, lock_timeout: float = 0.0) -> dict:
+        """Drop every snapshot before ``main``'s tip and delete the objects only they used.
+
+        Forgetting is complete only when no snapshot still holds the erased rows: a forget
+        commit rewrites the chunks holding them, but earlier snapshots keep the old chunks for
+        time travel. This expires every snapshot older than the tip (history becomes the
+        repository's empty first snapshot, then the tip) and garbage-collects every object no
+        retained snapshot reaches. Chunks the tip still uses are never touched. Holds the writer
+        lock; readers with a session on an expired snapshot may fail afterwards.
+        """
+        with WriterLock(lock_path_for(self.url, self.spec.local_dir), self.url, lock_timeout):
+            tip = self.repo.lookup_snapshot(self.repo.lookup_branch("main"))
+            before = len(self.history())
+            self.repo.expire_snapshots(
+                tip.written_at, delete_expired_branches=True, delete_expired_tags=True
+            )
+            gc = self.repo.garbage_collect(tip.written_at)
+            return {
+                "snapshots_before": before,
+                "snapshots_after": len(self.history()),
+                "snapshots_deleted": int(gc.snapshots_deleted),
+                "chunks_deleted": int(gc.chunks_deleted),
+                "bytes_deleted": int(gc.bytes_deleted),
+            }
+
 
 def open_store(url: str, create: bool = False) -> FairpipeStore:
     return FairpipeStore.open(url, create=create)

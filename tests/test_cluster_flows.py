@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
+from zarr.errors import ArrayNotFoundError
 
 from fairpipe.dc_kmeans import DCKMeans
 from fairpipe.q_kmeans import QKMeans
@@ -80,6 +81,40 @@ def test_fit_then_forget_equal_the_in_memory_tree_and_erase_the_rows(prefect_ser
     # Forgetting the same ids again is a no-op: no new commit.
     again = run_forget(str(path), gone[:3])
     assert again["deleted"] == [] and again["commit"] == res_commit(path)
+
+
+def test_purge_history_leaves_no_snapshot_holding_the_forgotten_rows(prefect_server, tmp_path):
+    path, X, ids = make_store(tmp_path, n=1200)
+    st = FairpipeStore.open(str(path))
+
+    def snapshots_with_row(row):
+        """Messages of the snapshots whose points still hold ``row``."""
+        found = []
+        for snap in st.history():
+            session = st.readonly_session(snap["id"])
+            try:
+                points = st.read("points", session=session)
+            except ArrayNotFoundError:  # the repository's first snapshots, before any array
+                continue
+            if (points[row] != 0).any():
+                found.append(snap["message"])
+        return found
+
+    run_forget(str(path), [ids[3]])
+    assert snapshots_with_row(3)  # without a purge, time travel still reads the erased row
+    res = run_forget(str(path), [ids[10]], ForgetOptions(purge_history=True))
+    purged = res["purged"]
+    assert purged["snapshots_after"] == 2 < purged["snapshots_before"]
+    assert purged["chunks_deleted"] > 0 and purged["bytes_deleted"] > 0
+    assert snapshots_with_row(3) == [] and snapshots_with_row(10) == []
+    # The tip is intact: every other row, the erased groups, and sampling still work.
+    st = FairpipeStore.open(str(path))
+    keep = np.setdiff1d(np.arange(1200), [3, 10])
+    assert np.array_equal(st.read("points")[keep], X[keep])
+    assert st.read("groups")[[3, 10]].tolist() == [-1, -1]
+    nn, _ = load_sampler(str(path))
+    assert not np.isin([ids[3], ids[10]], nn.sample(query_rows=[4], radius=50.0, n_samples=300,
+                                                    mode="buckets").ids).any()  # fmt: skip
 
 
 def res_commit(path):
