@@ -44,6 +44,28 @@ def build_table(keys_column: np.ndarray, alive: np.ndarray | None = None):
     return sorted_keys[starts], bucket_starts, members
 
 
+def remove_rows(bucket_keys, bucket_starts, members, dead: np.ndarray):
+    """One table's index without the rows marked in ``dead`` (a boolean mask over all rows).
+
+    The same arrays :func:`build_table` gives on the remaining rows: members keep their (key,
+    row) order, offsets drop by the members removed before them, and buckets left empty go.
+    Costs one pass over the table, no sort.
+
+    >>> k, s, m = build_table(np.array([5, 3, 5, 3, 9], dtype=np.uint64))
+    >>> remove_rows(k, s, m, np.array([False, True, False, True, False]))
+    (array([5, 9], dtype=uint64), array([0, 2, 3]), array([0, 2, 4]))
+    """
+    keep = ~dead[members]
+    removed_before = np.concatenate([[0], np.cumsum(~keep)])
+    starts = bucket_starts - removed_before[bucket_starts]
+    nonempty = starts[1:] > starts[:-1]
+    return (
+        bucket_keys[nonempty],
+        np.append(starts[:-1][nonempty], starts[-1]),
+        members[keep],
+    )
+
+
 @dataclass
 class BucketIndex:
     """All tables' buckets, flattened: bucket b holds ``members[starts[b]:starts[b + 1]]``."""

@@ -24,8 +24,8 @@ from fairpipe.dc_kmeans import leaf_of
 from fairpipe.errors import FairpipeInputError
 from fairpipe.q_kmeans import QKMeans
 from fairpipe.validation import IdLookup, deletion_request
-from flows.fit import solve_leaves_task, solve_parents_task
-from flows.ingest import _default_task_runner, rebuild_index
+from flows.fit import _solve_group, _split_chunk, solve_leaves_task, solve_parents_task
+from flows.ingest import _default_task_runner, remove_from_index
 from storage.store import FairpipeStore, read_array, write_rows
 from storage.tree import read_dc_tree, read_q_model, update_dc_nodes, write_q_model
 
@@ -141,7 +141,9 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
             txn.root.attrs["n_alive"] = int(attrs["n_alive"]) - int(rows.size)
             timings["erase"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            counts = rebuild_index(txn, int(attrs["lsh"]["n_tables"]), n_rows)
+            counts = remove_from_index(
+                txn, rows, int(attrs["lsh"]["n_tables"]), n_rows, int(alive.sum())
+            )
             timings["lsh_index"] = time.perf_counter() - t0
             result["buckets_per_table"] = float(counts.mean())
             t0 = time.perf_counter()
@@ -168,6 +170,12 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
     return {"store": store.url, "commit": txn.commit_id, **result, "timings": timings}
 
 
+# Up to this many rows in the leaves a deletion touches, the leaves and their ancestors are
+# solved in the flow process: a Dask round trip (task, nested shuffle) costs seconds, the kernel
+# milliseconds. Larger batches go to Dask.
+LOCAL_LEAF_ROWS = 200_000
+
+
 def _forget_dc(txn, all_ids, alive_before, rows, n_rows, chunk_rows) -> dict:
     params, centroids, masses = read_dc_tree(txn.session)
     n_leaves = int(params["width"]) ** int(params["height"])
@@ -176,18 +184,33 @@ def _forget_dc(txn, all_ids, alive_before, rows, n_rows, chunk_rows) -> dict:
     alive = alive_before.copy()
     alive[rows] = False
     leaf_rows = np.flatnonzero(alive & np.isin(leaf_all, leaves))
-    fork = txn.fork()
-    got, c, m = solve_leaves_task.submit(
-        fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows
-    ).result()
-    txn.merge([fork])  # read only
+    if leaf_rows.size <= LOCAL_LEAF_ROWS:
+        # Same functions as the Dask path (so the same bits), without its round trips.
+        seed, k, T = int(params["seed"]), int(params["n_clusters"]), int(params["iterations"])
+        chunks = np.unique(leaf_rows // chunk_rows) * chunk_rows
+        parts = [
+            _split_chunk(txn.session, int(a), min(int(a) + chunk_rows, n_rows), seed, n_leaves,
+                         np.zeros(1, np.int64), leaf_rows).get(0)
+            for a in chunks
+        ]  # fmt: skip
+        d = int(centroids[0].shape[2])
+        got, c, m = _solve_group(leaves, k, T, seed, d, *parts)
+    else:
+        fork = txn.fork()
+        got, c, m = solve_leaves_task.submit(
+            fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows
+        ).result()
+        txn.merge([fork])  # read only
     # Leaves left with no live row at all get no part: they become empty (zero mass).
     centroids[0][leaves] = 0.0
     masses[0][leaves] = 0.0
     centroids[0][got], masses[0][got] = c, m
-    centroids, masses, changed = solve_parents_task.submit(
-        params, centroids, masses, leaves
-    ).result()
+    if leaf_rows.size <= LOCAL_LEAF_ROWS:
+        centroids, masses, changed = solve_parents_task.fn(params, centroids, masses, leaves)
+    else:
+        centroids, masses, changed = solve_parents_task.submit(
+            params, centroids, masses, leaves
+        ).result()
     for level, nodes in enumerate(changed):
         update_dc_nodes(txn.root, level, nodes, centroids[level][nodes], masses[level][nodes])
     return {

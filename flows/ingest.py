@@ -19,7 +19,7 @@ import numpy as np
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from fairpipe.bucket_index import build_table
+from fairpipe.bucket_index import build_table, remove_rows
 from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int
 from fairpipe.hashing import stable_hash
 from fairpipe.lsh import E2LSH, ROW_BLOCK
@@ -197,6 +197,35 @@ def rebuild_index(txn, n_tables: int, n_rows: int) -> np.ndarray:
     if "lsh/bucket_counts" in txn.root:
         del txn.root["lsh/bucket_counts"]
     txn.root.create_array("lsh/bucket_counts", shape=(n_tables,), dtype="int64")[:] = counts
+    return counts
+
+
+def remove_from_index(txn, rows: np.ndarray, n_tables: int, n_rows: int, n_indexed: int):
+    """Drop ``rows`` from every table's buckets in place, in blocks of tables of bounded memory:
+    one pass over each table and no sort (:func:`fairpipe.bucket_index.remove_rows`), giving the
+    arrays :func:`rebuild_index` would. ``n_indexed`` rows are in each table now (the live rows
+    before the deletion). Returns the new bucket count of each table."""
+    dead = np.zeros(n_rows, dtype=bool)
+    dead[rows] = True
+    counts = read_array(txn.session, "lsh/bucket_counts").astype(np.int64)
+    per_block = int(max(1, min(n_tables, (256 << 20) // max(24 * n_rows, 1))))
+    empty_key = np.iinfo(np.uint64).max
+    for t0 in range(0, n_tables, per_block):
+        t1 = min(t0 + per_block, n_tables)
+        block = (slice(t0, t1), slice(None))
+        K = read_array(txn.session, "lsh/bucket_keys", block)
+        S = read_array(txn.session, "lsh/bucket_starts", block)
+        M = read_array(txn.session, "lsh/members", block)
+        for j in range(t1 - t0):
+            c = int(counts[t0 + j])
+            k, st, m = remove_rows(K[j, :c], S[j, : c + 1], M[j, :n_indexed], dead)
+            K[j], S[j], M[j] = empty_key, 0, -1
+            K[j, : k.shape[0]], S[j, : st.shape[0]], M[j, : m.shape[0]] = k, st, m
+            counts[t0 + j] = k.shape[0]
+        write_table_rows(txn.session, "lsh/bucket_keys", t0, K)
+        write_table_rows(txn.session, "lsh/bucket_starts", t0, S)
+        write_table_rows(txn.session, "lsh/members", t0, M)
+    txn.root["lsh/bucket_counts"][:] = counts
     return counts
 
 

@@ -5,6 +5,7 @@ import pytest
 from sklearn.datasets import make_blobs
 from zarr.errors import ArrayNotFoundError
 
+from fairpipe.bucket_index import build_table
 from fairpipe.dc_kmeans import DCKMeans
 from fairpipe.q_kmeans import QKMeans
 from flows.fit import FitOptions, run_fit
@@ -51,7 +52,9 @@ def assert_tree_equals(path, model: DCKMeans):
         assert np.array_equal(M[level], model.masses_by_level_[level]), level
 
 
-def test_fit_then_forget_equal_the_in_memory_tree_and_erase_the_rows(prefect_server, tmp_path):
+def test_fit_then_forget_equal_the_in_memory_tree_and_erase_the_rows(
+    prefect_server, tmp_path, monkeypatch
+):
     path, X, ids = make_store(tmp_path)
     run_fit(str(path), fit_options(), n_workers=2)
     model = DCKMeans(**DC).fit(X, ids=ids)
@@ -73,14 +76,39 @@ def test_fit_then_forget_equal_the_in_memory_tree_and_erase_the_rows(prefect_ser
     rows = [3, 700, 701]
     assert not st.read("alive")[rows].any() and (st.read("points")[rows] == 0).all()
     assert (st.read("lsh/keys")[rows] == ERASED_KEY).all()
+    assert_index_is_a_fresh_build(path)
     assert st.attrs()["n_alive"] == X.shape[0] - 3
     nn, _ = load_sampler(str(path))
     assert not np.isin(rows, nn.index_.members).any()
     res = nn.sample(query_rows=[4], radius=50.0, n_samples=500, mode="buckets")
     assert not np.isin(np.asarray(gone[:3]), res.ids).any()
+    # A larger batch goes to Dask (forced here): the same tree as the in-process path.
+    import flows.forget
+
+    monkeypatch.setattr(flows.forget, "LOCAL_LEAF_ROWS", 0)
+    res = run_forget(str(path), [ids[50], ids[900]])
+    report = model.delete([ids[50], ids[900]])
+    assert res["leaves_recomputed"] == report.leaves_recomputed
+    assert_tree_equals(path, model)
+    assert_index_is_a_fresh_build(path)
+    monkeypatch.undo()
     # Forgetting the same ids again is a no-op: no new commit.
     again = run_forget(str(path), gone[:3])
     assert again["deleted"] == [] and again["commit"] == res_commit(path)
+
+
+def assert_index_is_a_fresh_build(path):
+    """The stored bucket index (updated in place by forget) equals building it from scratch."""
+    st = FairpipeStore.open(str(path))
+    keys, alive = st.read("lsh/keys"), st.read("alive")
+    K, S, M = (st.read(f"lsh/{n}") for n in ("bucket_keys", "bucket_starts", "members"))
+    counts = st.read("lsh/bucket_counts")
+    for t in range(keys.shape[1]):
+        k, s, m = build_table(keys[:, t], alive)
+        assert counts[t] == k.shape[0], t
+        assert np.array_equal(K[t, : k.shape[0]], k) and (K[t, k.shape[0] :] == 2**64 - 1).all()
+        assert np.array_equal(S[t, : s.shape[0]], s) and (S[t, s.shape[0] :] == 0).all()
+        assert np.array_equal(M[t, : m.shape[0]], m) and (M[t, m.shape[0] :] == -1).all()
 
 
 def test_purge_history_leaves_no_snapshot_holding_the_forgotten_rows(prefect_server, tmp_path):
@@ -112,6 +140,7 @@ def test_purge_history_leaves_no_snapshot_holding_the_forgotten_rows(prefect_ser
     keep = np.setdiff1d(np.arange(1200), [3, 10])
     assert np.array_equal(st.read("points")[keep], X[keep])
     assert st.read("groups")[[3, 10]].tolist() == [-1, -1]
+    assert_index_is_a_fresh_build(path)
     nn, _ = load_sampler(str(path))
     assert not np.isin([ids[3], ids[10]], nn.sample(query_rows=[4], radius=50.0, n_samples=300,
                                                     mode="buckets").ids).any()  # fmt: skip

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from fairpipe import E2LSH, FairpipeInputError
-from fairpipe.bucket_index import BucketIndex, build_table
+from fairpipe.bucket_index import BucketIndex, build_table, remove_rows
 from fairpipe.key_directory import KeyDirectory, home_slots
 
 
@@ -139,3 +139,16 @@ def test_key_directory_handles_long_probe_runs():
     assert d.bits == bits and d.long_run.any()
     q = np.concatenate([keys, cand[~np.isin(cand, keys)][:2000]])
     assert np.array_equal(d.find(q), _reference_find(keys, q))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_removing_rows_gives_the_table_a_fresh_build_gives(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    keys = rng.integers(0, int(rng.integers(1, 60)), size=n).astype(np.uint64)
+    alive = rng.random(n) < 0.8
+    dead = alive & (rng.random(n) < rng.choice([0.05, 0.5, 1.0]))  # sometimes every row
+    got = remove_rows(*build_table(keys, alive), dead)
+    want = build_table(keys, alive & ~dead)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
