@@ -354,8 +354,12 @@ def info(
             f"groups {r['group_names']}"
         )
         console.print(f"LSH {r['lsh']}; suggested radius {r['suggested_radius']:.4g}")
-        for h in r["history"]:
+        shown = [h for h in r["history"] if not h["internal"]]
+        for h in shown:
             print(f"{h['id']}  {h['time']}  {h['message']}")
+        hidden = len(r["history"]) - len(shown)
+        if hidden:
+            print(f"({hidden} internal checkpoints of these commits not shown; --json lists them)")
 
     _emit(result, as_json, render)
 

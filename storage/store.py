@@ -30,6 +30,7 @@ from storage.urls import make_storage, parse_store_url
 
 FORMAT = 1
 TXN_PREFIX = "fairpipe-txn-"
+INTERNAL = "fairpipe_checkpoint"  # commit metadata key of a transaction's checkpoints
 NOT_A_STORE = "{url} is not a fairpipe store ({why}). Give an empty or new folder to create one."
 NO_STORE = "There is no fairpipe store at {url}. Run 'fairpipe ingest SOURCE --store {url}' first."
 
@@ -67,7 +68,11 @@ class Transaction:
 
     def checkpoint(self, message: str) -> str:
         """Commit what is written so far to the private branch and continue in a new session."""
-        snap = self.session.commit(message) if self.session.has_uncommitted_changes else None
+        snap = (
+            self.session.commit(message, metadata={INTERNAL: True})
+            if self.session.has_uncommitted_changes
+            else None
+        )
         self.session = self.store.repo.writable_session(self.branch)
         return snap or self.session.snapshot_id
 
@@ -177,8 +182,18 @@ class FairpipeStore:
         return attrs
 
     def history(self) -> list[dict]:
-        snaps = self.repo.ancestry(branch="main")
-        return [{"id": s.id, "message": s.message, "time": s.written_at.isoformat()} for s in snaps]
+        """``main``'s snapshots, newest first; ``internal`` marks a transaction's checkpoints
+        (commits on its private branch before it was published), which no reader ever saw as
+        ``main``."""
+        return [
+            {
+                "id": s.id,
+                "message": s.message,
+                "time": s.written_at.isoformat(),
+                "internal": bool((s.metadata or {}).get(INTERNAL)),
+            }
+            for s in self.repo.ancestry(branch="main")
+        ]
 
     def read(self, name: str, sel=slice(None), session=None) -> np.ndarray:
         return read_array(session or self.readonly_session(), name, sel)

@@ -46,6 +46,13 @@ def test_sample_info_and_json_on_the_digits_store(digits_store):
     assert info.exit_code == 0
     parsed = json.loads(info.stdout)
     assert parsed["n"] == 1797 and parsed["d"] == 64 and len(parsed["history"]) >= 2
+    # The ingest's own checkpoints are marked internal; the human listing shows commits only.
+    messages = {h["message"]: h["internal"] for h in parsed["history"]}
+    assert messages["ingest digits"] is False
+    assert messages["checkpoint before distributed writes"] is True
+    text = invoke("info", "--store", path).stdout
+    assert "ingest digits" in text and "checkpoint before" not in text
+    assert "internal checkpoints of these commits not shown" in text
 
 
 def test_sample_with_a_query_file(digits_store, tmp_path):
