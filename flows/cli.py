@@ -349,11 +349,11 @@ def info(
     result = {"store": store, **attrs, "history": st.history()}
 
     def render(r):
-        console.print(
+        print(
             f"{r['store']}: {r['n']} points ({r['n_alive']} alive) x {r['d']} dims, "
             f"groups {r['group_names']}"
         )
-        console.print(f"LSH {r['lsh']}; suggested radius {r['suggested_radius']:.4g}")
+        print(f"LSH {r['lsh']}; suggested radius {r['suggested_radius']:.4g}")
         shown = [h for h in r["history"] if not h["internal"]]
         for h in shown:
             print(f"{h['id']}  {h['time']}  {h['message']}")

@@ -31,6 +31,7 @@ from storage.urls import make_storage, parse_store_url
 FORMAT = 1
 TXN_PREFIX = "fairpipe-txn-"
 INTERNAL = "fairpipe_checkpoint"  # commit metadata key of a transaction's checkpoints
+CHECKPOINT = "checkpoint before distributed writes"
 NOT_A_STORE = "{url} is not a fairpipe store ({why}). Give an empty or new folder to create one."
 NO_STORE = "There is no fairpipe store at {url}. Run 'fairpipe ingest SOURCE --store {url}' first."
 
@@ -78,7 +79,7 @@ class Transaction:
 
     def fork(self):
         if self.session.has_uncommitted_changes:
-            self.checkpoint("checkpoint before distributed writes")
+            self.checkpoint(CHECKPOINT)
         return self.session.fork()
 
     def merge(self, forks) -> None:
@@ -190,7 +191,8 @@ class FairpipeStore:
                 "id": s.id,
                 "message": s.message,
                 "time": s.written_at.isoformat(),
-                "internal": bool((s.metadata or {}).get(INTERNAL)),
+                # Stores written before the metadata existed: the checkpoint's fixed message.
+                "internal": bool((s.metadata or {}).get(INTERNAL)) or s.message == CHECKPOINT,
             }
             for s in self.repo.ancestry(branch="main")
         ]
