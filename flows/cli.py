@@ -29,7 +29,7 @@ app = typer.Typer(
 console = Console(stderr=True, soft_wrap=True)  # errors stay on one line for grep and logs
 
 
-def _fail(exc: Exception) -> None:
+def _fail(exc: BaseException) -> None:
     console.print(f"[bold red]error:[/] {exc}")
     raise typer.Exit(2)
 

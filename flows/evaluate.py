@@ -91,7 +91,7 @@ def plot_tv(results: dict[str, dict], path: str, title: str) -> str:
             j + 0.9,
             colors="k",
             linestyles="dashed",
-            label="noise floor sqrt(1/(2 pi S))" if j == 0 else None,
+            label="noise floor sqrt(1/(2 pi S))" if j == 0 else "_nolegend_",
         )
     ax.set_xticks(np.arange(len(names)) + 0.4 - width / 2)
     ax.set_xticklabels(names)

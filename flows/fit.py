@@ -74,8 +74,8 @@ def _split_chunk(session, a: int, b: int, seed: int, n_leaves: int, edges: np.nd
     return {int(g): (X[group == g], ids[group == g], leaf[group == g]) for g in np.unique(group)}
 
 
-def _solve_group(leaves, k, iterations, seed, d, *parts):
-    parts = [p for p in parts if p is not None]
+def _solve_group(leaves, k, iterations, seed, d, *given):
+    parts = [p for p in given if p is not None]
     X = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, d), np.float32)
     ids = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     leaf = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)

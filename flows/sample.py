@@ -73,13 +73,15 @@ def sample_store(
         with_neighbourhood=True,
     )
     t_sample = time.perf_counter() - t1
+    assert res.neighbourhood_sizes is not None  # asked for with_neighbourhood=True
+    sizes = res.neighbourhood_sizes.astype(int).tolist()
     out = []
     for i in range(res.ids.shape[0]):
         st = res.stats[i]
         out.append(
             {
                 "ids": res.ids[i, : res.counts[i]].tolist(),
-                "neighbourhood_size": int(res.neighbourhood_sizes[i]),
+                "neighbourhood_size": sizes[i],
                 "draws": st.draws,
                 "outliers_removed": st.outliers,
                 "outlier_scan": st.outlier_scan,
