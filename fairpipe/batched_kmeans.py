@@ -191,6 +191,18 @@ def _seed(X, w, a, n, key, salts, k, trials, C, chosen, d2, cum, cand_d2):
 
 
 @_kernel
+def _add_by_label(X, w, a, n, label, sums, mass):
+    """Add w_i x_i to ``sums[label_i]`` and w_i to ``mass[label_i]`` for rows a..a+n, in row
+    order (label is indexed from 0 for row a)."""
+    for i in range(n):
+        c = label[i]
+        wi = w[a + i]
+        mass[c] += wi
+        for j in range(X.shape[1]):
+            sums[c, j] += wi * X[a + i, j]
+
+
+@_kernel
 def _lloyd(X, w, a, n, k, iterations, C, label, sums, mass):
     """Up to ``iterations`` Lloyd steps on rows a..a+n, stopping when no assignment changes."""
     d = X.shape[1]
@@ -208,12 +220,7 @@ def _lloyd(X, w, a, n, k, iterations, C, label, sums, mass):
             return
         sums[:, :] = 0.0
         mass[:] = 0.0
-        for i in range(n):
-            c = label[i]
-            wi = w[a + i]
-            mass[c] += wi
-            for j in range(d):
-                sums[c, j] += wi * X[a + i, j]
+        _add_by_label(X, w, a, n, label, sums, mass)
         for c in range(k):
             if mass[c] > 0:
                 for j in range(d):
@@ -233,6 +240,7 @@ def _solve(X, w, starts, sizes, keys, salts, k, trials, iterations, C, M, loss, 
     label = np.empty(width, dtype=np.int64)
     sums = np.empty((k, d))
     mass = np.empty(k)
+    scratch = np.empty(k)
     for p in range(P):
         a, n = starts[p], sizes[p]
         positive = 0
@@ -254,7 +262,7 @@ def _solve(X, w, starts, sizes, keys, salts, k, trials, iterations, C, M, loss, 
         total = 0.0
         if n_live > 0:
             for i in range(n):
-                c, dc = _nearest_one(X, a + i, C[p], n_live, mass)
+                c, dc = _nearest_one(X, a + i, C[p], n_live, scratch)
                 M[p, c] += w[a + i]
                 total += w[a + i] * dc
         loss[p] = total
@@ -273,22 +281,15 @@ def _nearest_rows(X, C, live, label, dist):
         dist[i] = best_d
 
 
-@_kernel
-def _cluster_sums_rows(X, label, sums, sizes):
-    for i in range(X.shape[0]):
-        c = label[i]
-        sizes[c] += 1.0
-        for j in range(X.shape[1]):
-            sums[c, j] += X[i, j]
-
-
 def cluster_sums(X: np.ndarray, label: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(sums (k, d), sizes (k,)) of the rows of X per label, each added in row order (the bits of
     ``np.bincount(label, weights=X[:, j])`` for every column j, in one pass)."""
     X = np.ascontiguousarray(X, dtype=np.float64)
     sums = np.zeros((k, X.shape[1]))
     sizes = np.zeros(k)
-    _cluster_sums_rows(X, np.ascontiguousarray(label, dtype=np.int64), sums, sizes)
+    # Weight 1: 1.0 * x is x exactly, so these are plain sums.
+    label = np.ascontiguousarray(label, dtype=np.int64)
+    _add_by_label(X, np.ones(X.shape[0]), 0, X.shape[0], label, sums, sizes)
     return sums, sizes
 
 

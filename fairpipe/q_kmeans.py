@@ -44,7 +44,7 @@ from fairpipe.validation import (
 # Arrays of a fitted model's state (per run, padded to the longest run; see QKMeans.state).
 Q_STATE = (
     "c_in", "c_out", "thetas", "sums", "sizes", "losses", "steps", "stop_losses", "final_losses",
-    "seed_ids", "centroids",
+    "seed_ids",
 )  # fmt: skip
 NOT_FITTED = "This QKMeans instance is not fitted yet. Call 'fit' first."
 BAD_GAMMA = "The 'gamma' parameter of QKMeans must be in (0, 1). Got {value!r} instead."
@@ -219,7 +219,6 @@ class QKMeans:
         )
         arrays["final_losses"] = np.array([run.final_loss for run in self.runs_])
         arrays["seed_ids"] = self.seed_ids_
-        arrays["centroids"] = self.centroids_
         return arrays, {"n_fit": int(self.n_fit_), "best": int(self.best_)}
 
     @classmethod
@@ -362,6 +361,13 @@ class QKMeans:
         self._check_fitted()
         X = check_points(X, where="QKMeans.loss", n_features=self.centroids_.shape[1])
         return float(nearest(X, self.centroids_)[1].sum())
+
+
+def stored_model(arrays: dict, best: int) -> tuple[np.ndarray, np.ndarray]:
+    """(centroids, cluster sizes of the last step) of run ``best`` in :meth:`QKMeans.state`
+    arrays: the model, read without rebuilding the estimator."""
+    last = int(arrays["steps"][best]) - 1
+    return np.asarray(arrays["c_out"][best, last]), np.asarray(arrays["sizes"][best, last])
 
 
 def _balanced(sums: np.ndarray, sizes: np.ndarray, prev: np.ndarray, threshold: float):

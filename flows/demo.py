@@ -9,8 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairpipe.hashing import stable_hash
-from flows.evaluate import evaluate_tv, pick_queries, plot_tv
+from flows.evaluate import evaluate_tv, hash_order, pick_queries, plot_tv
 from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
@@ -27,14 +26,11 @@ def run_demo(
 ) -> dict:
     from distributed import LocalCluster
 
-    from flows.runtime import prefect_api
+    from flows.runtime import local_cluster_kwargs, prefect_api
 
     t0 = time.perf_counter()
     # One Prefect server and one Dask cluster for the three flows (each would start its own).
-    with (
-        prefect_api(),
-        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
-    ):
+    with prefect_api(), LocalCluster(**local_cluster_kwargs()) as cluster:
         result = _run_demo(store, n_queries, seed, plot, source, log, cluster.scheduler_address)
     result["seconds"] = time.perf_counter() - t0  # start-up of the server and cluster included
     return result
@@ -78,7 +74,7 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     # Forget 20 people who are near neighbours of the queries, then check they are never drawn.
     near = nn.sample(query_rows=queries, radius=radius, n_samples=20, seed=seed).ids
     near = np.setdiff1d(near[near >= 0], nn.ids_[queries])
-    gone = near[pick_queries_of(near, seed)][:20]
+    gone = near[hash_order(near, seed, salt=0x0F)][:20]
     log(f"[5/5] forget {gone.size} of the queries' neighbours (one commit)")
 
     def hits_in_samples(sampler) -> tuple[int, int]:
@@ -103,11 +99,6 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
         "forgotten_in_samples": {"before": before, "after": hits},
         "plot": plot_path,
     }
-
-
-def pick_queries_of(ids: np.ndarray, seed: int) -> np.ndarray:
-    """Positions of ``ids`` in an order fixed by hash of (seed, id)."""
-    return np.argsort(stable_hash(seed, ids, salt=0x0F), kind="stable")
 
 
 if __name__ == "__main__":

@@ -13,11 +13,16 @@ from fairpipe.hashing import stable_hash
 METHODS = ("exact", "approx", "rank", "weighted", "uniform")
 
 
+def hash_order(ids: np.ndarray, seed: int, salt: int) -> np.ndarray:
+    """Positions of ``ids`` in an order fixed by hash of (seed, salt, id): a reproducible
+    choice whatever the file order."""
+    return np.argsort(stable_hash(seed, ids, salt=salt), kind="stable")
+
+
 def pick_queries(nn: FairNN, n_queries: int, seed: int) -> np.ndarray:
     """Query rows chosen by hash of (seed, id): reproducible whatever the file order."""
     alive = np.flatnonzero(nn.alive_)
-    h = stable_hash(seed, nn.ids_[alive], salt=0x0E)
-    return alive[np.argsort(h, kind="stable")[:n_queries]]
+    return alive[hash_order(nn.ids_[alive], seed, salt=0x0E)[:n_queries]]
 
 
 def evaluate_tv(

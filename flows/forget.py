@@ -184,7 +184,8 @@ def _forget_dc(txn, all_ids, alive_before, rows, n_rows, chunk_rows) -> dict:
     alive = alive_before.copy()
     alive[rows] = False
     leaf_rows = np.flatnonzero(alive & np.isin(leaf_all, leaves))
-    if leaf_rows.size <= LOCAL_LEAF_ROWS:
+    local = leaf_rows.size <= LOCAL_LEAF_ROWS
+    if local:
         # Same functions as the Dask path (so the same bits), without its round trips.
         seed, k, T = int(params["seed"]), int(params["n_clusters"]), int(params["iterations"])
         chunks = np.unique(leaf_rows // chunk_rows) * chunk_rows
@@ -205,7 +206,7 @@ def _forget_dc(txn, all_ids, alive_before, rows, n_rows, chunk_rows) -> dict:
     centroids[0][leaves] = 0.0
     masses[0][leaves] = 0.0
     centroids[0][got], masses[0][got] = c, m
-    if leaf_rows.size <= LOCAL_LEAF_ROWS:
+    if local:
         centroids, masses, changed = solve_parents_task.fn(params, centroids, masses, leaves)
     else:
         centroids, masses, changed = solve_parents_task.submit(

@@ -6,6 +6,7 @@ import numpy as np
 
 from fairpipe.batched_kmeans import nearest
 from fairpipe.errors import FairpipeInputError
+from fairpipe.q_kmeans import stored_model
 from fairpipe.validation import check_points
 from storage.store import FairpipeStore
 from storage.tree import read_dc_tree, read_q_model, require_model
@@ -22,8 +23,7 @@ def load_centroids(store: FairpipeStore, session=None) -> tuple[str, np.ndarray,
         _, centroids, masses = read_dc_tree(session)
         return kind, centroids[-1][0], masses[-1][0]
     attrs, arrays = read_q_model(session)
-    best = int(attrs["best"])
-    return kind, arrays["centroids"], arrays["sizes"][best, int(arrays["steps"][best]) - 1]
+    return kind, *stored_model(arrays, int(attrs["best"]))
 
 
 def predict_store(store_url: str, *, query_rows=None, queries=None) -> dict:

@@ -60,10 +60,15 @@ def task_runner(dask_address: str | None = None, n_workers: int = 2, processes: 
         return DaskTaskRunner(address=dask_address)
     return DaskTaskRunner(
         cluster_class="distributed.LocalCluster",
-        cluster_kwargs={
-            "n_workers": n_workers,
-            "threads_per_worker": 1,
-            "processes": processes,
-            "dashboard_address": None,
-        },
+        cluster_kwargs=local_cluster_kwargs(n_workers, processes),
     )
+
+
+def local_cluster_kwargs(n_workers: int = 2, processes: bool = True) -> dict:
+    """Settings of the embedded LocalCluster: one thread per worker, no dashboard."""
+    return {
+        "n_workers": n_workers,
+        "threads_per_worker": 1,
+        "processes": processes,
+        "dashboard_address": None,
+    }

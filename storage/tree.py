@@ -3,8 +3,8 @@
 - ``tree/level_<j>/centroids`` float64 (nodes_j, k, d) and ``tree/level_<j>/masses`` float64
   (nodes_j, k), level 0 = leaves, level ``height`` = the root; parameters in ``tree`` attributes.
 - ``qkmeans/<name>`` for every array of a fitted :class:`fairpipe.q_kmeans.QKMeans` (per run and
-  step: inputs, outputs, phases, sums, sizes, losses; per run: steps, losses; the seed ids and the
-  model's centroids), parameters and scalars in ``qkmeans`` attributes.
+  step: inputs, outputs, phases, sums, sizes, losses; per run: steps, losses; the seed ids),
+  parameters and scalars (``best``: the model's run) in ``qkmeans`` attributes.
 
 The root attribute ``model`` says which one the store holds (``"dc"`` or ``"q"``).
 """
