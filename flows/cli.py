@@ -1,4 +1,4 @@
-"""The ``fairpipe`` command line: ingest, sample, fit, forget, predict, info, demo."""
+"""The ``fairpipe`` command line: ingest, sample, fit, summarize, forget, predict, info, demo."""
 
 from __future__ import annotations
 
@@ -293,6 +293,11 @@ def forget(
             console.print(
                 f"q-k-means: {r['certified']} deletions certified, retrained: {r['retrained']}"
             )
+        if "summary_nodes_recomputed" in r:
+            console.print(
+                f"summary: {r['summary_nodes_recomputed']} nodes recomputed, "
+                f"error(S) = {r['summary_error']}"
+            )
         if r["unknown"]:
             console.print(f"unknown ids: {r['unknown'][:10]}")
         if "purged" in r:
@@ -301,6 +306,63 @@ def forget(
                 f"history purged: {p['snapshots_before']} -> {p['snapshots_after']} snapshots, "
                 f"{p['chunks_deleted']} chunks ({p['bytes_deleted'] / 1e6:.1f} MB) deleted"
             )
+
+    _emit(result, as_json, render)
+
+
+@app.command()
+def summarize(
+    store: str = typer.Option(..., "--store"),
+    k: int = typer.Option(..., "--k", help="Summary size (at most k elements)."),
+    lower: Optional[float] = typer.Option(
+        None, "--lower", help="Lower bound of every group, as a fraction of k (floor(lower * k))."
+    ),
+    upper: Optional[float] = typer.Option(
+        None, "--upper", help="Upper bound of every group, as a fraction of k (ceil(upper * k))."
+    ),
+    bounds: Optional[str] = typer.Option(
+        None, "--bounds", help='JSON file: {"group": [lower, upper], ...} in elements.'
+    ),
+    utility: str = typer.Option("exemplar", "--utility", help="exemplar | facility."),
+    rule: str = typer.Option(
+        "swap", "--rule", help="swap (exchange gain, default) | ck (Chakrabarti-Kale, 1/4 bound)."
+    ),
+    eval_size: int = typer.Option(2048, "--eval-size", help="Evaluation points per node."),
+    tree_width: int = typer.Option(16, "--tree-width", help="Children per node."),
+    tree_height: int = typer.Option(2, "--tree-height", help="Levels below the root."),
+    seed: int = typer.Option(0, "--seed"),
+    dask_address: Optional[str] = typer.Option(None, "--dask-address"),
+    workers: int = typer.Option(2, "--workers"),
+    lock_timeout: float = typer.Option(0.0, "--lock-timeout"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Select a fair summary of k points (per-group lower and upper bounds): one commit."""
+    from flows.summarize import SummarizeOptions, run_summarize
+
+    options = SummarizeOptions(
+        k=k, lower=lower, upper=upper, bounds_file=bounds, utility=utility, rule=rule,
+        eval_size=eval_size, width=tree_width, height=tree_height, seed=seed,
+        lock_timeout=lock_timeout,
+    )  # fmt: skip
+    try:
+        result = run_summarize(store, options, dask_address=dask_address, n_workers=workers)
+    except Exception as exc:  # noqa: BLE001
+        _fail(_unwrap(exc))
+
+    def render(r):
+        out = Console(soft_wrap=True)
+        out.print(
+            f"summary of {len(r['ids'])} of {r['n_alive']} points ({r['utility']}, rule {r['rule']}): "
+            f"utility {r['value']:.4g} on {r['eval_points']} evaluation points, "
+            f"error(S) = {r['error']}, {r['oracle_calls']} gain evaluations; commit {r['commit']} "
+            f"in {r['timings']['total']:.1f} s ({r['elements_per_second']:.0f} elements/s)"
+        )
+        table = Table("group", "lower", "upper", "in summary")
+        for name, count in r["counts"].items():
+            lo, up = r["bounds"][name]
+            table.add_row(name, str(lo), str(up), str(count))
+        out.print(table)
+        out.print("ids: " + " ".join(map(str, r["ids"])))
 
     _emit(result, as_json, render)
 

@@ -61,52 +61,73 @@ def leaf_groups(n_leaves: int, n_alive: int) -> np.ndarray:
 
 # -- Dask jobs ------------------------------------------------------------------------------------
 def _split_chunk(session, a: int, b: int, seed: int, n_leaves: int, edges: np.ndarray, rows=None):
-    """Live rows of [a, b) (or only ``rows`` of it) split by leaf group: {group: (X, ids, leaf)}."""
+    """Live rows of [a, b) (or only ``rows`` of it) split by leaf group:
+    {group: (X, ids, leaf, groups)}."""
     ids = read_array(session, "ids", slice(a, b))
     alive = read_array(session, "alive", slice(a, b))
     keep = alive if rows is None else alive & np.isin(np.arange(a, b), rows)
     if not keep.any():
         return {}
     X = read_array(session, "points", slice(a, b))[keep]
+    colours = read_array(session, "groups", slice(a, b))[keep]
     ids = ids[keep]
     leaf = leaf_of(ids, seed, n_leaves)
     group = np.searchsorted(edges, leaf, side="right") - 1
-    return {int(g): (X[group == g], ids[group == g], leaf[group == g]) for g in np.unique(group)}
+    return {
+        int(g): (X[group == g], ids[group == g], leaf[group == g], colours[group == g])
+        for g in np.unique(group)
+    }
+
+
+def _gather(d: int, given) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One leaf group's parts from every chunk job, concatenated: (X, ids, leaf, groups)."""
+    parts = [p for p in given if p is not None]
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return np.zeros((0, d), np.float32), z, z, z.astype(np.int32)
+    return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))  # type: ignore[return-value]
 
 
 def _solve_group(leaves, k, iterations, seed, d, *given):
-    parts = [p for p in given if p is not None]
-    X = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, d), np.float32)
-    ids = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-    leaf = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
+    X, ids, leaf, _ = _gather(d, given)
     mine = np.isin(leaf, leaves)
     return leaves, *solve_leaves(X[mine], ids[mine], leaf[mine], leaves, k, iterations, seed)
 
 
-def solve_leaf_groups(session, n_rows, chunk_rows, params, n_leaves, leaves_wanted, rows=None):
-    """Solve ``leaves_wanted`` (sorted) on Dask with a shuffle by leaf group; returns
-    (leaves, centroids, masses) in ``leaves_wanted`` order."""
-    seed, k, T = int(params["seed"]), int(params["n_clusters"]), int(params["iterations"])
+def shuffle_by_leaf(session, n_rows, chunk_rows, seed, n_leaves, leaves_wanted, solve, args,
+                    rows=None) -> list:  # fmt: skip
+    """Run ``solve(leaves, *args, d, *parts)`` on Dask for every leaf group of ``leaves_wanted``
+    (sorted): one job per row chunk splits its live rows (or only ``rows``) by leaf group, one job
+    per leaf group gathers its parts (a shuffle). Returns the jobs' results, in group order."""
     d = int(read_array(session, "points", slice(0, 1)).shape[1])
     edges = leaf_groups(n_leaves, n_rows)
     group_of = np.searchsorted(edges, leaves_wanted, side="right") - 1
-    groups = np.unique(group_of)
     chunks = [(a, min(a + chunk_rows, n_rows)) for a in range(0, n_rows, chunk_rows)]
     if rows is not None:  # only the chunks holding rows of interest
         chunks = [(a, b) for a, b in chunks if ((rows >= a) & (rows < b)).any()]
-
     with dask_client() as client:
         split = [
             client.submit(_split_chunk, session, a, b, seed, n_leaves, edges, rows, pure=False)
             for a, b in chunks
         ]
         jobs = []
-        for g in groups:
+        for g in np.unique(group_of):
             parts = [client.submit(_pick, s, int(g), pure=False) for s in split]
             leaves = leaves_wanted[group_of == g]
-            jobs.append(client.submit(_solve_group, leaves, k, T, seed, d, *parts, pure=False))
-        results = client.gather(jobs)
+            jobs.append(client.submit(solve, leaves, *args, d, *parts, pure=False))
+        return client.gather(jobs)
+
+
+def solve_leaf_groups(session, n_rows, chunk_rows, params, n_leaves, leaves_wanted, rows=None):
+    """Solve ``leaves_wanted`` (sorted) on Dask with a shuffle by leaf group; returns
+    (leaves, centroids, masses) in ``leaves_wanted`` order."""
+    seed, k, T = int(params["seed"]), int(params["n_clusters"]), int(params["iterations"])
+    results = shuffle_by_leaf(
+        session, n_rows, chunk_rows, seed, n_leaves, leaves_wanted, _solve_group, (k, T, seed),
+        rows,
+    )  # fmt: skip
     if not results:
+        d = int(read_array(session, "points", slice(0, 1)).shape[1])
         return leaves_wanted, np.zeros((0, k, d)), np.zeros((0, k))
     leaves = np.concatenate([r[0] for r in results])
     order = np.argsort(leaves)

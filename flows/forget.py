@@ -1,10 +1,11 @@
 """Forget flow: one deletion batch in one commit.
 
-Erase the rows (points zeroed, LSH keys overwritten, alive = false), rebuild the LSH bucket index
-without them, and update the clustering model: for DC-k-means only the deleted rows' leaves are
-recomputed (on Dask, from their remaining points), then only those leaves' ancestors; a Q-k-means
-model certifies each deletion from its metadata and retrains only when one is not certified. An
-error anywhere leaves the store at its previous commit.
+Erase the rows (points zeroed, LSH keys overwritten, groups -1, alive = false), remove them from
+the LSH buckets, and update the clustering model: for DC-k-means only the deleted rows' leaves are
+recomputed (from their remaining points), then only those leaves' ancestors; a Q-k-means model
+certifies each deletion from its metadata and retrains only when one is not certified. A fair
+summary, if the store has one, is updated the same way as the DC tree (its leaves, then their
+ancestors). An error anywhere leaves the store at its previous commit.
 
 The rows stay erased in the new snapshot only: earlier snapshots still hold them until they are
 expired and garbage-collected (not done by this flow yet).
@@ -26,6 +27,7 @@ from fairpipe.q_kmeans import QKMeans
 from fairpipe.validation import IdLookup, deletion_request
 from flows.fit import _solve_group, _split_chunk, solve_leaves_task, solve_parents_task
 from flows.ingest import _default_task_runner, remove_from_index
+from flows.summarize import update_summary_after_forget
 from storage.store import FairpipeStore, read_array, write_rows
 from storage.tree import read_dc_tree, read_q_model, update_dc_nodes, write_q_model
 
@@ -161,6 +163,15 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
                     retrained=report.retrained,
                 )
             timings["model"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            alive_after = alive.copy()
+            alive_after[rows] = False
+            summary = update_summary_after_forget(
+                txn, all_ids, alive_after, rows, n_rows, chunk_rows, LOCAL_LEAF_ROWS
+            )
+            if summary:
+                result.update(summary)
+                timings["summary"] = time.perf_counter() - t0
         result["model"] = kind
     if o.purge_history:
         t0 = time.perf_counter()
