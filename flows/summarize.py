@@ -200,6 +200,25 @@ def root_figures(root: NodeOutput, params: SummaryParams, names, colours_of) -> 
     }
 
 
+def check_request(store_url: str, o: SummarizeOptions):
+    """Every option checked against the store, before anything is written: (store, its attrs,
+    group names, params, groups of every row)."""
+    store = FairpipeStore.open(store_url)
+    attrs = store.require_data()
+    names = _names(attrs)
+    params = summary_params(o, names)
+    n_alive = int(attrs["n_alive"])
+    if params.k > n_alive:
+        raise FairpipeInputError(K_TOO_LARGE_STORE.format(k=params.k, n=n_alive, url=store.url))
+    session = store.readonly_session()
+    alive, groups = read_array(session, "alive"), read_array(session, "groups")
+    check_bounds(
+        params.k, params.lower, params.upper,
+        np.bincount(groups[alive], minlength=len(names)), names,
+    )  # fmt: skip
+    return store, attrs, names, params, groups
+
+
 @task(name="summarize-leaves", cache_policy=NO_CACHE)
 def summarize_leaves_task(session, n_rows, chunk_rows, params, n_leaves, leaves, rows=None):
     results = shuffle_by_leaf(
@@ -214,19 +233,8 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
     """Summarize the live points of the store at ``store_url``: one commit."""
     o = options or SummarizeOptions()
     t_start = time.perf_counter()
-    store = FairpipeStore.open(store_url)
-    attrs = store.require_data()
-    names = _names(attrs)
-    params = summary_params(o, names)  # every parameter checked before anything is read
+    store, attrs, names, params, groups = check_request(store_url, o)
     n_alive, d = int(attrs["n_alive"]), int(attrs["d"])
-    if params.k > n_alive:
-        raise FairpipeInputError(K_TOO_LARGE_STORE.format(k=params.k, n=n_alive, url=store.url))
-    alive = read_array(store.readonly_session(), "alive")
-    groups = read_array(store.readonly_session(), "groups")
-    check_bounds(
-        params.k, params.lower, params.upper,
-        np.bincount(groups[alive], minlength=len(names)), names,
-    )  # fmt: skip
     timings: dict[str, float] = {}
     n_leaves = int(o.width) ** int(o.height)
     with store.transaction(f"summarize k={params.k}", lock_timeout=o.lock_timeout) as txn:
@@ -356,6 +364,7 @@ def update_summary_after_forget(txn, all_ids, alive_after, rows, n_rows, chunk_r
 def run_summarize(store_url, options=None, dask_address=None, n_workers=2, processes=True):
     from flows.runtime import prefect_api, task_runner
 
+    check_request(str(store_url), options or SummarizeOptions())  # bad input: no cluster started
     with prefect_api():
         runner = task_runner(dask_address, n_workers=n_workers, processes=processes)
         return summarize_flow.with_options(task_runner=runner)(
