@@ -167,3 +167,46 @@ def load_adult(path: str | Path, group: str = "sex") -> Dataset:
     return Dataset(
         points=X.astype(np.float32), groups=codes.astype(np.int32), group_names=names, name="adult"
     )
+
+
+# El Halabi et al.'s (and the FSM seed's) age colours: [0,29], [30,39], ..., [60,69], 70+.
+AGE_EDGES = [30, 40, 50, 60, 70]
+AGE_NAMES = ["0-29", "30-39", "40-49", "50-59", "60-69", "70+"]
+BANK_NUMERIC = ["age", "balance", "day", "duration", "campaign", "pdays", "previous"]
+# Census-Income KDD: age, wage per hour, capital gains, capital losses, dividends, persons worked
+# for employer, weeks worked in year.
+CENSUS_KDD_NUMERIC = [0, 5, 16, 17, 18, 30, 39]
+
+
+def _age_colours(points: np.ndarray, age: np.ndarray, name: str) -> Dataset:
+    X = (points - points.mean(axis=0)) / points.std(axis=0)
+    codes = np.digitize(age, AGE_EDGES).astype(np.int32)
+    return Dataset(points=X.astype(np.float32), groups=codes, group_names=AGE_NAMES, name=name)
+
+
+def load_bank(path: str | Path) -> Dataset:
+    """UCI Bank Marketing (bank-full.csv, ';' or ',' separated, optional .gz): the seven numeric
+    columns, standardised, as points; six age groups (0-29, ..., 70+) as the group."""
+    import pandas as pd
+
+    with _open(path) as fh:
+        frame = pd.read_csv(fh, sep=None, engine="python")
+    missing = [c for c in BANK_NUMERIC if c not in frame.columns]
+    if missing:
+        raise FairpipeInputError(
+            f"{str(path)!r} has no column {missing[0]!r}; Bank Marketing's numeric columns are "
+            f"{BANK_NUMERIC}."
+        )
+    X = frame[BANK_NUMERIC].to_numpy(dtype=np.float64)
+    return _age_colours(X, frame["age"].to_numpy(), "bank")
+
+
+def load_census_kdd(path: str | Path) -> Dataset:
+    """UCI Census-Income (KDD) (no header, ', ' separated, optional .gz): seven numeric columns,
+    standardised, as points; six age groups (0-29, ..., 70+) as the group."""
+    import pandas as pd
+
+    with _open(path) as fh:
+        frame = pd.read_csv(fh, header=None, usecols=CENSUS_KDD_NUMERIC, skipinitialspace=True)
+    X = frame[CENSUS_KDD_NUMERIC].to_numpy(dtype=np.float64)
+    return _age_colours(X, frame[0].to_numpy(), "census-kdd")

@@ -23,8 +23,8 @@ fresh run on the remaining points.
 >>> rng = np.random.default_rng(0)
 >>> X = rng.normal(size=(3000, 4)); colours = rng.integers(0, 3, size=3000)
 >>> model = FairSummary(k=9, lower=[2, 2, 2], upper=[4, 4, 4], width=4, height=2).fit(X, colours)
->>> model.counts_.tolist(), model.error_
-([3, 3, 3], 0)
+>>> bool((model.counts_ >= 2).all() and (model.counts_ <= 4).all()), model.error_
+(True, 0)
 >>> gone = model.summary_ids_[:2]
 >>> _ = model.delete(gone)
 >>> keep = np.setdiff1d(np.arange(3000), gone)

@@ -20,7 +20,7 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.validation import EMPTY, check_points, check_unique_ids
 
 BUILTINS = ("digits", "gaussian")
-NAMED_LOADERS = ("mnist", "word2vec", "adult")
+NAMED_LOADERS = ("mnist", "word2vec", "adult", "bank", "census-kdd")
 MISSING_COLUMN = "Column {col!r} ({role}) is not in {where}; its columns are {columns}."
 NON_NUMERIC_COLUMN = (
     "Feature column {col!r} of {where} is not numeric (row {row} holds {value!r}); "
@@ -113,6 +113,10 @@ def plan_source(
             ds = datasets.load_mnist_csv(arg)
         elif name == "word2vec":
             ds, _ = datasets.load_word2vec_bin(arg)
+        elif name == "bank":
+            ds = datasets.load_bank(arg)
+        elif name == "census-kdd":
+            ds = datasets.load_census_kdd(arg)
         else:
             ds = datasets.load_adult(arg)
         return SourcePlan(
@@ -128,7 +132,7 @@ def plan_source(
     if not path.exists():
         raise FairpipeInputError(
             f"Source {source!r} is neither an existing file nor a built-in data set "
-            f"({', '.join(BUILTINS)}, or mnist:PATH, word2vec:PATH, adult:PATH)."
+            f"({', '.join(BUILTINS)}, or mnist:PATH, word2vec:PATH, adult:PATH, bank:PATH, census-kdd:PATH)."
         )
     suffixes = "".join(path.suffixes[-2:]).lower()
     if path.suffix.lower() == ".npy":

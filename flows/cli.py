@@ -53,7 +53,7 @@ def _unwrap(exc: BaseException) -> BaseException:
 def ingest(
     source: str = typer.Argument(
         ...,
-        help="A .npy, .csv(.gz) or .parquet file, 'digits', 'gaussian', or mnist:PATH / word2vec:PATH / adult:PATH.",
+        help="A .npy, .csv(.gz) or .parquet file, 'digits', 'gaussian', or mnist:PATH / word2vec:PATH / adult:PATH / bank:PATH / census-kdd:PATH.",
     ),
     store: str = typer.Option(..., "--store", help="Store folder (or s3://, gs://, az:// URL)."),
     seed: int = typer.Option(0, "--seed"),
