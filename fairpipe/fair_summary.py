@@ -178,6 +178,14 @@ def merge_children(children: list[NodeOutput], params: SummaryParams) -> NodeOut
     )
 
 
+def merge_many(families: list[list[NodeOutput]], params: SummaryParams) -> list[NodeOutput]:
+    """Parents from their children's outputs (one list of children per parent), over the thread
+    pool when there are several (the kernels release the GIL)."""
+    if len(families) > 1:
+        return list(_pool().map(lambda kids: merge_children(kids, params), families))
+    return [merge_children(kids, params) for kids in families]
+
+
 def solve_leaves(X, ids, colours, leaf, leaves, params: SummaryParams) -> list[NodeOutput]:
     """The outputs of ``leaves`` (sorted) from their live rows (any order, these leaves only)."""
     leaves = np.asarray(leaves, dtype=np.int64)
@@ -307,9 +315,9 @@ class FairSummary:
         w = int(self.width)
         for level in range(1, int(self.height) + 1):
             nodes = np.unique(changed[-1] // w)
-            for node in nodes:
-                kids = self.nodes_[level - 1][node * w : (node + 1) * w]
-                self.nodes_[level][node] = merge_children(kids, self.params_)
+            families = [self.nodes_[level - 1][node * w : (node + 1) * w] for node in nodes]
+            for node, out in zip(nodes, merge_many(families, self.params_)):
+                self.nodes_[level][node] = out
             changed.append(nodes)
         return changed
 

@@ -26,7 +26,7 @@ from prefect.cache_policies import NO_CACHE
 from fairpipe.dc_kmeans import leaf_of
 from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.fair_streaming import K_TOO_LARGE, bound_error, check_bounds
-from fairpipe.fair_summary import NodeOutput, SummaryParams, merge_children, solve_leaves
+from fairpipe.fair_summary import NodeOutput, SummaryParams, merge_many, solve_leaves
 from fairpipe.validation import IdLookup
 from flows.fit import _gather, _split_chunk, shuffle_by_leaf
 from flows.ingest import _default_task_runner
@@ -182,9 +182,8 @@ def merge_levels(levels, changed, width: int, height: int, params, load) -> list
         missing = np.array([c for c in kids if int(c) not in levels[level - 1]], dtype=np.int64)
         if missing.size:
             levels[level - 1].update(zip(missing.tolist(), load(level - 1, missing)))
-        for node in nodes.tolist():
-            children = [levels[level - 1][node * width + j] for j in range(width)]
-            levels[level][node] = merge_children(children, params)
+        families = [[levels[level - 1][node * width + j] for j in range(width)] for node in nodes]
+        levels[level].update(zip(nodes.tolist(), merge_many(families, params)))
         done.append(nodes)
     return done
 
