@@ -32,6 +32,7 @@ test: lint typecheck
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_lsh.py
 	$(BIN)/python benchmarks/bench_kmeans.py
+	$(BIN)/python benchmarks/bench_summary.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

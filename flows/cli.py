@@ -408,7 +408,12 @@ def info(
         attrs = st.require_data()
     except Exception as exc:  # noqa: BLE001
         _fail(exc)
+    from storage.summary import has_summary, read_summary_ids, summary_attrs
+
     result = {"store": store, **attrs, "history": st.history()}
+    session = st.readonly_session()
+    if has_summary(session):
+        result["summary"] = {**summary_attrs(session), "ids": read_summary_ids(session).tolist()}
 
     def render(r):
         print(
@@ -416,6 +421,12 @@ def info(
             f"groups {r['group_names']}"
         )
         print(f"LSH {r['lsh']}; suggested radius {r['suggested_radius']:.4g}")
+        if "summary" in r:
+            s = r["summary"]
+            print(
+                f"fair summary: {len(s['ids'])} of k={s['k']} ({s['utility']}), error(S) = "
+                f"{s['error']}, per group {s['counts']}"
+            )
         shown = [h for h in r["history"] if not h["internal"]]
         for h in shown:
             print(f"{h['id']}  {h['time']}  {h['message']}")

@@ -1,5 +1,5 @@
 """The main job: ingest the built-in digits, build the index, sample fairly, report and plot;
-then fit the deletion-efficient clustering tree and forget some people."""
+then fit the deletion-efficient clustering tree, select a fair summary, and forget some people."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.sample import load_sampler
+from flows.summarize import SummarizeOptions, run_summarize
 
 
 def run_demo(
@@ -38,7 +39,7 @@ def run_demo(
 
 def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     folder = Path(store) if store else Path(tempfile.mkdtemp(prefix="fairpipe-demo-")) / "store"
-    log(f"[1/5] ingest {source} into {folder} (Prefect flow on a local Dask cluster)")
+    log(f"[1/6] ingest {source} into {folder} (Prefect flow on a local Dask cluster)")
     # k=10, L=50 keep the digits' buckets well populated (1,797 points); w from the data.
     options = IngestOptions(seed=seed, lsh_k=10, lsh_tables=50)
     ingest = run_ingest(source, str(folder), options, dask_address=dask_address)
@@ -46,12 +47,12 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
         f"      {ingest['n']} points x {ingest['d']} dims, {len(ingest['groups'])} groups, "
         f"commit {ingest['commit']}, {ingest['timings']['total']:.1f} s"
     )
-    log("[2/5] open the committed index")
+    log("[2/6] open the committed index")
     nn, attrs = load_sampler(str(folder))
     radius = float(attrs["suggested_radius"]) * 1.5
     queries = pick_queries(nn, n_queries, seed)
     log(
-        f"[3/5] sample 100 x |M(q)| fair neighbours for {len(queries)} queries, radius {radius:.2f}"
+        f"[3/6] sample 100 x |M(q)| fair neighbours for {len(queries)} queries, radius {radius:.2f}"
     )
     done = {}
 
@@ -63,7 +64,7 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     ev = evaluate_tv(nn, queries, radius, mode="exact", seed=seed, progress=progress)
     plot_path = plot or str(folder.parent / "fairpipe-demo-tv.png")
     plot_tv({source: ev}, plot_path, f"{source}: fair sampling, k=10, L=50, r={radius:.1f}")
-    log("[4/5] fit DC-k-means, k=10, 8 x 2 tree (Prefect flow; leaves solved on Dask)")
+    log("[4/6] fit DC-k-means, k=10, 8 x 2 tree (Prefect flow; leaves solved on Dask)")
     fit = run_fit(
         str(folder), FitOptions(k=10, width=8, height=2, seed=seed), dask_address=dask_address
     )
@@ -71,23 +72,39 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
         f"      {fit['leaves']} leaves, {fit['nodes']} nodes, commit {fit['commit']}, "
         f"{fit['timings']['total']:.1f} s"
     )
-    # Forget 20 people who are near neighbours of the queries, then check they are never drawn.
+    log("[5/6] fair summary: 20 digits, 1 to 4 of each label (Prefect flow; leaves on Dask)")
+    summary = run_summarize(
+        str(folder), SummarizeOptions(k=20, lower=0.05, upper=0.2, seed=seed),
+        dask_address=dask_address,
+    )  # fmt: skip
+    log(
+        f"      utility {summary['value']:.1f}, error(S) = {summary['error']}, per label "
+        f"{list(summary['counts'].values())}, commit {summary['commit']}, "
+        f"{summary['timings']['total']:.1f} s"
+    )
+    # Forget 20 people who are near neighbours of the queries (then check they are never drawn)
+    # and 2 members of the summary (which must then be replaced).
     near = nn.sample(query_rows=queries, radius=radius, n_samples=20, seed=seed).ids
     near = np.setdiff1d(near[near >= 0], nn.ids_[queries])
     gone = near[hash_order(near, seed, salt=0x0F)][:20]
-    log(f"[5/5] forget {gone.size} of the queries' neighbours (one commit)")
+    members = np.setdiff1d(summary["ids"], gone)[:2]
+    log(f"[6/6] forget {gone.size} of the queries' neighbours and 2 summary members (one commit)")
 
     def hits_in_samples(sampler) -> tuple[int, int]:
         drawn = sampler.sample(query_rows=queries, radius=radius, n_samples=1000, seed=seed + 1)
         return int(np.isin(drawn.ids, gone).sum()), int(drawn.ids.size)
 
     before, n_drawn = hits_in_samples(nn)
-    forget = run_forget(str(folder), gone, dask_address=dask_address)
+    forget = run_forget(str(folder), np.concatenate([gone, members]), dask_address=dask_address)
     hits, _ = hits_in_samples(load_sampler(str(folder))[0])
     log(
         f"      {len(forget['deleted'])} forgotten, {forget['leaves_recomputed']} leaves and "
         f"{forget['nodes_recomputed']} nodes recomputed, commit {forget['commit']}, "
         f"{forget['timings']['total']:.1f} s"
+    )
+    log(
+        f"      summary: {forget['summary_nodes_recomputed']} nodes recomputed, error(S) = "
+        f"{forget['summary_error']}"
     )
     log(f"      the forgotten ids in {n_drawn:,} samples: {before} before, {hits} after")
     return {
@@ -95,6 +112,8 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
         "ingest": ingest,
         "evaluation": ev,
         "fit": fit,
+        "summary": summary,
+        "summary_members_forgotten": members.tolist(),
         "forget": forget,
         "forgotten_in_samples": {"before": before, "after": hits},
         "plot": plot_path,

@@ -1,6 +1,7 @@
-"""The demo end to end: ingest, fair sampling, fit, forget (what `make demo` runs)."""
+"""The demo end to end: ingest, fair sampling, fit, summarize, forget (what `make demo` runs)."""
 
 from flows.demo import run_demo
+from storage.store import FairpipeStore, read_array
 
 
 def test_demo_forgets_people_who_were_being_sampled(prefect_server, tmp_path):
@@ -8,7 +9,14 @@ def test_demo_forgets_people_who_were_being_sampled(prefect_server, tmp_path):
     assert (tmp_path / "tv.png").stat().st_size > 0
     ev = r["evaluation"]["methods"]
     assert ev["exact"]["ratio_to_floor"] < 2 < ev["uniform"]["ratio_to_floor"]
-    assert r["fit"]["leaves"] == 64 and len(r["forget"]["deleted"]) == 20
+    assert r["fit"]["leaves"] == 64 and len(r["forget"]["deleted"]) == 22
+    assert r["summary"]["error"] == 0 and len(r["summary"]["ids"]) <= 20
+    assert all(1 <= c <= 4 for c in r["summary"]["counts"].values())
+    # The forgotten summary members were replaced; the summary still meets every bound.
+    stored = read_array(FairpipeStore.open(r["store"]).readonly_session(), "summary/ids")
+    assert len(r["summary_members_forgotten"]) == 2
+    assert not set(r["summary_members_forgotten"]) & set(stored.tolist())
+    assert r["forget"]["summary_error"] == 0
     # The forgotten ids were drawn before the forget, and never after.
     assert r["forgotten_in_samples"]["before"] > 0
     assert r["forgotten_in_samples"]["after"] == 0
