@@ -50,26 +50,26 @@ from fairpipe.submodular import (
 from fairpipe.validation import check_points
 
 NEGATIVE_BOUND = (
-    "The {which} bound of colour {name} must be a non-negative integer. Got {value!r} instead."
+    "The {which} bound of group {name} must be a non-negative integer. Got {value!r} instead."
 )
 LOWER_ABOVE_UPPER = (
-    "Colour {name} has lower bound {lower} above its upper bound {upper}; no summary can meet both."
+    "Group {name} has lower bound {lower} above its upper bound {upper}; no summary can meet both."
 )
 LOWER_SUM = (
-    "The lower bounds add up to {total} (colours {detail}), more than k = {k}; no summary of at "
+    "The lower bounds add up to {total} (groups {detail}), more than k = {k}; no summary of at "
     "most k elements can meet them."
 )
 TOO_FEW = (
-    "Colour {name} has {count} elements in the data but its lower bound is {lower}; no summary can "
+    "Group {name} has {count} elements in the data but its lower bound is {lower}; no summary can "
     "meet it."
 )
 K_TOO_LARGE = "k = {k} is larger than the {n} elements of the data."
-BOUNDS_LENGTH = "{which} bounds were given for {got} colours; the data has {expected} colours."
+BOUNDS_LENGTH = "{which} bounds were given for {got} groups; the data has {expected} groups."
 BAD_COLOUR = (
-    "Row {row} of {where} has colour {value}; colours must be integers from 0 to {last} "
+    "Row {row} of {where} has group {value}; groups must be integers from 0 to {last} "
     "(one per bound)."
 )
-COLOURS_LENGTH = "{where} got {got} colours for {n} elements; one colour per element is needed."
+COLOURS_LENGTH = "{where} got {got} groups for {n} elements; one group per element is needed."
 
 
 @dataclass

@@ -168,11 +168,11 @@ def test_bound_error_counts_both_sides():
     "kw, match",
     [
         (dict(lower=[3, 3], upper=[4, 4], k=5), "lower bounds add up to 6"),
-        (dict(lower=[3, 1], upper=[2, 4], k=5), "Colour 0 has lower bound 3 above its upper bound 2"),
-        (dict(lower=[1, 4], upper=[4, 4], k=5), "Colour 1 has 3 elements in the data but its lower bound is 4"),
-        (dict(lower=[-1, 0], upper=[4, 4], k=5), "lower bound of colour 0 must be a non-negative"),
-        (dict(lower=[0, 0], upper=[4, 1.5], k=5), "upper bound of colour 1 must be a non-negative"),
-        (dict(lower=[0], upper=[4, 4], k=5), "Upper bounds were given for 2 colours"),
+        (dict(lower=[3, 1], upper=[2, 4], k=5), "Group 0 has lower bound 3 above its upper bound 2"),
+        (dict(lower=[1, 4], upper=[4, 4], k=5), "Group 1 has 3 elements in the data but its lower bound is 4"),
+        (dict(lower=[-1, 0], upper=[4, 4], k=5), "lower bound of group 0 must be a non-negative"),
+        (dict(lower=[0, 0], upper=[4, 1.5], k=5), "upper bound of group 1 must be a non-negative"),
+        (dict(lower=[0], upper=[4, 4], k=5), "Upper bounds were given for 2 groups"),
         (dict(lower=[0, 0], upper=[4, 4], k=9), "k = 9 is larger than the 8 elements"),
         (dict(lower=[0, 0], upper=[4, 4], k=0), "'k' parameter of the summary must be a positive"),
     ],
@@ -193,16 +193,16 @@ def test_bad_rows_and_colours_are_named():
         FairpipeInputError, match="Row 5 of fair_stream holds a NaN value in column 1"
     ):
         fair_stream(bad, colours, [1, 1], [4, 4], 4)
-    with pytest.raises(FairpipeInputError, match="Row 2 of fair_stream has colour -1"):
+    with pytest.raises(FairpipeInputError, match="Row 2 of fair_stream has group -1"):
         fair_stream(X, np.array([0, 0, -1, 0, 0, 1, 1, 1]), [1, 1], [4, 4], 4)
     with pytest.raises(
         FairpipeInputError,
-        match="Row 0 of fair_stream has colour 3; colours must be integers from 0 to 2",
+        match="Row 0 of fair_stream has group 3; groups must be integers from 0 to 2",
     ):
         fair_stream(X, np.array([3, 0, 0, 0, 0, 1, 1, 1]), [0, 0, 0], [4, 4, 4], 5)
-    with pytest.raises(FairpipeInputError, match="Row 1 of fair_stream has colour 0.5"):
+    with pytest.raises(FairpipeInputError, match="Row 1 of fair_stream has group 0.5"):
         fair_stream(X, np.array([0, 0.5, 0, 0, 0, 1, 1, 1]), [1, 1], [4, 4], 4)
-    with pytest.raises(FairpipeInputError, match="got 3 colours for 8 elements"):
+    with pytest.raises(FairpipeInputError, match="got 3 groups for 8 elements"):
         fair_stream(X, np.array([0, 1, 1]), [1, 1], [4, 4], 4)
     with pytest.raises(FairpipeInputError, match="'factor' parameter of fair_stream"):
         fair_stream(X, colours, [1, 1], [4, 4], 4, factor=0)

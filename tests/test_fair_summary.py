@@ -132,11 +132,11 @@ def test_facility_utility_and_the_summary_quality():
 def test_bad_input_is_named():
     X, colours, ids = data(5, n=200, rare=1)
     with pytest.raises(
-        FairpipeInputError, match="Colour 3 has 1 elements in the data but its lower bound is 2"
+        FairpipeInputError, match="Group 3 has 1 elements in the data but its lower bound is 2"
     ):
         FairSummary(**PARAMS).fit(X, colours, ids)
     X, colours, ids = data(5, n=200)
-    with pytest.raises(FairpipeInputError, match="Row 7 of FairSummary.fit has colour 9"):
+    with pytest.raises(FairpipeInputError, match="Row 7 of FairSummary.fit has group 9"):
         FairSummary(**PARAMS).fit(X, np.where(np.arange(200) == 7, 9, colours), ids)
     bad = X.copy()
     bad[11, 0] = np.inf

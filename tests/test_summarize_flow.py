@@ -80,11 +80,11 @@ def test_summarize_bad_input_writes_nothing(prefect_server, tmp_path):
     before = st.repo.lookup_branch("main")
     cases = [
         (SummarizeOptions(k=40, lower=0.25, upper=0.5),
-         "Colour rare has 9 elements in the data but its lower bound is 10"),
+         "Group rare has 9 elements in the data but its lower bound is 10"),
         (SummarizeOptions(k=12), "No fairness bounds"),
         (SummarizeOptions(k=12, lower=0.1, bounds_file="b.json"), "either --lower/--upper or"),
         (SummarizeOptions(k=12, lower=1.5), "--lower must be a fraction of k between 0 and 1"),
-        (SummarizeOptions(k=12, lower=0.4, upper=0.2), "Colour a has lower bound 4 above its upper"),
+        (SummarizeOptions(k=12, lower=0.4, upper=0.2), "Group a has lower bound 4 above its upper"),
         (SummarizeOptions(k=1000, lower=0.0, upper=1.0), "k = 1000 is larger than the 400 elements"),
         (SummarizeOptions(k=12, lower=0.1, upper=0.5, utility="coverage"), "'utility' parameter"),
         (SummarizeOptions(k=12, lower=0.1, upper=0.5, height=-1), "'height' parameter"),
