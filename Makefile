@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_lsh.py
 	$(BIN)/python benchmarks/bench_kmeans.py
 	$(BIN)/python benchmarks/bench_summary.py
+	$(BIN)/python benchmarks/bench_rerank.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -30,7 +30,8 @@ Defined behaviour where the paper is silent:
   that 0.29 * 100 = 28.999999999999996 counts as 29, as it should.
 
 The kernels run one compiled loop per list, over the lists of a batch (arrays lists x candidates,
-padded with group -1).
+padded with group -1); large batches are split over threads (each list is solved alone, so the
+split changes nothing).
 
 >>> scores = np.array([[0.9, 0.8, 0.7, 0.6, 0.5, 0.4]])
 >>> groups = np.array([[0, 0, 0, 0, 1, 1]])
@@ -45,10 +46,12 @@ import math
 import numba
 import numpy as np
 
+from fairpipe.batched_kmeans import _THREADS, _pool
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
 
 ALGORITHMS = ("detgreedy", "detcons", "detrelaxed", "detconstsort")
 TOL = 1e-9
+_WORK_PER_THREAD = 200_000  # candidates below which one thread re-ranks the whole batch
 _kernel = numba.njit(cache=True, nogil=True, boundscheck=False)
 
 NAN_SCORE = "List {list} has a NaN score at candidate {pos}; scores must be numbers."
@@ -286,5 +289,18 @@ def rerank(scores, groups, p, k: int, algorithm: str = "detconstsort") -> np.nda
     p_arr = check_desired(p_arr, scores.shape[0], n_groups)
     out = np.full((scores.shape[0], k), -1, dtype=np.int64)
     lengths = np.zeros(scores.shape[0], dtype=np.int64)
-    _rerank_batch(scores, groups, p_arr, k, ALGORITHMS.index(algorithm), out, lengths)
+    code = ALGORITHMS.index(algorithm)
+    n = scores.shape[0]
+    threads = min(_THREADS, n * scores.shape[1] // _WORK_PER_THREAD)
+    if threads <= 1:
+        _rerank_batch(scores, groups, p_arr, k, code, out, lengths)
+        return out
+    cuts = np.linspace(0, n, threads + 1).astype(np.int64)  # each list is solved alone: any split
+    jobs = [
+        _pool().submit(_rerank_batch, scores[a:b], groups[a:b], p_arr[a:b], k, code, out[a:b],
+                       lengths[a:b])
+        for a, b in zip(cuts[:-1], cuts[1:])
+    ]  # fmt: skip
+    for job in jobs:
+        job.result()
     return out
