@@ -261,3 +261,12 @@ def test_compiled_metrics_equal_the_numpy_definitions(smoothing):
         assert np.allclose(m["skew"], want, equal_nan=True, rtol=1e-12, atol=1e-12)
         assert np.allclose(m["ndkl"], ndkl(ranked, p), rtol=1e-9, atol=1e-12)
         assert np.array_equal(m["infeasible_index"], infeasible_index(ranked, p))
+
+
+@pytest.mark.parametrize("algorithm", ["detgreedy", "detconstsort"])
+def test_a_large_batch_split_over_threads_equals_each_list_alone(algorithm):
+    scores, groups, p = random_lists(5, 15000, 30, 4)  # 450k candidates: split over threads
+    together = rerank(scores, groups, p, 12, algorithm)
+    for i in range(0, 15000, 1499):
+        alone = rerank(scores[i : i + 1], groups[i : i + 1], p[i : i + 1], 12, algorithm)
+        assert np.array_equal(together[i], alone[0])
