@@ -1,0 +1,148 @@
+"""Model adapters for fairness testing: probabilities and input gradients, for a batch.
+
+An adapter gives ``predict_proba(X)`` (n, classes), ``predict(X)`` (n,) and ``gradient(X)`` (n, d):
+the gradient with respect to the input of the objective, the probability of the last class (the
+positive one for a binary classifier). ADF moves along the sign of this gradient.
+
+- :class:`MLPAdapter` wraps a fitted scikit-learn ``MLPClassifier`` and differentiates its forward
+  pass analytically in numpy (any of its hidden activations; logistic or softmax output).
+- :class:`FiniteDifferenceAdapter` wraps any classifier with ``predict_proba``: central differences
+  (2 d extra predictions per row, batched into one call).
+
+>>> from sklearn.neural_network import MLPClassifier
+>>> rng = np.random.default_rng(0)
+>>> X = rng.normal(size=(200, 3)); y = (X[:, 0] + X[:, 1] > 0).astype(int)
+>>> mlp = MLPClassifier(hidden_layer_sizes=(8,), max_iter=2000, random_state=0).fit(X, y)
+>>> a = MLPAdapter(mlp)
+>>> bool(np.allclose(a.predict_proba(X), mlp.predict_proba(X)))
+True
+>>> bool(np.allclose(a.gradient(X[:5]), FiniteDifferenceAdapter(mlp).gradient(X[:5]), atol=1e-5))
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairpipe.errors import FairpipeInputError
+
+NO_PROBA = (
+    "The model {name} has no predict_proba; fairness testing needs class probabilities "
+    "(wrap it, or use a classifier that has them)."
+)
+WRONG_WIDTH = "The model expects {expected} input columns; the data has {got}."
+NOT_MLP = "MLPAdapter needs a fitted sklearn.neural_network.MLPClassifier. Got {name}."
+
+
+def _act(name: str, z: np.ndarray) -> np.ndarray:
+    if name == "relu":
+        return np.maximum(z, 0.0)
+    if name == "tanh":
+        return np.tanh(z)
+    if name == "logistic":
+        return 1.0 / (1.0 + np.exp(-z))
+    return z  # identity
+
+
+def _act_grad(name: str, a: np.ndarray) -> np.ndarray:
+    """Derivative of the activation, from its output ``a``."""
+    if name == "relu":
+        return (a > 0).astype(a.dtype)
+    if name == "tanh":
+        return 1.0 - a * a
+    if name == "logistic":
+        return a * (1.0 - a)
+    return np.ones_like(a)
+
+
+class MLPAdapter:
+    """Analytic probabilities and input gradients of a fitted ``MLPClassifier``."""
+
+    def __init__(self, mlp):
+        if not (hasattr(mlp, "coefs_") and hasattr(mlp, "out_activation_")):
+            raise FairpipeInputError(NOT_MLP.format(name=type(mlp).__name__))
+        self.mlp = mlp
+        self.weights = [np.asarray(w, dtype=np.float64) for w in mlp.coefs_]
+        self.biases = [np.asarray(b, dtype=np.float64) for b in mlp.intercepts_]
+        self.hidden = mlp.activation
+        self.output = mlp.out_activation_
+        self.n_features = self.weights[0].shape[0]
+        self.classes_ = mlp.classes_
+
+    def _forward(self, X: np.ndarray) -> list[np.ndarray]:
+        a = [np.asarray(X, dtype=np.float64)]
+        for j, (W, b) in enumerate(zip(self.weights, self.biases)):
+            z = a[-1] @ W + b
+            last = j == len(self.weights) - 1
+            if not last:
+                a.append(_act(self.hidden, z))
+            elif self.output == "softmax":
+                e = np.exp(z - z.max(axis=1, keepdims=True))
+                a.append(e / e.sum(axis=1, keepdims=True))
+            else:
+                a.append(_act(self.output, z))
+        return a
+
+    def predict_proba(self, X) -> np.ndarray:
+        out = self._forward(X)[-1]
+        return np.hstack([1.0 - out, out]) if out.shape[1] == 1 else out
+
+    def predict(self, X) -> np.ndarray:
+        return self.predict_proba(X).argmax(axis=1)
+
+    def gradient(self, X) -> np.ndarray:
+        """d P(last class) / d x for every row."""
+        a = self._forward(X)
+        out = a[-1]
+        if self.output == "softmax":  # d p_c / d z = p_c (e_c - p)
+            c = out.shape[1] - 1
+            delta = -out[:, c : c + 1] * out
+            delta[:, c] += out[:, c]
+        else:
+            delta = _act_grad(self.output, out)
+        for j in range(len(self.weights) - 1, -1, -1):
+            delta = delta @ self.weights[j].T
+            if j > 0:
+                delta = delta * _act_grad(self.hidden, a[j])
+        return delta
+
+
+class FiniteDifferenceAdapter:
+    """Gradients of any classifier with ``predict_proba``, by central differences."""
+
+    def __init__(self, model, eps: float = 1e-4):
+        if not hasattr(model, "predict_proba"):
+            raise FairpipeInputError(NO_PROBA.format(name=type(model).__name__))
+        self.model = model
+        self.eps = eps
+        self.n_features = getattr(model, "n_features_in_", None)
+        self.classes_ = getattr(model, "classes_", None)
+
+    def predict_proba(self, X) -> np.ndarray:
+        return np.asarray(self.model.predict_proba(np.asarray(X, dtype=np.float64)))
+
+    def predict(self, X) -> np.ndarray:
+        return self.predict_proba(X).argmax(axis=1)
+
+    def gradient(self, X) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        n, d = X.shape
+        steps = np.eye(d) * self.eps
+        probe = np.concatenate([X[:, None, :] + steps, X[:, None, :] - steps], axis=1)
+        p = self.predict_proba(probe.reshape(-1, d))[:, -1].reshape(n, 2 * d)
+        return (p[:, :d] - p[:, d:]) / (2 * self.eps)
+
+
+def adapter_for(model, n_features: int | None = None):
+    """The best adapter for ``model`` (analytic for an MLPClassifier), checked against the data's
+    width."""
+    if hasattr(model, "gradient") and hasattr(model, "predict_proba"):
+        adapter = model
+    elif hasattr(model, "coefs_") and hasattr(model, "out_activation_"):
+        adapter = MLPAdapter(model)
+    else:
+        adapter = FiniteDifferenceAdapter(model)
+    width = getattr(adapter, "n_features", None)
+    if n_features is not None and width is not None and int(width) != n_features:
+        raise FairpipeInputError(WRONG_WIDTH.format(expected=int(width), got=n_features))
+    return adapter
