@@ -16,6 +16,7 @@ from fairpipe.adf import (
     discrimination_rate,
     random_search,
 )
+from fairpipe.audit_data import PROTECTED, load_audit_data
 from fairpipe.errors import FairpipeInputError
 from fairpipe.model_adapters import FiniteDifferenceAdapter, MLPAdapter, adapter_for
 
@@ -115,3 +116,35 @@ def test_bad_input_is_named(biased):
         adf_search(MLPAdapter(model), X[:5], domain, n_local=0)
     with pytest.raises(FairpipeInputError, match="'budget' parameter of random_search"):
         random_search(MLPAdapter(model), domain, budget=-1)
+
+
+@pytest.mark.data
+@pytest.mark.parametrize(
+    "name, n, d", [("adult", 30162, 13), ("german", 1000, 20), ("bank", 40004, 16)]
+)
+def test_real_data_sets_are_encoded_within_their_own_domains(name, n, d):
+    from conftest import SHARED_DATA
+
+    data = load_audit_data(name, SHARED_DATA)
+    assert data.X.shape == (n, d) and set(np.unique(data.y)) == {0, 1}
+    assert ((data.X >= data.lower) & (data.X <= data.upper)).all()
+    for attr in PROTECTED[name]:
+        data.domain([attr])  # every protected attribute of the paper is there
+
+
+def test_integer_csv_loader_names_bad_rows(tmp_path):
+    good = tmp_path / "good.csv"
+    good.write_text("sex,a,label\n0,3,1\n1,5,0\n1,4,1\n")
+    data = load_audit_data(str(good))
+    assert data.domain_names == ("sex", "a") and data.upper.tolist() == [1, 5]
+    (tmp_path / "gap.csv").write_text("sex,a,label\n0,3,1\n1,,0\n")
+    with pytest.raises(FairpipeInputError, match="Row 1 of .*gap.csv has no value in column 'a'"):
+        load_audit_data(str(tmp_path / "gap.csv"))
+    (tmp_path / "text.csv").write_text("sex,a,label\n0,3,1\n1,x,0\n")
+    with pytest.raises(FairpipeInputError, match="Row 1 of .*text.csv has 'x' in column 'a'"):
+        load_audit_data(str(tmp_path / "text.csv"))
+    (tmp_path / "nolabel.csv").write_text("sex,a\n0,3\n")
+    with pytest.raises(FairpipeInputError, match="has no column 'label'"):
+        load_audit_data(str(tmp_path / "nolabel.csv"))
+    with pytest.raises(FairpipeInputError, match="does not exist"):
+        load_audit_data(str(tmp_path / "missing.csv"))
