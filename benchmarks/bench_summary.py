@@ -30,7 +30,13 @@ DATA = ROOT.parent / "shared" / "data"
 OUT = ROOT / "benchmarks" / "out"
 
 from fairpipe.datasets import AGE_NAMES, load_bank, load_census_kdd  # noqa: E402
-from fairpipe.fair_streaming import fair_greedy, fair_stream, msm_stream, random_subset  # noqa: E402
+from fairpipe.fair_streaming import (  # noqa: E402
+    bound_error,
+    fair_greedy,
+    fair_stream,
+    msm_stream,
+    random_subset,
+)
 from fairpipe.fair_summary import EVAL_SALT, STREAM_SALT, FairSummary  # noqa: E402
 from fairpipe.hashing import stable_hash  # noqa: E402
 from fairpipe.submodular import Utility  # noqa: E402
@@ -56,10 +62,7 @@ def run_methods(X, colours, ids, k, quick: bool) -> dict[str, dict]:
         out[name] = {
             "value": util.value(X[rows_of_X].astype(np.float64)),
             "counts": counts.tolist(),
-            "error": int(
-                np.maximum(np.array(lower) - counts, 0).sum()
-                + np.maximum(counts - np.array(upper), 0).sum()
-            ),
+            "error": bound_error(counts, lower, upper),
             "calls": int(calls),
             "seconds": seconds,
             "elements_per_s": X.shape[0] / seconds if seconds > 0 else float("nan"),

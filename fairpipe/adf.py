@@ -91,11 +91,18 @@ def check_discrimination(adapter, X: np.ndarray, domain: Domain):
     proba = adapter.predict_proba(cand.reshape(n * P, domain.d).astype(np.float64))
     label = proba.argmax(axis=1).reshape(n, P)
     pos = proba[:, -1].reshape(n, P)
-    own_proba = adapter.predict_proba(X.astype(np.float64))
-    own_label, own_pos = own_proba.argmax(axis=1), own_proba[:, -1]
+    # x itself is one of its counterparts when its protected values lie in the domain.
+    match = (values[None, :, :] == X[:, None, list(domain.protected)]).all(axis=2)
+    rows = np.arange(n)
+    own = match.argmax(axis=1)
+    own_label, own_pos = label[rows, own], pos[rows, own]
+    outside = ~match.any(axis=1)
+    if outside.any():
+        own_proba = adapter.predict_proba(X[outside].astype(np.float64))
+        own_label[outside], own_pos[outside] = own_proba.argmax(axis=1), own_proba[:, -1]
     disc = (label != own_label[:, None]).any(axis=1)
     far = np.abs(pos - own_pos[:, None]).argmax(axis=1)
-    return disc, cand[np.arange(n), far]
+    return disc, cand[rows, far]
 
 
 @dataclass

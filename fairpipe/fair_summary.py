@@ -102,6 +102,12 @@ class SummaryParams:
             "seed": int(self.seed),
         }
 
+    @classmethod
+    def from_attrs(cls, attrs: dict) -> SummaryParams:
+        """The parameters back from :meth:`as_attrs` (stored attributes may hold more keys)."""
+        p = {f: attrs[f] for f in cls.__dataclass_fields__}
+        return cls(**{**p, "lower": tuple(p["lower"]), "upper": tuple(p["upper"])})
+
     @property
     def capacity(self) -> int:
         """Most candidates a node passes up: its summary plus one backup set per colour."""

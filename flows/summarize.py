@@ -293,12 +293,10 @@ def _load_nodes(session, lookup: IdLookup, d: int):
         colours = np.empty(wanted.shape[0], dtype=np.int64)
         X[order] = read_rows(session, "points", rows[order])
         colours[order] = read_rows(session, "groups", rows[order])
-        at = {int(i): j for j, i in enumerate(wanted)}
         out = []
         for c_row, e_row in zip(cand, evals):
             c_ids, e_ids = unpadded(c_row), unpadded(e_row)
-            ci = np.array([at[int(i)] for i in c_ids], dtype=np.int64)
-            ei = np.array([at[int(i)] for i in e_ids], dtype=np.int64)
+            ci, ei = np.searchsorted(wanted, c_ids), np.searchsorted(wanted, e_ids)
             out.append(NodeOutput(c_ids, X[ci], colours[ci], e_ids, X[ei]))
         return out
 
@@ -312,11 +310,7 @@ def update_summary_after_forget(txn, all_ids, alive_after, rows, n_rows, chunk_r
     if not has_summary(txn.session):
         return {}
     a = summary_attrs(txn.session)
-    params = SummaryParams(
-        k=a["k"], lower=tuple(a["lower"]), upper=tuple(a["upper"]), utility=a["utility"],
-        gamma=a["gamma"], eval_size=a["eval_size"], rule=a["rule"], factor=a["factor"],
-        seed=a["seed"],
-    )  # fmt: skip
+    params = SummaryParams.from_attrs(a)
     width, height = int(a["width"]), int(a["height"])
     n_leaves = width**height
     d = int(read_array(txn.session, "points", slice(0, 1)).shape[1])

@@ -98,6 +98,15 @@ def test_check_discrimination_finds_the_most_different_counterpart(biased):
     assert np.array_equal(disc, independent_check(model, X[:200], domain))
     assert (counterpart[:, 1:] == X[:200, 1:]).all()  # only the protected attribute differs
     assert (counterpart[:, 0] != X[:200, 0]).all()  # two values: the other one is the farthest
+    # A row whose protected value lies outside the domain is compared with every domain value.
+    odd = X[:20].copy()
+    odd[:, 0] = 3
+    disc, _ = check_discrimination(adapter, odd, domain)
+    own = model.predict(odd.astype(float))
+    others = np.stack(
+        [model.predict(np.c_[np.full(20, v), odd[:, 1:]].astype(float)) for v in (0, 1)]
+    )
+    assert np.array_equal(disc, (others != own).any(axis=0))
 
 
 def test_bad_input_is_named(biased):
