@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairpipe.adf import Domain
+from fairpipe.discrimination import Domain
 from fairpipe.errors import FairpipeInputError
 
 PROTECTED = {"adult": ("age", "race", "sex"), "german": ("age", "sex"), "bank": ("age",)}
@@ -34,7 +34,10 @@ MISSING_VALUE = "Row {row} of {path} has no value in column {col!r}; {why}."
 NOT_INTEGER = (
     "Row {row} of {path} has {value!r} in column {col!r}; every attribute must be an integer."
 )
+NOT_NUMBER = "Row {row} of {path} has {value!r} in column {col!r}; the encoding needs {what} there."
 NO_LABEL = "{path} has no column 'label'; its columns are {columns}."
+TOO_FEW_COLUMNS = "{path} has {got} columns; the {name} data set has {expected}."
+NO_COLUMN = "{path} has no column {col!r}; the {name} data set needs it."
 NO_FILE = "Data file {path} does not exist."
 
 
@@ -59,6 +62,29 @@ def _read_csv(path, **kw):
         raise FairpipeInputError(NO_FILE.format(path=path))
     with gzip.open(p, "rt") if p.suffix == ".gz" else open(p) as fh:
         return pd.read_csv(fh, **kw)
+
+
+def _numbers(frame, col, path, integer: bool = True) -> np.ndarray:
+    """A column that the encoding reads as numbers, or an error naming the first bad row."""
+    import pandas as pd
+
+    v = frame[col]
+    num = pd.to_numeric(v, errors="coerce")
+    missing = v.isna().to_numpy()
+    if missing.any():
+        row = frame.index[int(np.argmax(missing))]
+        raise FairpipeInputError(
+            MISSING_VALUE.format(row=row, path=path, col=col, why="the encoding needs a number")
+        )
+    values = num.to_numpy(dtype=float)
+    bad = np.isnan(values) | (values % 1 != 0 if integer else ~np.isfinite(values))
+    if bad.any():
+        i = int(np.argmax(bad))
+        what = "an integer" if integer else "a number"
+        raise FairpipeInputError(
+            NOT_NUMBER.format(row=frame.index[i], path=path, value=v.iloc[i], col=col, what=what)
+        )
+    return values.astype(np.int64) if integer else values
 
 
 def _codes(series) -> tuple[np.ndarray, int]:
@@ -90,20 +116,26 @@ def load_adult(path) -> AuditData:
 
     frame = _read_csv(path, header=None, names=ADULT_COLUMNS, skipinitialspace=True,
                       na_values="?", comment="|")  # fmt: skip
-    frame = frame.dropna().reset_index(drop=True)
+    if frame.shape[1] != len(ADULT_COLUMNS) or frame[ADULT_COLUMNS[-1]].isna().all():
+        got = frame.shape[1] - int(frame[ADULT_COLUMNS[-1]].isna().all())
+        raise FairpipeInputError(
+            TOO_FEW_COLUMNS.format(path=path, got=got, name="adult", expected=len(ADULT_COLUMNS))
+        )
+    frame = frame.dropna()  # rows with a '?' (ADF drops them too); the index keeps the file's rows
     cols = []
     for c in ADULT_COLUMNS:
         if c in ("income", "education_num"):
             continue
         v = frame[c]
         if c == "age":
-            cols.append((c, v.to_numpy(np.int64) // 10, 1, 9))
+            cols.append((c, _numbers(frame, c, path) // 10, 1, 9))
         elif c == "fnlwgt":
-            cols.append((c, _quantile_bins(v.to_numpy(float), 20), 0, 19))
+            cols.append((c, _quantile_bins(_numbers(frame, c, path, False), 20), 0, 19))
         elif c in ("capital_gain", "capital_loss"):
-            cols.append((c, np.floor(np.log2(1 + v.to_numpy(float))).astype(np.int64), 0, 17))
+            x = np.maximum(_numbers(frame, c, path, False), 0.0)
+            cols.append((c, np.floor(np.log2(1 + x)).astype(np.int64), 0, 17))
         elif c == "hours_per_week":
-            cols.append((c, v.to_numpy(np.int64) // 10, 0, 9))
+            cols.append((c, _numbers(frame, c, path) // 10, 0, 9))
         else:
             codes, n = _codes(v)
             cols.append((c, codes, 0, n - 1))
@@ -117,27 +149,34 @@ GERMAN_COLUMNS = [
     "age", "other_installments", "housing", "existing_credits", "job", "people_liable",
     "telephone", "foreign_worker",
 ]  # fmt: skip
+GERMAN_NUMERIC = ("installment_rate", "residence_since", "existing_credits", "people_liable")
 
 
 def load_german(path) -> AuditData:
     frame = _read_csv(path, sep=" ", header=None)
+    if frame.shape[1] != len(GERMAN_COLUMNS) + 1:
+        raise FairpipeInputError(
+            TOO_FEW_COLUMNS.format(path=path, got=frame.shape[1], name="german", expected=21)
+        )
+    frame.columns = [*GERMAN_COLUMNS, "label"]
     cols = []
-    for j, c in enumerate(GERMAN_COLUMNS):
-        v = frame[j]
+    for c in GERMAN_COLUMNS:
+        v = frame[c]
         if c == "sex":  # personal status A91-A95: A92 and A95 are female
             cols.append((c, v.isin(["A92", "A95"]).to_numpy().astype(np.int64), 0, 1))
         elif c == "duration":
-            cols.append((c, v.to_numpy(np.int64) // 6, 0, 12))
+            cols.append((c, _numbers(frame, c, path) // 6, 0, 12))
         elif c == "credit_amount":
-            cols.append((c, _quantile_bins(v.to_numpy(float), 10), 0, 9))
+            cols.append((c, _quantile_bins(_numbers(frame, c, path, False), 10), 0, 9))
         elif c == "age":
-            cols.append((c, v.to_numpy(np.int64) // 10, 1, 7))
-        elif v.dtype.kind in "iu":
-            cols.append((c, v.to_numpy(np.int64), int(v.min()), int(v.max())))
+            cols.append((c, _numbers(frame, c, path) // 10, 1, 7))
+        elif c in GERMAN_NUMERIC:
+            x = _numbers(frame, c, path)
+            cols.append((c, x, int(x.min()), int(x.max())))
         else:
             codes, n = _codes(v)
             cols.append((c, codes, 0, n - 1))
-    return _build("german", cols, (frame[20] == 1).to_numpy())
+    return _build("german", cols, (_numbers(frame, "label", path) == 1))
 
 
 BANK_CATEGORICAL = ["job", "marital", "education", "default", "housing", "loan", "contact",
@@ -146,21 +185,24 @@ BANK_CATEGORICAL = ["job", "marital", "education", "default", "housing", "loan",
 
 def load_bank(path) -> AuditData:
     frame = _read_csv(path, sep=None, engine="python")
+    for c in ["age", "balance", "duration", "day", "campaign", "previous", "pdays", "y"]:
+        if c not in frame.columns:
+            raise FairpipeInputError(NO_COLUMN.format(path=path, col=c, name="bank"))
     cols = []
     for c in frame.columns:
         if c == "y":
             continue
         v = frame[c]
         if c == "age":
-            cols.append((c, v.to_numpy(np.int64) // 10, 1, 9))
+            cols.append((c, _numbers(frame, c, path) // 10, 1, 9))
         elif c in ("balance", "duration"):
-            cols.append((c, _quantile_bins(v.to_numpy(float), 10), 0, 9))
+            cols.append((c, _quantile_bins(_numbers(frame, c, path, False), 10), 0, 9))
         elif c == "day":
-            cols.append((c, v.to_numpy(np.int64) // 5, 0, 6))
+            cols.append((c, _numbers(frame, c, path) // 5, 0, 6))
         elif c in ("campaign", "previous"):
-            cols.append((c, np.minimum(v.to_numpy(np.int64), 10), 0, 10))
+            cols.append((c, np.minimum(_numbers(frame, c, path), 10), 0, 10))
         elif c == "pdays":
-            p = v.to_numpy(np.int64)
+            p = _numbers(frame, c, path)
             cols.append((c, np.where(p < 0, 0, 1 + p // 100), 0, 9))
         else:
             codes, n = _codes(v)
@@ -193,13 +235,23 @@ def load_integer_csv(path) -> AuditData:
     return _build(Path(path).stem, cols, frame["label"].to_numpy(np.int64))
 
 
+LOADERS = {
+    "adult": (load_adult, ("adult", "adult.data.gz")),
+    "german": (load_german, ("german", "german.data")),
+    "bank": (load_bank, ("bank", "bank-full.csv.gz")),
+}
+
+
 def load_audit_data(name_or_path: str, data_dir: str | Path | None = None) -> AuditData:
-    """'adult', 'german', 'bank' (from ``data_dir``, default ../shared/data) or a CSV path."""
-    base = Path(data_dir) if data_dir else Path(__file__).resolve().parents[2] / "shared" / "data"
-    if name_or_path == "adult":
-        return load_adult(base / "adult" / "adult.data.gz")
-    if name_or_path == "german":
-        return load_german(base / "german" / "german.data")
-    if name_or_path == "bank":
-        return load_bank(base / "bank" / "bank-full.csv.gz")
+    """'adult', 'german', 'bank' (from ``data_dir``, default ../shared/data), the same with a
+    path of the original file ('adult:PATH'), or an integer CSV path."""
+    name, sep, path = name_or_path.partition(":")
+    if name in LOADERS:
+        loader, parts = LOADERS[name]
+        if sep:
+            return loader(path)
+        base = (
+            Path(data_dir) if data_dir else Path(__file__).resolve().parents[2] / "shared" / "data"
+        )
+        return loader(base.joinpath(*parts))
     return load_integer_csv(name_or_path)

@@ -8,6 +8,9 @@ positive one for a binary classifier). ADF moves along the sign of this gradient
   pass analytically in numpy (any of its hidden activations; logistic or softmax output).
 - :class:`FiniteDifferenceAdapter` wraps any classifier with ``predict_proba``: central differences
   (2 d extra predictions per row, batched into one call).
+- :class:`TorchAdapter` wraps a PyTorch module (if torch is installed) that maps a batch to logits
+  (or probabilities); gradients by autograd.
+- :func:`adapter_for` picks one; :func:`load_model` reads a pickled model (or a ``torch.save`` file).
 
 >>> from sklearn.neural_network import MLPClassifier
 >>> rng = np.random.default_rng(0)
@@ -32,6 +35,12 @@ NO_PROBA = (
 )
 WRONG_WIDTH = "The model expects {expected} input columns; the data has {got}."
 NOT_MLP = "MLPAdapter needs a fitted sklearn.neural_network.MLPClassifier. Got {name}."
+NO_MODEL_FILE = "The model file {path} does not exist."
+BAD_MODEL_FILE = "The model file {path} could not be loaded: {why}."
+TORCH_OUTPUT = "The 'output' parameter of TorchAdapter must be 'logits' or 'probabilities'. Got {value!r} instead."
+TORCH_WIDTH = (
+    "TorchAdapter could not tell the module's input width (no Linear layer first); pass n_features."
+)
 
 
 def _act(name: str, z: np.ndarray) -> np.ndarray:
@@ -133,11 +142,96 @@ class FiniteDifferenceAdapter:
         return (p[:, :d] - p[:, d:]) / (2 * self.eps)
 
 
+class TorchAdapter:
+    """A ``torch.nn.Module`` mapping a float batch (n, d) to logits (n, C) (softmax; C = 1 means one
+    sigmoid output for the positive class) or to probabilities; gradients by autograd.
+
+    The module is evaluated in eval mode, in its own parameters' dtype; results are float64 numpy.
+    """
+
+    def __init__(self, module, n_features: int | None = None, output: str = "logits"):
+        import torch
+
+        if output not in ("logits", "probabilities"):
+            raise FairpipeInputError(TORCH_OUTPUT.format(value=output))
+        self.module = module
+        self.output = output
+        self._torch = torch
+        params = list(module.parameters())
+        self._dtype = params[0].dtype if params else torch.float32
+        if n_features is None:
+            first = next((m for m in module.modules() if isinstance(m, torch.nn.Linear)), None)
+            if first is None:
+                raise FairpipeInputError(TORCH_WIDTH)
+            n_features = int(first.in_features)
+        self.n_features = n_features
+
+    def _proba(self, X):
+        out = self.module(X)
+        if out.ndim == 1:
+            out = out[:, None]
+        if self.output == "probabilities":
+            p = out
+        elif out.shape[1] == 1:
+            p = self._torch.sigmoid(out)
+        else:
+            return self._torch.softmax(out, dim=1)
+        return self._torch.cat([1 - p, p], dim=1) if p.shape[1] == 1 else p
+
+    def _tensor(self, X):
+        return self._torch.as_tensor(np.asarray(X, dtype=np.float64), dtype=self._dtype)
+
+    def predict_proba(self, X) -> np.ndarray:
+        self.module.eval()
+        with self._torch.no_grad():
+            return self._proba(self._tensor(X)).double().numpy()
+
+    def predict(self, X) -> np.ndarray:
+        return self.predict_proba(X).argmax(axis=1)
+
+    def gradient(self, X) -> np.ndarray:
+        """d P(last class) / d x for every row (rows are independent, so one backward pass)."""
+        self.module.eval()
+        t = self._tensor(X).requires_grad_(True)
+        self._proba(t)[:, -1].sum().backward()
+        assert t.grad is not None
+        return t.grad.double().numpy()
+
+
+def _is_torch_module(model) -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
+
+
+def load_model(path) -> object:
+    """A classifier from a pickle file, or from a ``torch.save`` file when torch is installed."""
+    import pickle
+    import zipfile
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise FairpipeInputError(NO_MODEL_FILE.format(path=path))
+    try:
+        if zipfile.is_zipfile(p):  # torch.save's format
+            import torch
+
+            return torch.load(p, weights_only=False)
+        with open(p, "rb") as fh:
+            return pickle.load(fh)
+    except Exception as exc:  # noqa: BLE001 - any loading failure is the user's file
+        raise FairpipeInputError(BAD_MODEL_FILE.format(path=path, why=exc)) from None
+
+
 def adapter_for(model, n_features: int | None = None):
-    """The best adapter for ``model`` (analytic for an MLPClassifier), checked against the data's
-    width."""
+    """The best adapter for ``model`` (analytic for an MLPClassifier, autograd for a torch module),
+    checked against the data's width."""
     if hasattr(model, "gradient") and hasattr(model, "predict_proba"):
         adapter = model
+    elif _is_torch_module(model):
+        adapter = TorchAdapter(model)
     elif hasattr(model, "coefs_") and hasattr(model, "out_activation_"):
         adapter = MLPAdapter(model)
     else:

@@ -1,134 +1,212 @@
-"""Audit flow: a classifier and a data set -> discriminatory inputs found by ADF (and baselines),
-the model's discrimination rate, optionally retraining with some of the inputs found.
+"""Audit flow: a classifier and a data set -> discriminatory inputs found by ADF (and the AEQUITAS
+and random baselines, same budget), the model's discrimination rate, optionally retraining with
+some of the inputs found.
 
-Seeds are chosen by clustering the data (ADF), split into fixed batches of ``SEEDS_PER_TASK``
-seeds, and each batch runs global then local generation as a Dask task with its own random
-generator (seeded from (seed, batch)), so the samples do not depend on the worker count. The
-random baseline gets the same budget (the number of distinct inputs ADF generated).
+Seeds are chosen by clustering the data (ADF) and split into fixed batches of ``SEEDS_PER_TASK``;
+each batch runs global then local generation as a Dask task with its own random generator (seeded
+from (seed, batch)), so the samples do not depend on the worker count. AEQUITAS gets the same
+number of global inputs, in the same batches, and the same local steps per discriminatory input;
+the random baseline gets as many inputs as ADF generated distinct ones. The methods run one after
+the other, so each one's timing is its own.
 
-Written to ``--out`` (only after everything succeeded): ``samples.parquet`` (the distinct
-discriminatory inputs, one column per attribute), ``model.pkl`` (the model that was tested, so
-anyone can re-check the samples), ``metrics.json`` and ``ids.png`` (distinct discriminatory inputs
-against inputs generated, ADF and random).
+Written to ``--out`` (only after everything succeeded, each file atomically): ``samples.parquet``
+(the distinct discriminatory inputs, one column per attribute), ``model.pkl`` (the model that was
+tested, so anyone can re-check the samples), ``metrics.json`` and ``ids.png`` (distinct
+discriminatory inputs against time and against inputs generated, per method).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pickle
 import time
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from fairpipe.adf import (
+from fairpipe.adf import adf_search, cluster_seeds
+from fairpipe.aequitas import aequitas_search
+from fairpipe.audit_data import AuditData, load_audit_data
+from fairpipe.discrimination import (
     Domain,
-    adf_search,
+    SearchResult,
     check_discrimination,
-    cluster_seeds,
     discrimination_rate,
     random_search,
 )
-from fairpipe.audit_data import AuditData, load_audit_data
-from fairpipe.errors import FairpipeInputError, check_positive_int
-from fairpipe.model_adapters import adapter_for
+from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
+from fairpipe.model_adapters import adapter_for, load_model
+from fairpipe.retraining import check_refittable, fit_quietly, paper_mlp, retraining_improvement
 from flows.ingest import _default_task_runner
 
 SEEDS_PER_TASK = 100
-HIDDEN = (64, 32, 16, 8, 4)  # the paper's six-layer network (with the output layer)
-NO_MODEL_FILE = "The model file {path} does not exist."
-BAD_MODEL_FILE = "The model file {path} could not be loaded: {why}."
+BASELINES = ("aequitas", "random")
+TRAINABLE = ("mlp",)
+MODEL_AND_TRAIN = "Give either a model file (--model) or --train, not both."
+TOO_FEW_ROWS = (
+    "{name} has {rows} rows; ADF's seeds are drawn from the data, so it needs at least 4."
+)
 
 
 @dataclass
 class AuditOptions:
     dataset: str = "adult"
     protected: list[str] = field(default_factory=lambda: ["sex"])
-    model: str | None = None  # a pickled classifier; None: train the paper's MLP
+    model: str | None = None  # a pickled classifier; None: train one (``train``)
+    train: str | None = None  # "mlp": the paper's network (the default when no model is given)
     seeds: int = 1000
     local: int = 1000
     max_iter: int = 10
+    baselines: tuple[str, ...] = BASELINES
     retrain: bool = False
-    repeats: int = 1  # retraining repeats (the improvement is averaged)
+    repeats: int = 5  # retraining repeats (the improvement is averaged), as the paper
     train_iter: int = 50
+    rate_samples: int = 10_000  # random inputs for the discrimination rate
     seed: int = 0
     data_dir: str | None = None
-
-
-def train_mlp(data: AuditData, seed: int, max_iter: int, X_extra=None, y_extra=None):
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.neural_network import MLPClassifier
-
-    X, y = data.X.astype(np.float64), data.y
-    if X_extra is not None:
-        X, y = np.vstack([X, X_extra]), np.concatenate([y, y_extra])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return MLPClassifier(hidden_layer_sizes=HIDDEN, max_iter=max_iter, random_state=seed).fit(
-            X, y
-        )
-
-
-def _load_model(path: str):
-    p = Path(path)
-    if not p.is_file():
-        raise FairpipeInputError(NO_MODEL_FILE.format(path=path))
-    try:
-        with open(p, "rb") as fh:
-            return pickle.load(fh)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is the user's file
-        raise FairpipeInputError(BAD_MODEL_FILE.format(path=path, why=exc)) from None
+    progress: bool = False  # a progress bar on stderr (the command line sets it)
 
 
 def check_request(o: AuditOptions):
     """Load and check everything before any search runs: (data, domain, model or None)."""
-    for name in ("seeds", "local", "max_iter", "repeats", "train_iter"):
+    for name in ("seeds", "local", "max_iter", "repeats", "train_iter", "rate_samples"):
         check_positive_int(getattr(o, name), name, "audit")
+    for b in o.baselines:
+        check_one_of(b, BASELINES, "baselines", "audit")
+    if o.model and o.train:
+        raise FairpipeInputError(MODEL_AND_TRAIN)
+    if o.train is not None:
+        check_one_of(o.train, TRAINABLE, "train", "audit")
     data = load_audit_data(o.dataset, o.data_dir)
+    if data.X.shape[0] < 4:
+        raise FairpipeInputError(TOO_FEW_ROWS.format(name=data.name, rows=data.X.shape[0]))
     domain = data.domain(o.protected)
-    model = _load_model(o.model) if o.model else None
+    model = load_model(o.model) if o.model else None
     if model is not None:
         adapter_for(model, n_features=domain.d)
+        if o.retrain:
+            check_refittable(model)
     return data, domain, model
+
+
+def train_model(data: AuditData, seed: int, max_iter: int):
+    return fit_quietly(paper_mlp(seed, max_iter), data.X, data.y)
 
 
 @task(name="adf-batch", cache_policy=NO_CACHE)
 def adf_batch_task(model, seeds, domain: Domain, n_local: int, max_iter: int, seed: int):
-    t0 = time.perf_counter()
-    res = adf_search(adapter_for(model), seeds, domain, n_local, max_iter, seed)
-    return res, time.perf_counter() - t0
+    started = time.time()
+    return adf_search(adapter_for(model), seeds, domain, n_local, max_iter, seed), started
 
 
-def _majority_labels(adapter, X: np.ndarray, domain: Domain) -> np.ndarray:
-    """Label each input by the model's majority decision over it and its protected variants."""
-    values = domain.protected_values()
-    n, P = X.shape[0], values.shape[0]
-    cand = np.repeat(X[:, None, :], P, axis=1)
-    cand[:, :, list(domain.protected)] = values[None]
-    votes = adapter.predict(cand.reshape(n * P, domain.d).astype(np.float64)).reshape(n, P)
-    return (votes.mean(axis=1) >= 0.5).astype(np.int64)
+@task(name="aequitas-batch", cache_policy=NO_CACHE)
+def aequitas_batch_task(model, domain: Domain, n_global: int, n_local: int, seed: int):
+    started = time.time()
+    return aequitas_search(adapter_for(model), domain, n_global, n_local, seed), started
 
 
-def _plot(adf_trace, rnd_trace, path: Path, title: str) -> None:
+@task(name="random-search", cache_policy=NO_CACHE)
+def random_task(model, domain: Domain, budget: int, seed: int):
+    started = time.time()
+    return random_search(adapter_for(model), domain, budget, seed), started
+
+
+def _merge(parts: list[tuple[SearchResult, float]], t0: float):
+    """The batches' distinct inputs, and one trace over wall-clock time since ``t0``: each batch's
+    counts added at the moment it reached them (distinct within a batch; the final #ID is
+    de-duplicated across batches)."""
+    found = np.unique(np.concatenate([p.discriminatory for p, _ in parts]), axis=0)
+    events = []
+    for p, started in parts:
+        prev_g = prev_f = 0
+        for t, g, f in p.trace:
+            events.append((started - t0 + t, g - prev_g, f - prev_f))
+            prev_g, prev_f = g, f
+    events.sort()
+    trace, g_sum, f_sum = [], 0, 0
+    for t, dg, df in events:
+        g_sum, f_sum = g_sum + dg, f_sum + df
+        trace.append((t, g_sum, f_sum))
+    return found, trace
+
+
+def _time_to(trace, ids: int) -> float | None:
+    return next((t for t, _, f in trace if f >= ids), None)
+
+
+def _run_batches(submit, n_batches: int, bar, label: str):
+    """Submit every batch, then collect them in order, advancing the progress bar."""
+    t0 = time.time()
+    futures = [submit(j) for j in range(n_batches)]
+    task_id = bar.add_task(label, total=n_batches) if bar is not None else None
+    parts = []
+    for f in futures:
+        parts.append(f.result())
+        if bar is not None:
+            ids = sum(p.discriminatory.shape[0] for p, _ in parts)
+            bar.update(task_id, advance=1, description=f"{label}: {ids:,} IDs")
+    return parts, t0, time.time() - t0
+
+
+def _method_metrics(found: np.ndarray, generated: int, global_found, trace, seconds) -> dict:
+    return {
+        "ids": int(found.shape[0]),
+        "generated": int(generated),
+        "global_ids": global_found,
+        "success_rate": found.shape[0] / generated if generated else 0.0,
+        "seconds": seconds,
+        "ids_per_second": found.shape[0] / seconds if seconds > 0 else None,
+        "seconds_to_1000_ids": _time_to(trace, 1000),
+    }
+
+
+def _plot(traces: dict, path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, trace in (("ADF", adf_trace), ("random", rnd_trace)):
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, trace in traces.items():
         if trace:
-            g, f = zip(*trace)
-            ax.plot(g, f, label=name)
-    ax.set(xlabel="distinct inputs generated", ylabel="distinct discriminatory inputs", title=title)
-    ax.legend()
+            t, g, f = zip(*trace)
+            left.plot(t, f, label=name)
+            right.plot(g, f, label=name)
+    left.set(xlabel="seconds since the method started", ylabel="discriminatory inputs found")
+    right.set(xlabel="distinct inputs generated", ylabel="distinct discriminatory inputs")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
+
+
+def _write_atomically(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return contextlib.nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
 
 
 @flow(name="fairpipe-audit", log_prints=False, task_runner=_default_task_runner())
@@ -139,81 +217,89 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
     timings: dict[str, float] = {}
     if model is None:
         t0 = time.perf_counter()
-        model = train_mlp(data, o.seed, o.train_iter)
+        model = train_model(data, o.seed, o.train_iter)
         timings["train"] = time.perf_counter() - t0
     adapter = adapter_for(model, n_features=domain.d)
+    t0 = time.perf_counter()
     seeds = cluster_seeds(data.X, o.seeds, seed=o.seed)
-    t0 = time.perf_counter()
-    futures = [
-        adf_batch_task.submit(model, seeds[a : a + SEEDS_PER_TASK], domain, o.local, o.max_iter,
-                              o.seed * 1_000_003 + j)
-        for j, a in enumerate(range(0, seeds.shape[0], SEEDS_PER_TASK))
-    ]  # fmt: skip
-    parts = [f.result() for f in futures]
-    timings["adf"] = time.perf_counter() - t0
-    found = np.unique(np.concatenate([p[0].discriminatory for p in parts]), axis=0)
-    generated = int(sum(p[0].generated for p in parts))  # distinct within each batch
-    trace, base = [], (0, 0)
-    for p, _ in parts:
-        trace += [(base[0] + g, base[1] + f) for g, f in p.trace]
-        base = trace[-1] if trace else base
-    # Every sample is re-checked in the flow before it is reported.
-    disc, _ = check_discrimination(adapter, found, domain)
-    found = found[disc]
-    t0 = time.perf_counter()
-    rnd = random_search(adapter, domain, max(generated, 1), seed=o.seed)
-    timings["random"] = time.perf_counter() - t0
-    rate = discrimination_rate(adapter, domain, seed=o.seed)
+    timings["seeds"] = time.perf_counter() - t0
+    n_batches = -(-seeds.shape[0] // SEEDS_PER_TASK)
+    batch_seed = [o.seed * 1_000_003 + j for j in range(n_batches)]
     metrics: dict = {
         "dataset": data.name,
         "protected": list(o.protected),
         "rows": int(data.X.shape[0]),
+        "model": type(model).__name__,
         "seeds": int(seeds.shape[0]),
         "local": o.local,
-        "adf": {
-            "ids": int(found.shape[0]),
-            "generated": generated,
-            "global_ids": int(sum(p[0].global_found for p in parts)),
-            "success_rate": found.shape[0] / generated if generated else 0.0,
-            "ids_per_second": found.shape[0] / timings["adf"] if timings["adf"] > 0 else None,
-        },
-        "random": {
-            "ids": int(rnd.discriminatory.shape[0]),
-            "generated": rnd.generated,
-            "success_rate": rnd.success_rate,
-        },
-        "discrimination_rate": rate,
+        "max_iter": o.max_iter,
     }
+    traces = {}
+    with _progress(o.progress) as bar:
+        parts, t0, seconds = _run_batches(
+            lambda j: adf_batch_task.submit(
+                model, seeds[j * SEEDS_PER_TASK : (j + 1) * SEEDS_PER_TASK], domain, o.local,
+                o.max_iter, batch_seed[j],
+            ),
+            n_batches, bar, "ADF",
+        )  # fmt: skip
+        found, traces["ADF"] = _merge(parts, t0)
+        # Every sample is re-checked in the flow before it is reported.
+        found = found[check_discrimination(adapter, found, domain)[0]]
+        generated = sum(p.generated for p, _ in parts)  # distinct within each batch
+        metrics["adf"] = _method_metrics(
+            found, generated, sum(p.global_found for p, _ in parts), traces["ADF"], seconds
+        )
+        timings["adf"] = seconds
+        if "aequitas" in o.baselines:
+            sizes = [
+                min(SEEDS_PER_TASK, seeds.shape[0] - j * SEEDS_PER_TASK) for j in range(n_batches)
+            ]
+            parts, t0, seconds = _run_batches(
+                lambda j: aequitas_batch_task.submit(model, domain, sizes[j], o.local, batch_seed[j]),
+                n_batches, bar, "AEQUITAS",
+            )  # fmt: skip
+            aeq_found, traces["AEQUITAS"] = _merge(parts, t0)
+            metrics["aequitas"] = _method_metrics(
+                aeq_found, sum(p.generated for p, _ in parts),
+                sum(p.global_found for p, _ in parts), traces["AEQUITAS"], seconds,
+            )  # fmt: skip
+            timings["aequitas"] = seconds
+        if "random" in o.baselines:
+            parts, t0, seconds = _run_batches(
+                lambda j: random_task.submit(model, domain, max(generated, 1), o.seed),
+                1, bar, "random",
+            )  # fmt: skip
+            rnd_found, traces["random"] = _merge(parts, t0)
+            metrics["random"] = _method_metrics(
+                rnd_found, parts[0][0].generated, None, traces["random"], seconds
+            )
+            timings["random"] = seconds
+    metrics["discrimination_rate"] = discrimination_rate(
+        adapter, domain, o.rate_samples, seed=o.seed
+    )
     if o.retrain and found.shape[0]:
         t0 = time.perf_counter()
-        after = []
-        rng = np.random.default_rng(o.seed)
-        for r in range(o.repeats):
-            take = rng.choice(found.shape[0], size=max(1, found.shape[0] // 20), replace=False)
-            extra = found[take]
-            labels = _majority_labels(adapter, extra, domain)
-            retrained = train_mlp(data, o.seed + r, o.train_iter, extra.astype(float), labels)
-            after.append(discrimination_rate(adapter_for(retrained), domain, seed=o.seed))
-        metrics["retrain"] = {
-            "samples": int(max(1, found.shape[0] // 20)),
-            "rate_before": rate,
-            "rate_after": float(np.mean(after)),
-            "improvement": (rate - float(np.mean(after))) / rate if rate > 0 else None,
-            "repeats": o.repeats,
-        }
+        metrics["retrain"] = retraining_improvement(
+            model, adapter, data.X, data.y, found, domain, repeats=o.repeats, seed=o.seed,
+            rate_samples=o.rate_samples,
+        )  # fmt: skip
         timings["retrain"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     metrics["timings"] = timings
+    metrics["options"] = {k: v for k, v in asdict(o).items() if k != "progress"}
     if out is not None:
         import pandas as pd
 
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame(found, columns=list(domain.names)).to_parquet(folder / "samples.parquet")
-        with open(folder / "model.pkl", "wb") as fh:
-            pickle.dump(model, fh)
-        _plot(trace, rnd.trace, folder / "ids.png", f"{data.name}, protected {o.protected}")
-        (folder / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+        frame = pd.DataFrame(found, columns=list(domain.names))
+        _write_atomically(folder / "samples.parquet", lambda p: frame.to_parquet(p, index=False))
+        _write_atomically(folder / "model.pkl", lambda p: p.write_bytes(pickle.dumps(model)))
+        title = f"{data.name}, protected {', '.join(o.protected)}"
+        _write_atomically(folder / "ids.png", lambda p: _plot(traces, p, title))
+        text = json.dumps(metrics, indent=1, default=str)
+        _write_atomically(folder / "metrics.json", lambda p: p.write_text(text))
         metrics["out"] = str(folder)
     return metrics
 

@@ -309,15 +309,31 @@ def rerank(
 @app.command()
 def audit(
     dataset: str = typer.Option(
-        "adult", "--dataset", help="adult | german | bank (from ../shared/data) or an integer CSV."
+        "adult",
+        "--dataset",
+        help="adult | german | bank (from ../shared/data or --data-dir), adult:PATH / german:PATH / bank:PATH, or an integer CSV with a 'label' column.",
     ),
     protected: list[str] = typer.Option(..., "--protected", help="Protected attribute (repeat)."),
     model: Optional[str] = typer.Option(
-        None, "--model", help="A pickled classifier (default: train the paper's MLP)."
+        None, "--model", help="A pickled classifier with predict_proba (or a torch.save module)."
+    ),
+    train: Optional[str] = typer.Option(
+        None,
+        "--train",
+        help="Train the model to test: 'mlp', the paper's 64-32-16-8-4 network (the default without --model).",
     ),
     seeds: int = typer.Option(1000, "--seeds", help="Global seeds (clustered from the data)."),
     local: int = typer.Option(1000, "--local", help="Local steps per discriminatory input."),
+    max_iter: int = typer.Option(10, "--max-iter", help="Global iterations per seed."),
+    baseline: list[str] = typer.Option(
+        ["aequitas", "random"],
+        "--baseline",
+        help="aequitas | random (repeat); --no-baselines for none.",
+    ),
+    no_baselines: bool = typer.Option(False, "--no-baselines", help="Run ADF alone."),
     retrain: bool = typer.Option(False, "--retrain", help="Retrain with 5% of the inputs found."),
+    repeats: int = typer.Option(5, "--repeats", help="Retraining repeats (averaged)."),
+    train_iter: int = typer.Option(50, "--train-iter", help="Training epochs of the MLP."),
     out: Optional[str] = typer.Option(
         None, "--out", help="Folder for samples, model, metrics, plot."
     ),
@@ -327,12 +343,15 @@ def audit(
     workers: int = typer.Option(2, "--workers"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Search a classifier for discriminatory inputs (ADF) and measure its discrimination."""
+    """Search a classifier for discriminatory inputs (ADF, against AEQUITAS and random search) and
+    measure its discrimination; optionally retrain with some of the inputs found."""
     from flows.audit import AuditOptions, run_audit
 
     options = AuditOptions(
-        dataset=dataset, protected=list(protected), model=model, seeds=seeds, local=local,
-        retrain=retrain, seed=seed, data_dir=data_dir,
+        dataset=dataset, protected=list(protected), model=model, train=train, seeds=seeds,
+        local=local, max_iter=max_iter, baselines=() if no_baselines else tuple(baseline),
+        retrain=retrain, repeats=repeats, train_iter=train_iter, seed=seed, data_dir=data_dir,
+        progress=not as_json,
     )  # fmt: skip
     try:
         result = run_audit(options, out, dask_address=dask_address, n_workers=workers)
@@ -341,21 +360,29 @@ def audit(
 
     def render(r):
         o = Console(soft_wrap=True)
-        a, rnd = r["adf"], r["random"]
         o.print(
-            f"{r['dataset']} ({r['rows']} rows), protected {r['protected']}: discrimination rate "
-            f"{r['discrimination_rate']:.2%} of random inputs"
+            f"{r['dataset']} ({r['rows']:,} rows), {r['model']}, protected {', '.join(r['protected'])}: "
+            f"discrimination rate {r['discrimination_rate']:.2%} of random inputs"
         )
-        o.print(
-            f"ADF: {a['ids']} discriminatory inputs of {a['generated']} generated "
-            f"({a['success_rate']:.1%}) from {r['seeds']} seeds in {r['timings']['adf']:.1f} s; "
-            f"random search, same budget: {rnd['ids']} ({rnd['success_rate']:.1%})"
-        )
+        table = Table("method", "#ID", "#GDiff", "success", "global IDs", "seconds", "IDs/s",
+                      "s to 1,000 IDs")  # fmt: skip
+        for key, name in (("adf", "ADF"), ("aequitas", "AEQUITAS"), ("random", "random")):
+            if key not in r:
+                continue
+            m = r[key]
+            to_1000 = m["seconds_to_1000_ids"]
+            table.add_row(
+                name, f"{m['ids']:,}", f"{m['generated']:,}", f"{m['success_rate']:.1%}",
+                "-" if m["global_ids"] is None else f"{m['global_ids']:,}", f"{m['seconds']:.2f}",
+                f"{m['ids_per_second'] or 0:,.0f}", "never" if to_1000 is None else f"{to_1000:.2f}",
+            )  # fmt: skip
+        o.print(table)
         if "retrain" in r:
             t = r["retrain"]
             o.print(
-                f"retrained with {t['samples']} of them: discrimination rate {t['rate_before']:.2%} "
-                f"-> {t['rate_after']:.2%}"
+                f"retrained {t['repeats']}x with {t['samples']:,} of them: discrimination rate "
+                f"{t['rate_before']:.2%} -> {t['rate_after']:.2%}"
+                + (f" ({t['improvement']:.0%} better)" if t["improvement"] is not None else "")
             )
         if "out" in r:
             o.print(f"samples, model, metrics and plot in {r['out']}")

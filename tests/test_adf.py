@@ -8,15 +8,14 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LinearRegression
 from sklearn.neural_network import MLPClassifier
 
-from fairpipe.adf import (
+from fairpipe.adf import adf_search, cluster_seeds
+from fairpipe.audit_data import PROTECTED, load_audit_data
+from fairpipe.discrimination import (
     Domain,
-    adf_search,
     check_discrimination,
-    cluster_seeds,
     discrimination_rate,
     random_search,
 )
-from fairpipe.audit_data import PROTECTED, load_audit_data
 from fairpipe.errors import FairpipeInputError
 from fairpipe.model_adapters import FiniteDifferenceAdapter, MLPAdapter, adapter_for
 

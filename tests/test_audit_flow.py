@@ -9,7 +9,7 @@ import pytest
 from sklearn.linear_model import LinearRegression
 from typer.testing import CliRunner
 
-from fairpipe.adf import check_discrimination
+from fairpipe.discrimination import check_discrimination
 from fairpipe.model_adapters import adapter_for
 from flows.audit import AuditOptions, run_audit
 from flows.cli import app
