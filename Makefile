@@ -3,6 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test lint typecheck bench install clean
 
@@ -13,6 +14,11 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
+
+# The tests also cover the optional PyTorch adapter: the CPU build (constraints.txt pins it).
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,torch]"
+	touch $(TEST_STAMP)
 
 install: $(STAMP)
 
@@ -26,7 +32,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+test: $(TEST_STAMP) lint typecheck
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
@@ -34,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_kmeans.py
 	$(BIN)/python benchmarks/bench_summary.py
 	$(BIN)/python benchmarks/bench_rerank.py
+	$(BIN)/python benchmarks/bench_adf.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -117,7 +117,7 @@ def load_adult(path) -> AuditData:
     frame = _read_csv(path, header=None, names=ADULT_COLUMNS, skipinitialspace=True,
                       na_values="?", comment="|")  # fmt: skip
     if frame.shape[1] != len(ADULT_COLUMNS) or frame[ADULT_COLUMNS[-1]].isna().all():
-        got = frame.shape[1] - int(frame[ADULT_COLUMNS[-1]].isna().all())
+        got = int(frame.notna().any().sum())
         raise FairpipeInputError(
             TOO_FEW_COLUMNS.format(path=path, got=got, name="adult", expected=len(ADULT_COLUMNS))
         )

@@ -8,16 +8,19 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LinearRegression
 from sklearn.neural_network import MLPClassifier
 
-from fairpipe.adf import adf_search, cluster_seeds
+from fairpipe.adf import adf_search, cluster_seeds, global_generation, local_generation
+from fairpipe.aequitas import aequitas_search
 from fairpipe.audit_data import PROTECTED, load_audit_data
 from fairpipe.discrimination import (
     Domain,
+    Tally,
     check_discrimination,
     discrimination_rate,
     random_search,
 )
 from fairpipe.errors import FairpipeInputError
 from fairpipe.model_adapters import FiniteDifferenceAdapter, MLPAdapter, adapter_for
+from fairpipe.retraining import majority_labels, retraining_improvement
 
 NAMES = ["sex", "a", "b", "c", "d", "e"]
 
@@ -156,3 +159,157 @@ def test_integer_csv_loader_names_bad_rows(tmp_path):
         load_audit_data(str(tmp_path / "nolabel.csv"))
     with pytest.raises(FairpipeInputError, match="does not exist"):
         load_audit_data(str(tmp_path / "missing.csv"))
+
+
+def test_tally_counts_distinct_rows_and_decodes_them():
+    rng = np.random.default_rng(5)
+    small = Domain.make(NAMES, [0, -3, 0, 0, 0, 0], [1, 3, 9, 4, 9, 2], ["sex"])
+    huge = Domain.make(NAMES, [0] * 6, [1] + [2**20] * 5, ["sex"])  # > 2**62 points: bytes keys
+    for domain in (small, huge):
+        tally = Tally(domain)
+        assert (tally._mult is None) == (domain is huge)
+        X = domain.uniform(rng, 3000)
+        X = np.vstack([X, X[:500]])  # duplicates
+        disc = rng.random(X.shape[0]) < 0.3
+        tally.add(X[:2000], disc[:2000])
+        tally.add(X[2000:], disc[2000:])
+        res = tally.result()
+        assert res.generated == np.unique(X, axis=0).shape[0]
+        expected = np.unique(X[disc], axis=0)
+        if domain is small:  # packed keys sort like rows
+            assert np.array_equal(res.discriminatory, expected)
+        else:
+            assert {r.tobytes() for r in res.discriminatory} == {r.tobytes() for r in expected}
+        assert [g for _, g, _ in res.trace][-1] == res.generated
+        assert res.time_to(10**9) is None and res.time_to(1) == res.trace[0][0]
+
+
+def test_local_walks_equal_a_walk_that_recomputes_every_step(biased):
+    """Caching a walker's counterpart and gradients until it moves changes nothing."""
+    X, model, domain = biased
+    adapter = MLPAdapter(model)
+    starts = global_generation(adapter, cluster_seeds(X, 60, seed=1), domain)
+    assert starts.shape[0] > 5
+    tally = Tally(domain)
+    local_generation(adapter, starts, domain, 40, np.random.default_rng(9), tally=tally)
+
+    rng, walk, free = np.random.default_rng(9), starts.copy(), np.flatnonzero(domain.free)
+    ref = Tally(domain)
+    for _ in range(40):
+        _, cp = check_discrimination(adapter, walk, domain)
+        w = 1.0 / (
+            np.abs(adapter.gradient(walk))[:, free] + np.abs(adapter.gradient(cp))[:, free] + 1e-12
+        )
+        cdf = (w / w.sum(axis=1, keepdims=True)).cumsum(axis=1)
+        u, sign = rng.random(len(walk)), 2 * rng.integers(0, 2, size=len(walk)) - 1
+        for i in range(len(walk)):
+            moved = walk[i].copy()
+            a = free[min(int((cdf[i] < u[i]).sum()), free.size - 1)]
+            moved[a] = np.clip(moved[a] + sign[i], domain.lower[a], domain.upper[a])
+            disc = check_discrimination(adapter, moved[None], domain)[0]
+            ref.add(moved[None], disc)
+            if disc[0]:
+                walk[i] = moved
+    assert ref.seen == tally.seen and ref.found == tally.found
+
+
+def test_aequitas_samples_are_discriminatory_deterministic_and_fewer_than_adf(biased):
+    X, model, domain = biased
+    adapter = adapter_for(model, n_features=6)
+    res = aequitas_search(adapter, domain, n_global=40, n_local=60, seed=3)
+    assert res.global_found > 0 and res.discriminatory.shape[0] > res.global_found
+    assert independent_check(model, res.discriminatory, domain).all()
+    again = aequitas_search(adapter, domain, n_global=40, n_local=60, seed=3)
+    assert np.array_equal(again.discriminatory, res.discriminatory)
+    adf = adf_search(adapter, cluster_seeds(X, 40, seed=0), domain, n_local=60, seed=3)
+    assert adf.discriminatory.shape[0] > res.discriminatory.shape[0]
+    assert adf.success_rate > res.success_rate
+    # Improving-only walks stay on discriminatory inputs: every input they generate from a
+    # discriminatory one is one step away, and each walk's position is always discriminatory.
+    strict = aequitas_search(adapter, domain, n_global=40, n_local=60, seed=3, accept="improving")
+    assert independent_check(model, strict.discriminatory, domain).all()
+    with pytest.raises(FairpipeInputError, match="'accept' parameter of aequitas_search"):
+        aequitas_search(adapter, domain, 10, 10, accept="greedy")
+    with pytest.raises(FairpipeInputError, match="'n_global' parameter of aequitas_search"):
+        aequitas_search(adapter, domain, 0, 10)
+
+
+def test_majority_labels_break_ties_by_mean_probability():
+    domain = Domain.make(["s", "a"], [0, 0], [2, 9], ["s"])
+
+    class Votes:  # class 1 when s + a > 5; probabilities grow with a
+        def predict_proba(self, X):
+            p = np.where(X[:, 0] + X[:, 1] > 5, 0.5 + X[:, 1] / 20, X[:, 1] / 20)
+            return np.c_[1 - p, p]
+
+    X = np.array([[0, 2], [0, 4], [0, 5], [0, 9]])
+    # a=2: votes 0,0,0 -> 0; a=4: 0,0,1 -> 0; a=5: 0,1,1 -> 1; a=9: 1,1,1 -> 1
+    assert majority_labels(Votes(), X, domain).tolist() == [0, 0, 1, 1]
+    two = Domain.make(["s", "a"], [0, 0], [1, 9], ["s"])
+
+    class Tie:  # every variant pair splits 1-1; the mean probability decides
+        def predict_proba(self, X):
+            p = np.where(X[:, 0] == 1, 0.9, X[:, 1] / 10)
+            return np.c_[1 - p, p]
+
+    assert majority_labels(Tie(), np.array([[0, 0], [0, 4]]), two).tolist() == [0, 1]
+
+
+def test_retraining_with_found_inputs_lowers_the_discrimination_rate(biased):
+    X, model, domain = biased
+    y = model.predict(X.astype(float))
+    adapter = adapter_for(model)
+    found = adf_search(adapter, cluster_seeds(X, 60, seed=0), domain, n_local=100).discriminatory
+    r = retraining_improvement(model, adapter, X, y, found, domain, repeats=2, rate_samples=4000)
+    assert r["samples"] == round(0.05 * found.shape[0]) and len(r["rate_after_each"]) == 2
+    assert r["rate_after"] < 0.95 * r["rate_before"] and r["improvement"] > 0.05
+    assert r["rate_before"] == discrimination_rate(adapter, domain, 4000, seed=0)
+    with pytest.raises(FairpipeInputError, match="needs a scikit-learn estimator"):
+        retraining_improvement(adapter, adapter, X, y, found, domain)
+    with pytest.raises(FairpipeInputError, match="'share' parameter of retraining_improvement"):
+        retraining_improvement(model, adapter, X, y, found, domain, share=1.5)
+
+
+def adult_lines(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        out.append(
+            f"{20 + i % 50}, Private, {100000 + 37 * i}, Bachelors, 13, Never-married, "
+            f"Sales, Not-in-family, {['White', 'Black'][i % 2]}, {['Male', 'Female'][i % 3 == 0]}, "
+            f"{int(rng.integers(0, 5000))}, 0, {30 + i % 30}, United-States, "
+            f"{['<=50K', '>50K'][i % 4 == 0]}"
+        )
+    return out
+
+
+def test_adult_from_a_user_path_and_bad_cells_named(tmp_path):
+    path = tmp_path / "adult.data"
+    lines = adult_lines()
+    lines[7] = lines[7].replace("Sales", "?")  # dropped, as ADF does
+    path.write_text("\n".join(lines) + "\n")
+    data = load_audit_data(f"adult:{path}")
+    assert data.X.shape == (59, 13) and data.name == "adult"
+    assert data.y.sum() == sum(1 for i in range(60) if i % 4 == 0 and i != 7)
+    bad = lines.copy()
+    bad[12] = bad[12].replace("32, Private", "thirty, Private", 1)
+    (tmp_path / "bad.data").write_text("\n".join(bad) + "\n")
+    with pytest.raises(
+        FairpipeInputError, match=r"Row 12 of .*bad.data has 'thirty' in column 'age'"
+    ):
+        load_audit_data(f"adult:{tmp_path / 'bad.data'}")
+    (tmp_path / "short.data").write_text("39, Private, 77516\n")
+    with pytest.raises(
+        FairpipeInputError, match="short.data has 3 columns; the adult data set has 15"
+    ):
+        load_audit_data(f"adult:{tmp_path / 'short.data'}")
+    (tmp_path / "g.data").write_text("A11 6 A34\n")
+    with pytest.raises(
+        FairpipeInputError, match="g.data has 3 columns; the german data set has 21"
+    ):
+        load_audit_data(f"german:{tmp_path / 'g.data'}")
+    (tmp_path / "b.csv").write_text('"age";"job";"y"\n30;"admin.";"no"\n')
+    with pytest.raises(FairpipeInputError, match="b.csv has no column 'balance'"):
+        load_audit_data(f"bank:{tmp_path / 'b.csv'}")
+    with pytest.raises(FairpipeInputError, match="does not exist"):
+        load_audit_data(f"bank:{tmp_path / 'none.csv'}")
