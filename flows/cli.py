@@ -364,8 +364,10 @@ def audit(
             f"{r['dataset']} ({r['rows']:,} rows), {r['model']}, protected {', '.join(r['protected'])}: "
             f"discrimination rate {r['discrimination_rate']:.2%} of random inputs"
         )
-        table = Table("method", "#ID", "#GDiff", "success", "global IDs", "seconds", "IDs/s",
-                      "s to 1,000 IDs")  # fmt: skip
+        from rich import box
+
+        table = Table("method", "#ID", "#GDiff", "success", "global", "seconds", "IDs/s",
+                      "to 1k IDs", box=box.SIMPLE_HEAD)  # fmt: skip
         for key, name in (("adf", "ADF"), ("aequitas", "AEQUITAS"), ("random", "random")):
             if key not in r:
                 continue
@@ -374,7 +376,7 @@ def audit(
             table.add_row(
                 name, f"{m['ids']:,}", f"{m['generated']:,}", f"{m['success_rate']:.1%}",
                 "-" if m["global_ids"] is None else f"{m['global_ids']:,}", f"{m['seconds']:.2f}",
-                f"{m['ids_per_second'] or 0:,.0f}", "never" if to_1000 is None else f"{to_1000:.2f}",
+                f"{m['ids_per_second'] or 0:,.0f}", "never" if to_1000 is None else f"{to_1000:.2f} s",
             )  # fmt: skip
         o.print(table)
         if "retrain" in r:
