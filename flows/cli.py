@@ -366,8 +366,18 @@ def audit(
         )
         from rich import box
 
-        table = Table("method", "#ID", "#GDiff", "success", "global", "seconds", "IDs/s",
-                      "to 1k IDs", box=box.SIMPLE_HEAD)  # fmt: skip
+        table = Table(box=box.SIMPLE_HEAD)
+        for header in (
+            "method",
+            "#ID",
+            "#GDiff",
+            "success",
+            "global",
+            "seconds",
+            "IDs/s",
+            "1k IDs",
+        ):
+            table.add_column(header, no_wrap=True)
         for key, name in (("adf", "ADF"), ("aequitas", "AEQUITAS"), ("random", "random")):
             if key not in r:
                 continue
