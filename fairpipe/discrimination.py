@@ -35,6 +35,10 @@ BAD_DOMAIN = "Attribute {name!r} has lower bound {lo} above its upper bound {hi}
 UNKNOWN_PROTECTED = "Protected attribute {name!r} is not in the data; its attributes are {names}."
 NO_PROTECTED = "Give at least one protected attribute."
 ALL_PROTECTED = "Every attribute is protected; a search needs at least one attribute it may change."
+CONSTANT_PROTECTED = (
+    "Protected attribute {name!r} takes only the value {value} in the data; no decision can change "
+    "with it."
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,10 @@ class Domain:
             if p not in names:
                 raise FairpipeInputError(UNKNOWN_PROTECTED.format(name=p, names=list(names)))
             idx.append(names.index(p))
+            if lower[idx[-1]] == upper[idx[-1]]:
+                raise FairpipeInputError(
+                    CONSTANT_PROTECTED.format(name=p, value=int(lower[idx[-1]]))
+                )
         if len(set(idx)) == len(names):
             raise FairpipeInputError(ALL_PROTECTED)
         return cls(names, lower, upper, tuple(dict.fromkeys(idx)))

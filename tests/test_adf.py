@@ -115,6 +115,8 @@ def test_bad_input_is_named(biased):
     X, model, domain = biased
     with pytest.raises(FairpipeInputError, match="Protected attribute 'race' is not in the data"):
         Domain.make(NAMES, [0] * 6, [9] * 6, ["race"])
+    with pytest.raises(FairpipeInputError, match="'sex' takes only the value 1 in the data"):
+        Domain.make(NAMES, [1] + [0] * 5, [1] + [9] * 5, ["sex"])
     with pytest.raises(FairpipeInputError, match="Attribute 'a' has lower bound 5 above"):
         Domain.make(NAMES, [0, 5, 0, 0, 0, 0], [1, 4, 9, 9, 9, 9], ["sex"])
     with pytest.raises(FairpipeInputError, match="has no predict_proba"):
