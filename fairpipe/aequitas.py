@@ -57,14 +57,16 @@ def aequitas_global(adapter, domain: Domain, n_global: int, rng: np.random.Gener
 
 def aequitas_local(adapter, starts, domain: Domain, n_local: int, rng: np.random.Generator,
                    step: int = 1, accept: str = "metropolis",
-                   tally: Tally | None = None) -> None:  # fmt: skip
-    """Fully-directed local search: ``n_local`` steps from each start, all walks together."""
+                   tally: Tally | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    """Fully-directed local search: ``n_local`` steps from each start, all walks together.
+
+    Returns the learned probabilities, one entry per attribute (protected ones 0 and NaN):
+    ``attribute`` (of being perturbed) and ``down`` (of a move down).
+    """
     check_one_of(accept, ACCEPT, "accept", "aequitas_local")
     tally = tally or Tally(domain)
     X = np.asarray(starts, dtype=np.int64).copy()
     m = X.shape[0]
-    if m == 0:
-        return
     free = np.flatnonzero(domain.free)
     p_attr = np.full(free.size, 1.0 / free.size)
     p_down = np.full(free.size, 0.5)
@@ -72,7 +74,7 @@ def aequitas_local(adapter, starts, domain: Domain, n_local: int, rng: np.random
     rows = np.arange(m)
     lo, hi = domain.lower, domain.upper
     keep_worse = math.exp(-1.0)  # basinhopping's Metropolis rule at T = 1 for a 0 -> 1 step
-    for _ in range(n_local):
+    for _ in range(n_local if m else 0):
         a = np.searchsorted(np.cumsum(p_attr), rng.random(m) * p_attr.sum(), side="right")
         a = a.clip(0, free.size - 1)
         j = free[a]
@@ -96,6 +98,9 @@ def aequitas_local(adapter, starts, domain: Domain, n_local: int, rng: np.random
             ok = disc
         X[ok] = moved[ok]
         current_disc[ok] = disc[ok]
+    attribute, down = np.zeros(domain.d), np.full(domain.d, np.nan)
+    attribute[free], down[free] = p_attr, p_down
+    return {"attribute": attribute, "down": down}
 
 
 def aequitas_search(adapter, domain: Domain, n_global: int = 1000, n_local: int = 1000,
