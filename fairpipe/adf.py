@@ -1,9 +1,15 @@
 """ADF: gradient-guided search for discriminatory inputs (Zhang et al., ICSE 2020 / TSE).
 
+- **The objective** is ADF's: the loss against the model's own decision (``objective="loss"``), so
+  a step along its gradient's sign moves an input toward its decision boundary from either side
+  (``"probability"``, the probability of the positive class, is there for comparison: it pushes
+  inputs decided positive away from the boundary).
 - **Global generation** (Algorithm 1), batched over all seeds: up to ``max_iter`` times, record the
   seeds that are discriminatory and stop them; move the others: x' = the counterpart whose
   probability differs most from x's; g, g' = the objective's gradients at x and x'; every
   non-protected attribute whose two signs agree moves ``step`` along that sign; clip to the domain.
+  A seed with no agreeing attribute moves one random non-protected attribute along g's sign, as
+  the released code does.
 - **Local generation** (the issue's rule, as EIDIG does rather than the released code's
   basinhopping, which accepted non-discriminatory moves ~37% of the time): from each discriminatory
   input, ``n_local`` times: pick a non-protected attribute with probability proportional to
@@ -32,25 +38,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairpipe.discrimination import Domain, SearchResult, Tally, check_discrimination
-from fairpipe.errors import check_positive_int
+from fairpipe.discrimination import (
+    OBJECTIVES,
+    Domain,
+    SearchResult,
+    Tally,
+    check_discrimination,
+    objective_gradient,
+)
+from fairpipe.errors import check_one_of, check_positive_int
 
 __all__ = ["adf_search", "cluster_seeds", "global_generation", "local_generation"]
 
 
-def _direction(adapter, X, counterpart, free) -> np.ndarray:
-    g = adapter.gradient(X.astype(np.float64))
-    g2 = adapter.gradient(counterpart.astype(np.float64))
-    agree = (np.sign(g) == np.sign(g2)) & free[None, :]
-    return np.where(agree, np.sign(g), 0.0).astype(np.int64)
+def _direction(adapter, X, counterpart, free, rng, objective) -> np.ndarray:
+    g = np.sign(objective_gradient(adapter, X, objective))
+    g2 = np.sign(objective_gradient(adapter, counterpart, objective))
+    direction = np.where((g == g2) & free[None, :], g, 0.0)
+    stuck = np.flatnonzero(~direction.any(axis=1))
+    if stuck.size:  # no agreeing attribute: one random free attribute along g (released code)
+        pick = np.flatnonzero(free)[rng.integers(0, int(free.sum()), size=stuck.size)]
+        direction[stuck, pick] = g[stuck, pick]
+    return direction.astype(np.int64)
 
 
 def global_generation(adapter, seeds, domain: Domain, max_iter: int = 10, step: int = 1,
-                      tally: Tally | None = None) -> np.ndarray:  # fmt: skip
+                      tally: Tally | None = None, rng: np.random.Generator | None = None,
+                      objective: str = "loss") -> np.ndarray:  # fmt: skip
     """ADF's global phase from ``seeds`` (n, d); returns the distinct discriminatory inputs it
     reached (sorted rows)."""
     check_positive_int(max_iter, "max_iter", "global_generation")
+    check_one_of(objective, OBJECTIVES, "objective", "global_generation")
     tally = tally or Tally(domain)
+    rng = rng if rng is not None else np.random.default_rng(0)
     X = domain.clip(np.asarray(seeds, dtype=np.int64))
     found = []
     for _ in range(max_iter):
@@ -61,25 +81,28 @@ def global_generation(adapter, seeds, domain: Domain, max_iter: int = 10, step: 
         found.append(X[disc])
         X, counterpart = X[~disc], counterpart[~disc]
         if X.shape[0]:
-            X = domain.clip(X + step * _direction(adapter, X, counterpart, domain.free))
+            move = _direction(adapter, X, counterpart, domain.free, rng, objective)
+            X = domain.clip(X + step * move)
     if not found:
         return np.zeros((0, domain.d), np.int64)
     return np.unique(np.concatenate(found), axis=0)
 
 
-def _pick_cdf(adapter, X, counterpart, free) -> np.ndarray:
+def _pick_cdf(adapter, X, counterpart, free, objective) -> np.ndarray:
     """Cumulative probabilities of picking each free attribute, prop. to 1 / (|g| + |g'|)."""
-    g = np.abs(adapter.gradient(X.astype(np.float64)))[:, free]
-    g2 = np.abs(adapter.gradient(counterpart.astype(np.float64)))[:, free]
+    g = np.abs(objective_gradient(adapter, X, objective))[:, free]
+    g2 = np.abs(objective_gradient(adapter, counterpart, objective))[:, free]
     weight = 1.0 / (g + g2 + 1e-12)
     weight /= weight.sum(axis=1, keepdims=True)
     return weight.cumsum(axis=1)
 
 
 def local_generation(adapter, starts, domain: Domain, n_local: int, rng: np.random.Generator,
-                     step: int = 1, tally: Tally | None = None) -> None:  # fmt: skip
+                     step: int = 1, tally: Tally | None = None,
+                     objective: str = "loss") -> None:  # fmt: skip
     """ADF's local phase: a walk of ``n_local`` steps from each discriminatory input, all walks
     advanced together; every discriminatory input reached is recorded in ``tally``."""
+    check_one_of(objective, OBJECTIVES, "objective", "local_generation")
     tally = tally or Tally(domain)
     X = np.asarray(starts, dtype=np.int64).copy()
     m = X.shape[0]
@@ -88,7 +111,7 @@ def local_generation(adapter, starts, domain: Domain, n_local: int, rng: np.rand
     free = np.flatnonzero(domain.free)
     rows = np.arange(m)
     _, counterpart = check_discrimination(adapter, X, domain)
-    cdf = _pick_cdf(adapter, X, counterpart, free)
+    cdf = _pick_cdf(adapter, X, counterpart, free, objective)
     lo, hi = domain.lower, domain.upper
     for _ in range(n_local):
         u = np.asarray(rng.random(m))
@@ -100,17 +123,20 @@ def local_generation(adapter, starts, domain: Domain, n_local: int, rng: np.rand
         tally.add(moved, disc)
         if disc.any():
             X[disc] = moved[disc]
-            cdf[disc] = _pick_cdf(adapter, moved[disc], moved_counterpart[disc], free)
+            cdf[disc] = _pick_cdf(adapter, moved[disc], moved_counterpart[disc], free, objective)
 
 
 def adf_search(adapter, seeds, domain: Domain, n_local: int = 1000, max_iter: int = 10,
-               seed: int = 0) -> SearchResult:  # fmt: skip
+               seed: int = 0, objective: str = "loss") -> SearchResult:  # fmt: skip
     """Global then local generation (the whole of ADF) from ``seeds``."""
     check_positive_int(n_local, "n_local", "adf_search")
+    check_one_of(objective, OBJECTIVES, "objective", "adf_search")
     tally = Tally(domain)
-    starts = global_generation(adapter, seeds, domain, max_iter, tally=tally)
+    rng = np.random.default_rng(seed)
+    starts = global_generation(adapter, seeds, domain, max_iter, tally=tally, rng=rng,
+                               objective=objective)  # fmt: skip
     tally.global_found = starts.shape[0]
-    local_generation(adapter, starts, domain, n_local, np.random.default_rng(seed), tally=tally)
+    local_generation(adapter, starts, domain, n_local, rng, tally=tally, objective=objective)
     return tally.result()
 
 

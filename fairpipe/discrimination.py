@@ -129,6 +129,29 @@ def check_discrimination(adapter, X: np.ndarray, domain: Domain):
     return disc, cand[rows, far]
 
 
+OBJECTIVES = ("loss", "probability")
+
+
+def objective_gradient(adapter, X: np.ndarray, objective: str = "loss") -> np.ndarray:
+    """The gradient of the search objective with respect to each input row, (n, d).
+
+    ``"loss"`` (ADF's): the cross-entropy loss against the model's own decision, J = -log p_c(x)
+    with c = argmax p(x); a step along its sign moves x toward its decision boundary, whichever
+    side it is on. ``"probability"``: the probability of the last class (a step along its sign
+    raises it, away from the boundary for inputs already decided positive).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if objective == "probability":
+        return np.asarray(adapter.gradient(X))
+    proba = adapter.predict_proba(X)
+    c = proba.argmax(axis=1)
+    if proba.shape[1] == 2:  # p_0 = 1 - p_1: one gradient serves both classes
+        d_pc = np.where(c == 1, 1.0, -1.0)[:, None] * adapter.gradient(X)
+    else:
+        d_pc = adapter.gradient(X, target=c)
+    return -d_pc / np.maximum(proba[np.arange(X.shape[0]), c], 1e-12)[:, None]
+
+
 @dataclass
 class SearchResult:
     """What a search found: distinct discriminatory inputs (sorted rows) and its counts."""

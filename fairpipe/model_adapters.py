@@ -1,8 +1,10 @@
 """Model adapters for fairness testing: probabilities and input gradients, for a batch.
 
-An adapter gives ``predict_proba(X)`` (n, classes), ``predict(X)`` (n,) and ``gradient(X)`` (n, d):
-the gradient with respect to the input of the objective, the probability of the last class (the
-positive one for a binary classifier). ADF moves along the sign of this gradient.
+An adapter gives ``predict_proba(X)`` (n, classes), ``predict(X)`` (n,) and ``gradient(X, target)``
+(n, d): the gradient with respect to the input of the probability of class ``target[i]`` for row i
+(by default the last class, the positive one of a binary classifier). ADF's objective, the loss
+against the model's own decision, is built from it (:func:`fairpipe.discrimination.objective_gradient`);
+a hand-written adapter of a binary classifier needs only ``gradient(X)``.
 
 - :class:`MLPAdapter` wraps a fitted scikit-learn ``MLPClassifier`` and differentiates its forward
   pass analytically in numpy (any of its hidden activations; logistic or softmax output).
@@ -99,16 +101,20 @@ class MLPAdapter:
     def predict(self, X) -> np.ndarray:
         return self.predict_proba(X).argmax(axis=1)
 
-    def gradient(self, X) -> np.ndarray:
-        """d P(last class) / d x for every row."""
+    def gradient(self, X, target=None) -> np.ndarray:
+        """d P(class target[i]) / d x for every row i (default: the last class)."""
         a = self._forward(X)
         out = a[-1]
+        n = out.shape[0]
         if self.output == "softmax":  # d p_c / d z = p_c (e_c - p)
-            c = out.shape[1] - 1
-            delta = -out[:, c : c + 1] * out
-            delta[:, c] += out[:, c]
-        else:
+            c = np.full(n, out.shape[1] - 1) if target is None else np.asarray(target)
+            rows = np.arange(n)
+            delta = -out[rows, c][:, None] * out
+            delta[rows, c] += out[rows, c]
+        else:  # one output, the probability of class 1; class 0's is its complement
             delta = _act_grad(self.output, out)
+            if target is not None:
+                delta = delta * np.where(np.asarray(target) == 0, -1.0, 1.0)[:, None]
         for j in range(len(self.weights) - 1, -1, -1):
             delta = delta @ self.weights[j].T
             if j > 0:
@@ -133,12 +139,14 @@ class FiniteDifferenceAdapter:
     def predict(self, X) -> np.ndarray:
         return self.predict_proba(X).argmax(axis=1)
 
-    def gradient(self, X) -> np.ndarray:
+    def gradient(self, X, target=None) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
         n, d = X.shape
         steps = np.eye(d) * self.eps
         probe = np.concatenate([X[:, None, :] + steps, X[:, None, :] - steps], axis=1)
-        p = self.predict_proba(probe.reshape(-1, d))[:, -1].reshape(n, 2 * d)
+        proba = self.predict_proba(probe.reshape(-1, d))
+        c = np.full(n, proba.shape[1] - 1) if target is None else np.asarray(target)
+        p = proba.reshape(n, 2 * d, -1)[np.arange(n), :, c]
         return (p[:, :d] - p[:, d:]) / (2 * self.eps)
 
 
@@ -189,11 +197,17 @@ class TorchAdapter:
     def predict(self, X) -> np.ndarray:
         return self.predict_proba(X).argmax(axis=1)
 
-    def gradient(self, X) -> np.ndarray:
-        """d P(last class) / d x for every row (rows are independent, so one backward pass)."""
+    def gradient(self, X, target=None) -> np.ndarray:
+        """d P(class target[i]) / d x for every row i (rows are independent: one backward pass)."""
         self.module.eval()
         t = self._tensor(X).requires_grad_(True)
-        self._proba(t)[:, -1].sum().backward()
+        proba = self._proba(t)
+        if target is None:
+            picked = proba[:, -1]
+        else:
+            index = self._torch.as_tensor(np.asarray(target, dtype=np.int64))
+            picked = proba.gather(1, index[:, None])[:, 0]
+        picked.sum().backward()
         assert t.grad is not None
         return t.grad.double().numpy()
 

@@ -33,6 +33,7 @@ from fairpipe.adf import adf_search, cluster_seeds
 from fairpipe.aequitas import aequitas_search
 from fairpipe.audit_data import AuditData, load_audit_data
 from fairpipe.discrimination import (
+    OBJECTIVES,
     Domain,
     SearchResult,
     check_discrimination,
@@ -66,6 +67,7 @@ class AuditOptions:
     seeds: int = 1000
     local: int = 1000
     max_iter: int = 10
+    objective: str = "loss"  # ADF's loss against the model's own decision, or "probability"
     baselines: tuple[str, ...] = BASELINES
     retrain: bool = False
     repeats: int = 5  # retraining repeats (the improvement is averaged), as the paper
@@ -82,6 +84,7 @@ def check_request(o: AuditOptions):
         check_positive_int(getattr(o, name), name, "audit")
     for b in o.baselines:
         check_one_of(b, BASELINES, "baselines", "audit")
+    check_one_of(o.objective, OBJECTIVES, "objective", "audit")
     if o.model and o.train:
         raise FairpipeInputError(MODEL_AND_TRAIN)
     if o.train is not None:
@@ -115,9 +118,12 @@ def warm_up_task(j: int) -> int:
 
 
 @task(name="adf-batch", cache_policy=NO_CACHE)
-def adf_batch_task(model, seeds, domain: Domain, n_local: int, max_iter: int, seed: int):
+def adf_batch_task(model, seeds, domain: Domain, n_local: int, max_iter: int, seed: int,
+                   objective: str):  # fmt: skip
     started = time.time()
-    return adf_search(adapter_for(model), seeds, domain, n_local, max_iter, seed), started
+    return adf_search(
+        adapter_for(model), seeds, domain, n_local, max_iter, seed, objective
+    ), started
 
 
 @task(name="aequitas-batch", cache_policy=NO_CACHE)
@@ -261,7 +267,7 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
         parts, t0, seconds = _run_batches(
             lambda j: adf_batch_task.submit(
                 model, seeds[j * SEEDS_PER_TASK : (j + 1) * SEEDS_PER_TASK], domain, o.local,
-                o.max_iter, batch_seed[j],
+                o.max_iter, batch_seed[j], o.objective,
             ),
             n_batches, bar, "ADF",
         )  # fmt: skip

@@ -325,6 +325,9 @@ def audit(
     seeds: int = typer.Option(1000, "--seeds", help="Global seeds (clustered from the data)."),
     local: int = typer.Option(1000, "--local", help="Local steps per discriminatory input."),
     max_iter: int = typer.Option(10, "--max-iter", help="Global iterations per seed."),
+    objective: str = typer.Option(
+        "loss", "--objective", help="loss (ADF's: toward the decision boundary) | probability."
+    ),
     baseline: list[str] = typer.Option(
         ["aequitas", "random"],
         "--baseline",
@@ -349,8 +352,8 @@ def audit(
 
     options = AuditOptions(
         dataset=dataset, protected=list(protected), model=model, train=train, seeds=seeds,
-        local=local, max_iter=max_iter, baselines=() if no_baselines else tuple(baseline),
-        retrain=retrain, repeats=repeats, train_iter=train_iter, seed=seed, data_dir=data_dir,
+        local=local, max_iter=max_iter, objective=objective,
+        baselines=() if no_baselines else tuple(baseline), retrain=retrain, repeats=repeats, train_iter=train_iter, seed=seed, data_dir=data_dir,
         progress=not as_json,
     )  # fmt: skip
     try:

@@ -112,6 +112,7 @@ def test_audit_bad_input_writes_nothing(tmp_path):
         (dict(protected=["sex"], model=str(tmp_path / "narrow.pkl"), train="mlp"), "either a model file"),
         (dict(protected=["sex"], train="forest"), "'train' parameter of audit must be one of 'mlp'"),
         (dict(protected=["sex"], baselines=("aequitas", "themis")), "'baselines' parameter of audit"),
+        (dict(protected=["sex"], objective="margin"), "'objective' parameter of audit"),
         (dict(protected=["sex", "a", "b", "c", "d", "e"]), "Every attribute is protected"),
         (dict(protected=["sex"], retrain=True, model=str(tmp_path / "adapter.pkl")), "needs a scikit-learn estimator"),
     ]  # fmt: skip
