@@ -31,10 +31,7 @@ from fairpipe.errors import FairpipeInputError
 
 PROTECTED = {"adult": ("age", "race", "sex"), "german": ("age", "sex"), "bank": ("age",)}
 MISSING_VALUE = "Row {row} of {path} has no value in column {col!r}; {why}."
-NOT_INTEGER = (
-    "Row {row} of {path} has {value!r} in column {col!r}; every attribute must be an integer."
-)
-NOT_NUMBER = "Row {row} of {path} has {value!r} in column {col!r}; the encoding needs {what} there."
+NOT_NUMBER = "Row {row} of {path} has {value!r} in column {col!r}; {rule}."
 NO_LABEL = "{path} has no column 'label'; its columns are {columns}."
 TOO_FEW_COLUMNS = "{path} has {got} columns; the {name} data set has {expected}."
 NO_COLUMN = "{path} has no column {col!r}; the {name} data set needs it."
@@ -64,25 +61,24 @@ def _read_csv(path, **kw):
         return pd.read_csv(fh, **kw)
 
 
-def _numbers(frame, col, path, integer: bool = True) -> np.ndarray:
-    """A column that the encoding reads as numbers, or an error naming the first bad row."""
+def _numbers(frame, col, path, integer: bool = True, rule: str | None = None,
+             missing_why: str = "the encoding needs a number") -> np.ndarray:  # fmt: skip
+    """A column that the encoding reads as numbers, or an error naming the first bad row (its
+    label in ``frame.index``, the row of the file)."""
     import pandas as pd
 
     v = frame[col]
-    num = pd.to_numeric(v, errors="coerce")
     missing = v.isna().to_numpy()
     if missing.any():
         row = frame.index[int(np.argmax(missing))]
-        raise FairpipeInputError(
-            MISSING_VALUE.format(row=row, path=path, col=col, why="the encoding needs a number")
-        )
-    values = num.to_numpy(dtype=float)
+        raise FairpipeInputError(MISSING_VALUE.format(row=row, path=path, col=col, why=missing_why))
+    values = pd.to_numeric(v, errors="coerce").to_numpy(dtype=float)
     bad = np.isnan(values) | (values % 1 != 0 if integer else ~np.isfinite(values))
     if bad.any():
         i = int(np.argmax(bad))
-        what = "an integer" if integer else "a number"
+        rule = rule or f"the encoding needs {'an integer' if integer else 'a number'} there"
         raise FairpipeInputError(
-            NOT_NUMBER.format(row=frame.index[i], path=path, value=v.iloc[i], col=col, what=what)
+            NOT_NUMBER.format(row=frame.index[i], path=path, value=v.iloc[i], col=col, rule=rule)
         )
     return values.astype(np.int64) if integer else values
 
@@ -212,27 +208,16 @@ def load_bank(path) -> AuditData:
 
 def load_integer_csv(path) -> AuditData:
     """A CSV of integer attributes with a ``label`` column; domains from the file's ranges."""
-    import pandas as pd
-
     frame = _read_csv(path)
     if "label" not in frame.columns:
         raise FairpipeInputError(NO_LABEL.format(path=path, columns=list(frame.columns)))
-    for c in frame.columns:
-        v = frame[c]
-        if v.isna().any():
-            row = int(np.argmax(v.isna().to_numpy()))
-            raise FairpipeInputError(
-                MISSING_VALUE.format(row=row, path=path, col=c, why="the encoding needs integers")
-            )
-        num = pd.to_numeric(v, errors="coerce")
-        bad = num.isna().to_numpy() | (num.to_numpy(dtype=float) % 1 != 0)
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise FairpipeInputError(NOT_INTEGER.format(row=row, path=path, value=v[row], col=c))
-    attrs = [c for c in frame.columns if c != "label"]
-    cols = [(str(c), frame[c].to_numpy(np.int64), int(frame[c].min()), int(frame[c].max()))
-            for c in attrs]  # fmt: skip
-    return _build(Path(path).stem, cols, frame["label"].to_numpy(np.int64))
+    values = {
+        c: _numbers(frame, c, path, rule="every attribute must be an integer",
+                    missing_why="the encoding needs integers")
+        for c in frame.columns
+    }  # fmt: skip
+    cols = [(str(c), x, int(x.min()), int(x.max())) for c, x in values.items() if c != "label"]
+    return _build(Path(path).stem, cols, values["label"])
 
 
 LOADERS = {

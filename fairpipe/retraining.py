@@ -85,12 +85,12 @@ def retraining_improvement(model, adapter, X, y, found, domain: Domain, *, share
         raise FairpipeInputError(SHARE.format(value=share))
     found = np.asarray(found, dtype=np.int64)
     before = discrimination_rate(adapter, domain, rate_samples, seed=seed)
-    size = max(1, int(round(share * found.shape[0])))
+    size = min(max(1, int(round(share * found.shape[0]))), found.shape[0])
     classes = np.asarray(classes if classes is not None else getattr(model, "classes_", [0, 1]))
     rng = np.random.default_rng(seed)
     after = []
     for _ in range(repeats):
-        take = rng.choice(found.shape[0], size=min(size, found.shape[0]), replace=False)
+        take = rng.choice(found.shape[0], size=size, replace=False)
         extra = found[np.sort(take)]
         labels = classes[majority_labels(adapter, extra, domain)]
         if variants:
@@ -100,7 +100,7 @@ def retraining_improvement(model, adapter, X, y, found, domain: Domain, *, share
         after.append(discrimination_rate(adapter_for(refit), domain, rate_samples, seed=seed))
     mean_after = float(np.mean(after))
     return {
-        "samples": int(min(size, found.shape[0])),
+        "samples": size,
         "share": share,
         "repeats": repeats,
         "rate_before": before,
