@@ -40,12 +40,22 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
 OUT = ROOT / "benchmarks" / "out"
 
-from fairpipe.adf import adf_search, cluster_seeds, global_generation, local_generation  # noqa: E402
-from fairpipe.aequitas import aequitas_local, aequitas_search  # noqa: E402
-from fairpipe.audit_data import load_audit_data  # noqa: E402
-from fairpipe.discrimination import Tally, discrimination_rate, random_search  # noqa: E402
-from fairpipe.model_adapters import adapter_for  # noqa: E402
-from fairpipe.retraining import fit_quietly, paper_mlp, retraining_improvement  # noqa: E402
+from fairpipe.audit import (  # noqa: E402
+    Tally,
+    adapter_for,
+    adf_search,
+    aequitas_local,
+    aequitas_search,
+    cluster_seeds,
+    discrimination_rate,
+    fit_quietly,
+    global_generation,
+    local_generation,
+    paper_mlp,
+    random_search,
+    retraining_improvement,
+)
+from fairpipe.datasets import load_audit_data  # noqa: E402
 
 CONFIGS = [("census", "adult", "age"), ("census", "adult", "race"), ("census", "adult", "sex"),
            ("bank", "bank", "age"), ("credit", "german", "age"), ("credit", "german", "sex")]  # fmt: skip

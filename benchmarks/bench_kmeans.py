@@ -33,8 +33,7 @@ sys.path.insert(0, str(ROOT))
 from sklearn.cluster import KMeans  # noqa: E402
 from sklearn.metrics import normalized_mutual_info_score, silhouette_score  # noqa: E402
 
-from fairpipe.dc_kmeans import DCKMeans  # noqa: E402
-from fairpipe.q_kmeans import QKMeans  # noqa: E402
+from fairpipe.cluster import DCKMeans, QKMeans  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 
@@ -92,7 +91,7 @@ def quality(model, make, X, ids, y, k, best, seeds=5):
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernels once, outside every timed region."""
     X = np.random.default_rng(0).normal(size=(2000, 3))
-    DCKMeans(n_clusters=3, width=2, height=2).fit(X).delete([0])
+    DCKMeans(n_clusters=3, fanout=2, height=2).fit(X).delete([0])
     QKMeans(n_clusters=3).fit(X).delete([1])
 
 
@@ -251,12 +250,12 @@ def main() -> None:
     print(f"  {'what':<62} {'figure':>14} {'baseline':>14} {'ratio':>9}")
     warm_up()
     if "1" in args.only:
-        q = dict(epsilon=0.2, gamma=0.2, iterations=10)
+        q = dict(epsilon=0.2, balance=0.2, max_iter=10)
         Xg, yg = gaussian(20_000 if args.quick else 100_000)
-        dc = dict(width=32, height=2, iterations=10, n_init=3)
+        dc = dict(fanout=32, height=2, max_iter=10, n_init=3)
         online("gaussian", Xg, yg, 5, dc, q, n_del, args.refits, results)
         Xm, ym = mnist()
-        online("mnist-5k", Xm, ym, 10, dict(width=8, height=2, n_init=3), None, n_del,
+        online("mnist-5k", Xm, ym, 10, dict(fanout=8, height=2, n_init=3), None, n_del,
                args.refits, results)  # fmt: skip
         q_probe("mnist-5k", Xm, np.arange(Xm.shape[0]), 10, q, n_del,
                 results["mnist-5k"]["refit_s"], results)  # fmt: skip
@@ -264,7 +263,7 @@ def main() -> None:
         online("census-kdd", Xc, yc, 5, dc, q, n_del, args.refits, results, q3=True)
         plot(results, out / "kmeans_online.png")
     if "2" in args.only:
-        trees = [dict(width=4, height=7, n_init=1), dict(width=32, height=3, n_init=3)]
+        trees = [dict(fanout=4, height=7, n_init=1), dict(fanout=32, height=3, n_init=3)]
         batch(200_000 if args.quick else 1_000_000, 5, trees, 1000, results)
     (out / "kmeans.json").write_text(json.dumps(results, indent=1, default=float))
 

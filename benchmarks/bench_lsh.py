@@ -30,10 +30,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fairpipe.datasets import load_digits, load_gaussian, load_mnist_csv, load_word2vec_bin  # noqa: E402
-from fairpipe.fair_nn import FairNN  # noqa: E402
-from fairpipe.lsh import E2LSH  # noqa: E402
-from flows.evaluate import evaluate_tv  # noqa: E402
+
+from fairpipe.datasets import (  # noqa: E402
+    load_digits,
+    load_gaussian,
+    load_mnist_csv,
+    load_word2vec_bin,
+)
+from fairpipe.neighbors import E2LSH, FairNN, evaluate_tv  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 ROWS: list[tuple[str, str, str, str]] = []
@@ -64,8 +68,8 @@ def naive_hash(X: np.ndarray, lsh: E2LSH) -> np.ndarray:
 def bench_hashing(n: int) -> None:
     print(f"\n[1] hashing, k=15 L=100 d=128, n={n:,}")
     X = np.random.default_rng(0).normal(size=(n, 128)).astype(np.float32)
-    lsh = E2LSH(k=15, n_tables=100, width=4.0, seed=0).fit(128)
-    t = best_of(lambda: lsh._hash(X))
+    lsh = E2LSH(n_hashes=15, n_tables=100, bucket_width=4.0, seed=0).fit(128)
+    t = best_of(lambda: lsh.hash_validated(X))
     t_base = best_of(lambda: naive_hash(X, lsh))
     report("hashing points/s", f"{n / t:,.0f}", f"{n / t_base:,.0f}", f"{t_base / t:.2f}x")
 
@@ -88,7 +92,7 @@ def section5(name: str, X: np.ndarray, n_queries: int, rank: int, per_point: int
     query_rows = rng.choice(X.shape[0], size=n_queries, replace=False)
     r = pick_radius(X, query_rows, rank)
     t0 = time.perf_counter()
-    nn = FairNN(k=15, n_tables=100, width=3.2 * r, seed=1).fit(X)
+    nn = FairNN(n_hashes=15, n_tables=100, bucket_width=3.2 * r, seed=1).fit(X)
     build = time.perf_counter() - t0
     # The same evaluation as the demo's (flows/evaluate.py): queries with |M(q)| >= 2.
     ev = evaluate_tv(nn, query_rows, r, mode="exact", per_point=per_point, seed=100)
@@ -151,7 +155,7 @@ def bench_sampling(n: int, n_queries: int) -> None:
     query_rows = rng.choice(n, size=n_queries, replace=False)
     r = pick_radius(X, query_rows[:50], 50)
     t0 = time.perf_counter()
-    nn = FairNN(k=15, n_tables=100, width=3.2 * r, seed=1).fit(X)
+    nn = FairNN(n_hashes=15, n_tables=100, bucket_width=3.2 * r, seed=1).fit(X)
     build = time.perf_counter() - t0
     hoods = nn.neighbourhood(query_rows=query_rows, radius=r, mode="exact")
     sizes = np.array([M.shape[0] for M in hoods])
@@ -173,11 +177,11 @@ def bench_sampling(n: int, n_queries: int) -> None:
     warm = np.setdiff1d(rng.choice(n, size=n_queries + 600, replace=False), query_rows)[:500]
     for mode in ("exact", "buckets"):
         for q in warm:
-            nn.sample(query_rows=[int(q)], radius=r, n_samples=1, method="exact", mode=mode)
+            nn.sample(query_rows=[int(q)], radius=r, n_samples=1, sampler="exact", mode=mode)
         lat = []
         for q in query_rows:
             t0 = time.perf_counter()
-            nn.sample(query_rows=[int(q)], radius=r, n_samples=1, method="exact", mode=mode)
+            nn.sample(query_rows=[int(q)], radius=r, n_samples=1, sampler="exact", mode=mode)
             lat.append(time.perf_counter() - t0)
         base = []
         for q in query_rows[:20]:
@@ -200,7 +204,7 @@ def bench_sampling(n: int, n_queries: int) -> None:
             t0 = time.perf_counter()
             # approx accepts about 1/(degree x Delta) of its draws, each after ~g/degree probes
             k = per_query // 10 if method == "approx" else per_query
-            res = nn.sample(query_rows=batch, radius=r, n_samples=k, method=method, mode=mode)
+            res = nn.sample(query_rows=batch, radius=r, n_samples=k, sampler=method, mode=mode)
             dt = time.perf_counter() - t0
             got = int(res.counts.sum())
             cost[mode, method] = dt / max(got, 1)

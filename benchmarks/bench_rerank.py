@@ -30,8 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 DATA = ROOT.parent / "shared" / "data"
 OUT = ROOT / "benchmarks" / "out"
 
-from fairpipe.ranking_metrics import ndcg, ranking_metrics, skew  # noqa: E402
-from fairpipe.reranking import ALGORITHMS, rerank  # noqa: E402
+from fairpipe.ranking import ALGORITHMS, ndcg, ranking_metrics, rerank, skew  # noqa: E402
 
 NAMES = {"detgreedy": "DetGreedy", "detcons": "DetCons", "detrelaxed": "DetRelaxed",
          "detconstsort": "DetConstSort"}  # fmt: skip

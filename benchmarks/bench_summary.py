@@ -1,6 +1,6 @@
 """Fair summaries: FSM (the summary tree, and one stream) vs MSM, random and offline fair greedy.
 
-El Halabi et al.'s setup on Bank Marketing (6 age colours, k = 10..70, l_c = 0.1k, u_c = 0.2k) and
+El Halabi et al.'s setup on Bank Marketing (6 age groups, k = 10..70, l_c = 0.1k, u_c = 0.2k) and
 the FSM seed's on a large census table (Census-Income KDD with the seed's age groups; the seed's
 Census1990 is not available here). Every method is scored on the same evaluation points: the 4,096
 rows with the smallest hash of (seed, id) (the tree's root evaluates on the first 2,048 of them);
@@ -30,35 +30,37 @@ DATA = ROOT.parent / "shared" / "data"
 OUT = ROOT / "benchmarks" / "out"
 
 from fairpipe.datasets import AGE_NAMES, load_bank, load_census_kdd  # noqa: E402
-from fairpipe.fair_streaming import (  # noqa: E402
+from fairpipe.hashing import stable_hash  # noqa: E402
+from fairpipe.summary import (  # noqa: E402
+    EVAL_SALT,
+    STREAM_SALT,
+    FairSummary,
+    Utility,
     bound_error,
     fair_greedy,
     fair_stream,
     msm_stream,
     random_subset,
 )
-from fairpipe.fair_summary import EVAL_SALT, STREAM_SALT, FairSummary  # noqa: E402
-from fairpipe.hashing import stable_hash  # noqa: E402
-from fairpipe.submodular import Utility  # noqa: E402
 
 EVAL_POINTS = 4096
 
 
-def bounds(k: int, n_col: int) -> tuple[list[int], list[int]]:
-    return [math.floor(0.1 * k + 1e-9)] * n_col, [math.ceil(0.2 * k - 1e-9)] * n_col
+def bounds(k: int, n_groups: int) -> tuple[list[int], list[int]]:
+    return [math.floor(0.1 * k + 1e-9)] * n_groups, [math.ceil(0.2 * k - 1e-9)] * n_groups
 
 
-def run_methods(X, colours, ids, k, quick: bool) -> dict[str, dict]:
-    n_col = len(AGE_NAMES)
-    lower, upper = bounds(k, n_col)
+def run_methods(X, groups, ids, k, quick: bool) -> dict[str, dict]:
+    n_groups = len(AGE_NAMES)
+    lower, upper = bounds(k, n_groups)
     sample = np.argsort(stable_hash(0, ids, salt=EVAL_SALT), kind="stable")[:EVAL_POINTS]
     util = Utility("exemplar", X[sample].astype(np.float64))
     order = np.argsort(stable_hash(0, ids, salt=STREAM_SALT), kind="stable")  # a random order
-    Xo, co = X[order], colours[order]
+    Xo, co = X[order], groups[order]
     out: dict[str, dict] = {}
 
     def record(name, rows_of_X, seconds, calls):
-        counts = np.bincount(colours[rows_of_X], minlength=n_col)
+        counts = np.bincount(groups[rows_of_X], minlength=n_groups)
         out[name] = {
             "value": util.value(X[rows_of_X].astype(np.float64)),
             "counts": counts.tolist(),
@@ -70,8 +72,8 @@ def run_methods(X, colours, ids, k, quick: bool) -> dict[str, dict]:
 
     for name, rule in (("FSM tree", "swap"), ("FSM-CK tree", "ck")):
         t = time.perf_counter()
-        tree = FairSummary(k=k, lower=lower, upper=upper, rule=rule, width=16, height=2)
-        tree.fit(X, colours, ids)
+        tree = FairSummary(k=k, lower=lower, upper=upper, rule=rule, fanout=16, height=2)
+        tree.fit(X, ids=ids, groups=groups)
         dt = time.perf_counter() - t
         rows = np.searchsorted(ids, tree.summary_ids_)  # ids are sorted row numbers here
         record(name, rows, dt, tree.oracle_calls_)
@@ -83,11 +85,11 @@ def run_methods(X, colours, ids, k, quick: bool) -> dict[str, dict]:
         t = time.perf_counter()
         res = fn(Xo, co, lower, upper, k, util, **kw)
         record(name, order[res.rows], time.perf_counter() - t, res.calls)
-    res = random_subset(X, colours, lower, upper, k, util, seed=0)
+    res = random_subset(X, groups, lower, upper, k, util, seed=0)
     record("random", res.rows, 0.0, 0)
     if not quick or k in (30, 70):
         t = time.perf_counter()
-        res = fair_greedy(X, colours, lower, upper, k, util)
+        res = fair_greedy(X, groups, lower, upper, k, util)
         record("fair greedy (offline)", res.rows, time.perf_counter() - t, res.calls)
         ref = out["fair greedy (offline)"]["value"]
         for r in out.values():
@@ -106,7 +108,7 @@ def table(dataset: str, k: int, results: dict[str, dict]) -> None:
               f"{eps:>11s}  {r['counts']}")  # fmt: skip
 
 
-def flow_benchmark(X, colours, names) -> dict:
+def flow_benchmark(X, groups, names) -> dict:
     """The summarize flow on a store, on one local cluster of 2 worker processes: the first run
     starts with cold workers (they import and load the compiled kernels), the next ones are what
     a long-running cluster gives. Then forget batches of 100 ids, and a check that the stored
@@ -117,11 +119,12 @@ def flow_benchmark(X, colours, names) -> dict:
     from flows.ingest import IngestOptions, run_ingest
     from flows.runtime import local_cluster_kwargs, prefect_api
     from flows.summarize import SummarizeOptions, run_summarize
-    from storage.store import FairpipeStore, read_array
+    from storage.store import FairpipeStore
+    from storage.summary import read_summary_ids
 
     tmp = Path(tempfile.mkdtemp(prefix="fairpipe-bench-summary-"))
     np.save(tmp / "X.npy", X)
-    np.save(tmp / "groups.npy", np.array(names)[colours])
+    np.save(tmp / "groups.npy", np.array(names)[groups])
     store = str(tmp / "store")
     out: dict = {}
     with prefect_api(), LocalCluster(**local_cluster_kwargs()) as cluster:
@@ -140,7 +143,7 @@ def flow_benchmark(X, colours, names) -> dict:
             gone = rng.choice(X.shape[0], size=100, replace=False)
             out["forget"].append(run_forget(store, gone, dask_address=at)["timings"])
         run_forget(store, [int(runs[-1]["ids"][0])], dask_address=at)  # a summary member
-        stored = read_array(FairpipeStore.open(store).readonly_session(), "summary/ids").tolist()
+        stored = read_summary_ids(FairpipeStore.open(store).readonly_session()).tolist()
         fresh = run_summarize(store, opts, dask_address=at)
         out["forget_equals_fresh"] = fresh["ids"] == stored
     return out
@@ -192,7 +195,7 @@ def main() -> None:
     for fn in (fair_stream, msm_stream, fair_greedy):
         fn(warm, wc, [1] * 6, [2] * 6, 10)
     fair_stream(warm, wc, [1] * 6, [2] * 6, 10, swap=True)
-    FairSummary(k=10, lower=[1] * 6, upper=[2] * 6, width=2, height=1).fit(warm, wc)
+    FairSummary(k=10, lower=[1] * 6, upper=[2] * 6, fanout=2, height=1).fit(warm, groups=wc)
 
     all_results: dict = {"bank": {}, "census-kdd": {}}
     bank = load_bank(DATA / "bank" / "bank-full.csv.gz")
@@ -202,12 +205,12 @@ def main() -> None:
         ("census-kdd", census, [30, 70]),
     ]  # fmt: skip
     for name, ds, ks in datasets:
-        X, colours = ds.points, ds.groups.astype(np.int64)
+        X, groups = ds.points, ds.groups.astype(np.int64)
         ids = np.arange(X.shape[0], dtype=np.int64)
         print(f"\n== {name}: {X.shape[0]} rows x {X.shape[1]} numeric columns (standardised); "
-              f"rows per age group {np.bincount(colours).tolist()}")  # fmt: skip
+              f"rows per age group {np.bincount(groups).tolist()}")  # fmt: skip
         for k in ks:
-            res = run_methods(X, colours, ids, k, args.quick)
+            res = run_methods(X, groups, ids, k, args.quick)
             all_results[name][k] = res
             table(name, k, res)
     if datasets:

@@ -22,6 +22,14 @@ POSITIVE_FLOAT = (
     "The {name!r} parameter of {owner} must be a positive float. Got {value!r} instead."
 )
 ONE_OF = "The {name!r} parameter of {owner} must be one of {allowed}. Got {value!r} instead."
+NON_NEGATIVE_INT = (
+    "The {name!r} parameter of {owner} must be a non-negative integer. Got {value!r} instead."
+)
+INTEGER = "The {name!r} parameter of {owner} must be an integer. Got {value!r} instead."
+OPEN_UNIT = "The {name!r} parameter of {owner} must be in (0, 1). Got {value!r} instead."
+# k (clusters, summary size) larger than what it selects from: one message for every estimator,
+# flow and command ("n_clusters = 9 is larger than the 4 points given to DCKMeans.fit").
+K_TOO_LARGE = "{name} = {k} is larger than the {n} {what}."
 
 
 def check_positive_int(value: Any, name: str, owner: str) -> int:
@@ -49,3 +57,23 @@ def check_one_of(value: Any, allowed: tuple[str, ...], name: str, owner: str) ->
             )
         )
     return str(value)
+
+
+def check_non_negative_int(value: Any, name: str, owner: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise FairpipeInputError(NON_NEGATIVE_INT.format(name=name, owner=owner, value=value))
+    return int(value)
+
+
+def check_int(value: Any, name: str, owner: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise FairpipeInputError(INTEGER.format(name=name, owner=owner, value=value))
+    return int(value)
+
+
+def check_open_unit(value: Any, name: str, owner: str) -> float:
+    """A float strictly between 0 and 1."""
+    ok = isinstance(value, Real) and not isinstance(value, bool) and 0 < float(value) < 1
+    if not ok:
+        raise FairpipeInputError(OPEN_UNIT.format(name=name, owner=owner, value=value))
+    return float(value)

@@ -25,25 +25,31 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from fairpipe.adf import adf_search, cluster_seeds
-from fairpipe.aequitas import aequitas_search
-from fairpipe.audit_data import AuditData, load_audit_data
-from fairpipe.discrimination import (
+from fairpipe.audit import (
     OBJECTIVES,
     Domain,
-    SearchResult,
+    adapter_for,
+    adf_search,
+    aequitas_search,
     check_discrimination,
+    check_refittable,
+    cluster_seeds,
     discrimination_rate,
+    fit_quietly,
+    load_model,
+    merge_batches,
+    paper_mlp,
+    plot_traces,
     random_search,
+    retraining_improvement,
+    search_figures,
 )
+from fairpipe.datasets import AuditData, load_audit_data
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
-from fairpipe.model_adapters import adapter_for, load_model
-from fairpipe.retraining import check_refittable, fit_quietly, paper_mlp, retraining_improvement
-from flows.ingest import _default_task_runner
+from flows.runtime import default_task_runner, run_flow
 
 # Seeds per Dask task: fixed (so the samples do not depend on the worker count) and large enough
 # that a batch's walks are vectorised well (1,000 Adult seeds: 5.5 s in batches of 100, 3.9 s in
@@ -111,8 +117,8 @@ def warm_up_task(j: int) -> int:
     imports and Prefect set-up), so the searches' clocks time the searches."""
     import sklearn.neural_network  # noqa: F401
 
-    import fairpipe.adf  # noqa: F401
-    import fairpipe.aequitas  # noqa: F401
+    import fairpipe.audit._adf  # noqa: F401
+    import fairpipe.audit._aequitas  # noqa: F401
 
     return os.getpid()
 
@@ -138,29 +144,6 @@ def random_task(model, domain: Domain, budget: int, seed: int):
     return random_search(adapter_for(model), domain, budget, seed), started
 
 
-def _merge(parts: list[tuple[SearchResult, float]], t0: float):
-    """The batches' distinct inputs, and one trace over wall-clock time since ``t0``: each batch's
-    counts added at the moment it reached them (distinct within a batch; the final #ID is
-    de-duplicated across batches)."""
-    found = np.unique(np.concatenate([p.discriminatory for p, _ in parts]), axis=0)
-    events = []
-    for p, started in parts:
-        prev_g = prev_f = 0
-        for t, g, f in p.trace:
-            events.append((started - t0 + t, g - prev_g, f - prev_f))
-            prev_g, prev_f = g, f
-    events.sort()
-    trace, g_sum, f_sum = [], 0, 0
-    for t, dg, df in events:
-        g_sum, f_sum = g_sum + dg, f_sum + df
-        trace.append((t, g_sum, f_sum))
-    return found, trace
-
-
-def _time_to(trace, ids: int) -> float | None:
-    return next((t for t, _, f in trace if f >= ids), None)
-
-
 def _run_batches(submit, n_batches: int, bar, label: str):
     """Submit every batch, then collect them in order, advancing the progress bar."""
     t0 = time.time()
@@ -173,41 +156,6 @@ def _run_batches(submit, n_batches: int, bar, label: str):
             ids = sum(p.discriminatory.shape[0] for p, _ in parts)
             bar.update(task_id, advance=1, description=f"{label}: {ids:,} IDs")
     return parts, t0, time.time() - t0
-
-
-def _method_metrics(found: np.ndarray, generated: int, global_found, trace, seconds) -> dict:
-    return {
-        "ids": int(found.shape[0]),
-        "generated": int(generated),
-        "global_ids": global_found,
-        "success_rate": found.shape[0] / generated if generated else 0.0,
-        "seconds": seconds,
-        "ids_per_second": found.shape[0] / seconds if seconds > 0 else None,
-        "seconds_to_1000_ids": _time_to(trace, 1000),
-    }
-
-
-def _plot(traces: dict, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, trace in traces.items():
-        if trace:
-            t, g, f = zip(*trace)
-            left.plot(t, f, label=name)
-            right.plot(g, f, label=name)
-    left.set(xlabel="seconds since the method started", ylabel="discriminatory inputs found")
-    right.set(xlabel="distinct inputs generated", ylabel="distinct discriminatory inputs")
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
 
 
 def _write_atomically(path: Path, write) -> None:
@@ -231,7 +179,7 @@ def _progress(enabled: bool):
     )
 
 
-@flow(name="fairpipe-audit", log_prints=False, task_runner=_default_task_runner())
+@flow(name="fairpipe-audit", log_prints=False, task_runner=default_task_runner())
 def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
     o = options
     t_start = time.perf_counter()
@@ -271,11 +219,11 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
             ),
             n_batches, bar, "ADF",
         )  # fmt: skip
-        found, traces["ADF"] = _merge(parts, t0)
+        found, traces["ADF"] = merge_batches(parts, t0)
         # Every sample is re-checked in the flow before it is reported.
         found = found[check_discrimination(adapter, found, domain)[0]]
         generated = sum(p.generated for p, _ in parts)  # distinct within each batch
-        metrics["adf"] = _method_metrics(
+        metrics["adf"] = search_figures(
             found, generated, sum(p.global_found for p, _ in parts), traces["ADF"], seconds
         )
         timings["adf"] = seconds
@@ -287,8 +235,8 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
                 lambda j: aequitas_batch_task.submit(model, domain, sizes[j], o.local, batch_seed[j]),
                 n_batches, bar, "AEQUITAS",
             )  # fmt: skip
-            aeq_found, traces["AEQUITAS"] = _merge(parts, t0)
-            metrics["aequitas"] = _method_metrics(
+            aeq_found, traces["AEQUITAS"] = merge_batches(parts, t0)
+            metrics["aequitas"] = search_figures(
                 aeq_found, sum(p.generated for p, _ in parts),
                 sum(p.global_found for p, _ in parts), traces["AEQUITAS"], seconds,
             )  # fmt: skip
@@ -298,8 +246,8 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
                 lambda j: random_task.submit(model, domain, max(generated, 1), o.seed),
                 1, bar, "random",
             )  # fmt: skip
-            rnd_found, traces["random"] = _merge(parts, t0)
-            metrics["random"] = _method_metrics(
+            rnd_found, traces["random"] = merge_batches(parts, t0)
+            metrics["random"] = search_figures(
                 rnd_found, parts[0][0].generated, None, traces["random"], seconds
             )
             timings["random"] = seconds
@@ -325,7 +273,7 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
         _write_atomically(folder / "samples.parquet", lambda p: frame.to_parquet(p, index=False))
         _write_atomically(folder / "model.pkl", lambda p: p.write_bytes(pickle.dumps(model)))
         title = f"{data.name}, protected {', '.join(o.protected)}"
-        _write_atomically(folder / "ids.png", lambda p: _plot(traces, p, title))
+        _write_atomically(folder / "ids.png", lambda p: plot_traces(traces, p, title))
         text = json.dumps(metrics, indent=1, default=str)
         _write_atomically(folder / "metrics.json", lambda p: p.write_text(text))
         metrics["out"] = str(folder)
@@ -333,14 +281,9 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
 
 
 def run_audit(options: AuditOptions, out=None, dask_address=None, n_workers=2, processes=True):
-    from flows.runtime import prefect_api, task_runner
-
     check_request(options)  # bad input fails here, before a cluster starts
-    with prefect_api():
-        runner = task_runner(dask_address, n_workers=n_workers, processes=processes)
-        return audit_flow.with_options(task_runner=runner)(
-            options, None if out is None else str(out)
-        )
+    return run_flow(audit_flow, options, None if out is None else str(out),
+                    dask_address=dask_address, n_workers=n_workers, processes=processes)  # fmt: skip
 
 
 if __name__ == "__main__":

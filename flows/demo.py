@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flows.evaluate import evaluate_tv, hash_order, pick_queries, plot_tv
+from fairpipe.neighbors import evaluate_tv, hash_order, pick_queries, plot_tv
 from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
@@ -56,10 +56,10 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     )
     done = {}
 
-    def progress(method, j, total):
-        if j == total and method not in done:
-            done[method] = True
-            log(f"      {method:<8} done")
+    def progress(sampler, j, total):
+        if j == total and sampler not in done:
+            done[sampler] = True
+            log(f"      {sampler:<8} done")
 
     ev = evaluate_tv(nn, queries, radius, mode="exact", seed=seed, progress=progress)
     plot_path = plot or str(folder.parent / "fairpipe-demo-tv.png")

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairpipe.batched_kmeans import nearest
+from fairpipe.cluster import DCKMeans, nearest
 from fairpipe.errors import FairpipeInputError
-from fairpipe.q_kmeans import stored_model
 from fairpipe.validation import check_points
+from storage.models import read_model, require_model
 from storage.store import FairpipeStore
-from storage.tree import read_dc_tree, read_q_model, require_model
 
 DEAD_ROW = "Row {row} of the store {url} has been forgotten; it cannot be used as a query."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
+ONE_QUERY = "Give exactly one of --query-row or --query-file."
 
 
 def load_centroids(store: FairpipeStore, session=None) -> tuple[str, np.ndarray, np.ndarray]:
-    """(model, centroids (k, d), masses (k,)) of the committed model."""
+    """(model, centroids (k, d), masses (k,)) of the committed model (a Q-k-means model's masses
+    are its last step's cluster sizes)."""
     session = session or store.readonly_session()
     kind = require_model(store.attrs(session), store.url)
-    if kind == "dc":
-        _, centroids, masses = read_dc_tree(session)
-        return kind, centroids[-1][0], masses[-1][0]
-    attrs, arrays = read_q_model(session)
-    return kind, *stored_model(arrays, int(attrs["best"]))
+    model = read_model(session, kind)
+    if isinstance(model, DCKMeans):
+        return kind, model.centroids_, model.masses_
+    return kind, model.centroids_, model.sizes_[-1]
 
 
 def predict_store(store_url: str, *, query_rows=None, queries=None) -> dict:
@@ -31,7 +31,7 @@ def predict_store(store_url: str, *, query_rows=None, queries=None) -> dict:
     attrs = store.require_data()
     kind, C, mass = load_centroids(store)
     if (query_rows is None) == (queries is None):
-        raise FairpipeInputError("Give exactly one of --query-row or --query-file.")
+        raise FairpipeInputError(ONE_QUERY)
     if query_rows is not None:
         rows = np.atleast_1d(np.asarray(query_rows, dtype=np.int64))
         n = int(attrs["n"])

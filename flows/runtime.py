@@ -1,17 +1,24 @@
-"""Start-up of the embedded runtime: one Prefect API server and a Dask task runner.
+"""What every flow shares: the Prefect API, the Dask task runner, one way to run a flow, and the
+Dask adapters (mapping jobs from inside a task, the shuffle of rows by leaf).
 
 With no ``PREFECT_API_URL``, every Dask worker *process* would start its own ephemeral Prefect
-server (see ../shared/STACK.md). So we start one server here, point this process and the worker
-processes (through the environment, before the cluster starts) at it, and flush logs before
-stopping it.
+server (3 servers for 2 workers, and 5-15 times slower flows). So :func:`prefect_api` starts one
+server here, points this process and the worker processes (through the environment, before the
+cluster starts) at it, and flushes logs before stopping it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 
+import numpy as np
+
+from fairpipe.cluster import LEAF_BATCH_POINTS
+from fairpipe.tree import leaf_of
 from flows import DEFAULT_ENV  # noqa: F401  (applied on import of the package)
+from storage.index import n_features, read_live_rows
 
 
 @contextlib.contextmanager
@@ -88,3 +95,121 @@ def local_cluster_kwargs(n_workers: int = 2, processes: bool = True) -> dict:
         "processes": processes,
         "dashboard_address": None,
     }
+
+
+def default_task_runner():
+    """The task runner a flow is declared with (deployments run the flow as is): Dask at
+    ``FAIRPIPE_DASK_ADDRESS``, else a LocalCluster started inside the flow run."""
+    return task_runner(os.environ.get("FAIRPIPE_DASK_ADDRESS") or None)
+
+
+def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
+             processes: bool = True, **kwargs):  # fmt: skip
+    """Run ``flow(*args, **kwargs)`` with one Prefect API and a Dask task runner: the cluster at
+    ``dask_address``, or an embedded LocalCluster of ``n_workers`` (processes or threads)."""
+    with prefect_api():
+        runner = task_runner(dask_address, n_workers=n_workers, processes=processes)
+        return flow.with_options(task_runner=runner)(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def dask_client():
+    """A Dask client usable from inside a Prefect task running on a Dask worker.
+
+    ``prefect_dask.get_dask_client`` does not secede from the worker's thread pool, so with one
+    worker thread the jobs a task submits would wait forever for the thread their parent holds.
+    ``distributed.worker_client`` secedes while it waits and rejoins afterwards.
+    """
+    from distributed import get_worker, worker_client
+
+    try:
+        get_worker()
+    except ValueError:  # not on a worker (a flow run in this process): use the runner's client
+        from prefect_dask import get_dask_client
+
+        with get_dask_client() as client:
+            yield client
+        return
+    with worker_client() as client:
+        yield client
+
+
+def dask_map(fn, *iterables) -> list:
+    """Map ``fn`` over the cluster from inside a Prefect task and gather the results."""
+    with dask_client() as client:
+        return client.gather(client.map(fn, *iterables, pure=False))
+
+
+# -- the shuffle of rows by leaf (DC-k-means and the fair summary) --------------------------------
+def leaf_groups(n_leaves: int, n_alive: int) -> np.ndarray:
+    """Edges of runs of consecutive leaves with about LEAF_BATCH_POINTS points each (>= 8 runs
+    where there are that many leaves, so the work spreads over the workers)."""
+    per_leaf = max(n_alive / max(n_leaves, 1), 1.0)
+    size = max(1, min(int(LEAF_BATCH_POINTS // per_leaf), math.ceil(n_leaves / 8)))
+    return np.append(np.arange(0, n_leaves, size), n_leaves)
+
+
+def split_by_leaf_group(session, a: int, b: int, seed: int, n_leaves: int, edges: np.ndarray,
+                        rows=None) -> dict:  # fmt: skip
+    """Live rows of [a, b) (or only ``rows`` of it) split by leaf group:
+    {group: (X, ids, leaf, groups)}."""
+    X, ids, groups = read_live_rows(session, a, b, rows)
+    if ids.size == 0:
+        return {}
+    leaf = leaf_of(ids, seed, n_leaves)
+    group = np.searchsorted(edges, leaf, side="right") - 1
+    return {
+        int(g): (X[group == g], ids[group == g], leaf[group == g], groups[group == g])
+        for g in np.unique(group)
+    }
+
+
+def gather_parts(d: int, given) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One leaf group's parts from every chunk job, concatenated: (X, ids, leaf, groups)."""
+    parts = [p for p in given if p is not None]
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return np.zeros((0, d), np.float32), z, z, z.astype(np.int32)
+    return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))  # type: ignore[return-value]
+
+
+def read_leaf_rows(session, rows: np.ndarray, chunk_rows: int, n_rows: int, seed: int,
+                   n_leaves: int, d: int):  # fmt: skip
+    """(X, ids, leaf, groups) of the stored ``rows`` read in this process, chunk by chunk: the
+    local twin of the shuffle, for a few leaves."""
+    parts = [
+        split_by_leaf_group(session, int(a), min(int(a) + chunk_rows, n_rows), seed, n_leaves,
+                            np.zeros(1, np.int64), rows).get(0)
+        for a in np.unique(rows // chunk_rows) * chunk_rows
+    ]  # fmt: skip
+    return gather_parts(d, parts)
+
+
+def _pick(parts: dict, g: int):
+    return parts.get(g)
+
+
+def shuffle_by_leaf(session, n_rows, chunk_rows, seed, n_leaves, leaves_wanted, solve, args,
+                    rows=None) -> list:  # fmt: skip
+    """Run ``solve(leaves, *args, d, *parts)`` on Dask for every leaf group of ``leaves_wanted``
+    (sorted): one job per row chunk splits its live rows (or only ``rows``) by leaf group, one job
+    per leaf group gathers its parts (a shuffle: each worker holds only what passes through it).
+    Returns the jobs' results, in group order."""
+    d = n_features(session)
+    edges = leaf_groups(n_leaves, n_rows)
+    group_of = np.searchsorted(edges, leaves_wanted, side="right") - 1
+    chunks = [(a, min(a + chunk_rows, n_rows)) for a in range(0, n_rows, chunk_rows)]
+    if rows is not None:  # only the chunks holding rows of interest
+        chunks = [(a, b) for a, b in chunks if ((rows >= a) & (rows < b)).any()]
+    with dask_client() as client:
+        split = [
+            client.submit(split_by_leaf_group, session, a, b, seed, n_leaves, edges, rows,
+                          pure=False)
+            for a, b in chunks
+        ]  # fmt: skip
+        jobs = []
+        for g in np.unique(group_of):
+            parts = [client.submit(_pick, s, int(g), pure=False) for s in split]
+            leaves = leaves_wanted[group_of == g]
+            jobs.append(client.submit(solve, leaves, *args, d, *parts, pure=False))
+        return client.gather(jobs)

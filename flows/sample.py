@@ -7,37 +7,29 @@ import time
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.fair_nn import FairNN
+from fairpipe.neighbors import FairNN
+from storage.index import load_sampler as load_store_sampler
 from storage.store import FairpipeStore
 
 UNKNOWN_ID = "Id {id} is not in the store {url}."
 
 
 def load_sampler(store_url: str, snapshot: str | None = None) -> tuple[FairNN, dict]:
+    """The store's fair sampler and its root attributes (at ``snapshot``, default the tip)."""
     store = FairpipeStore.open(store_url)
     store.require_data()
     session = store.readonly_session(snapshot)
     attrs = store.attrs(session)
-    nn = FairNN.from_arrays(
-        points=store.read("points", session=session),
-        ids=store.read("ids", session=session),
-        keys=store.read("lsh/keys", session=session),
-        index=store.load_index(session),
-        lsh=store.load_lsh(session),
-        alive=store.read("alive", session=session),
-    )
-    return nn, attrs
+    return load_store_sampler(session, attrs), attrs
 
 
 def rows_for_ids(nn: FairNN, ids, url: str) -> np.ndarray:
-    order = np.argsort(nn.ids_)
+    """Rows of the stored ``ids``, or an error naming the first unknown one."""
     ids = np.atleast_1d(np.asarray(ids, dtype=np.int64))
-    pos = np.searchsorted(nn.ids_[order], ids)
-    pos = np.minimum(pos, order.shape[0] - 1)
-    bad = nn.ids_[order][pos] != ids
-    if bad.any():
-        raise FairpipeInputError(UNKNOWN_ID.format(id=int(ids[np.argmax(bad)]), url=url))
-    return order[pos]
+    rows, known = nn.rows_of(ids)
+    if not known.all():
+        raise FairpipeInputError(UNKNOWN_ID.format(id=int(ids[np.argmin(known)]), url=url))
+    return rows
 
 
 def sample_store(
@@ -48,11 +40,13 @@ def sample_store(
     queries: np.ndarray | None = None,
     radius: float | None = None,
     n_samples: int = 10,
-    method: str = "exact",
+    sampler: str = "exact",
     mode: str = "exact",
     seed: int = 0,
     c: float = 2.0,
 ) -> dict:
+    """Fair samples of the store's points near each query (a stored id or row, or points). The
+    result keeps the command line's keys (``method`` for the sampler)."""
     t0 = time.perf_counter()
     nn, attrs = load_sampler(store_url)
     t_load = time.perf_counter() - t0
@@ -66,7 +60,7 @@ def sample_store(
         query_rows=query_rows,
         radius=radius,
         n_samples=n_samples,
-        method=method,
+        sampler=sampler,
         mode=mode,
         seed=seed,
         c=c,
@@ -89,7 +83,7 @@ def sample_store(
         )
     result = {
         "radius": radius,
-        "method": method,
+        "method": sampler,
         "mode": mode,
         "seed": seed,
         "queries": out,

@@ -1,16 +1,8 @@
-"""The fairpipe store: layout, reads and atomic write transactions over an Icechunk repository.
+"""The fairpipe store: opening, reading and atomic write transactions over an Icechunk repository.
 
-Layout (Zarr v3, one commit per flow run):
-
-- ``points`` float32 (n, d), ``ids`` int64 (n,), ``groups`` int32 (n,), ``alive`` bool (n,), all
-  chunked by rows (``chunk_rows``); group names and parameters in the root attributes;
-- ``lsh/keys`` uint64 (n, L): each point's bucket key per table (row chunks);
-- ``lsh/projections`` (d, L*k), ``lsh/offsets`` (L*k,), ``lsh/multipliers`` (k,): the hash functions;
-- ``lsh/members`` int64 (L, n): per table, the rows sorted by key (padded with -1 past the alive
-  rows); ``lsh/bucket_keys`` uint64 (L, n) and ``lsh/bucket_starts`` int64 (L, n + 1): per table its
-  sorted distinct keys and where each bucket starts in ``members`` (padded); ``lsh/bucket_counts``
-  int64 (L,): how many buckets each table has. One table per chunk row, so tables are written in
-  parallel without sharing a chunk.
+One dataset is one Icechunk repository of Zarr v3 arrays, one commit per flow run. What lives in
+it is described where it is written: the rows and the LSH index in :mod:`storage.index`, the
+clustering model in :mod:`storage.models`, the fair summary in :mod:`storage.summary`.
 """
 
 from __future__ import annotations
@@ -22,9 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fairpipe.bucket_index import BucketIndex
 from fairpipe.errors import FairpipeInputError
-from fairpipe.lsh import E2LSH
 from storage.lock import StoreBusyError, WriterLock, lock_path_for
 from storage.urls import make_storage, parse_store_url
 
@@ -42,10 +32,20 @@ class NotAStoreError(FairpipeInputError):
     """The location exists but holds something other than a fairpipe store."""
 
 
-def _zarr():
+def zarr_api():
+    """The zarr module, imported on first use (opening a store should not pay for it twice)."""
     import zarr
 
     return zarr
+
+
+def open_group(session, mode: str = "r"):
+    """The root group of a session's store."""
+    return zarr_api().open_group(session.store, mode=mode)
+
+
+def open_array(session, name: str, mode: str = "r"):
+    return zarr_api().open_array(session.store, path=name, mode=mode)
 
 
 @dataclass
@@ -65,7 +65,7 @@ class Transaction:
 
     @property
     def root(self):
-        return _zarr().open_group(self.session.store, mode="a")
+        return open_group(self.session, mode="a")
 
     def checkpoint(self, message: str) -> str:
         """Commit what is written so far to the private branch and continue in a new session."""
@@ -89,18 +89,36 @@ class Transaction:
 
 def write_rows(session, name: str, start: int, values: np.ndarray) -> None:
     """Write ``values`` at rows [start, start + len) of array ``name`` (a fork session is fine)."""
-    arr = _zarr().open_array(session.store, path=name, mode="r+")
+    arr = open_array(session, name, mode="r+")
     arr[start : start + values.shape[0]] = values
 
 
 def write_table_rows(session, name: str, first_table: int, values: np.ndarray) -> None:
     """Write whole table rows [first_table, first_table + len) of an (L, ...) index array."""
-    arr = _zarr().open_array(session.store, path=name, mode="r+")
+    arr = open_array(session, name, mode="r+")
     arr[first_table : first_table + values.shape[0]] = values
 
 
 def read_array(session, name: str, sel=slice(None)) -> np.ndarray:
-    return np.asarray(_zarr().open_array(session.store, path=name, mode="r")[sel])
+    return np.asarray(open_array(session, name)[sel])
+
+
+def read_rows_at(session, name: str, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` (sorted or not) of array ``name``: only the chunks holding them are read."""
+    arr = open_array(session, name)
+    if rows.size == 0:
+        return np.zeros((0, *arr.shape[1:]), dtype=arr.dtype)
+    sel = (np.asarray(rows, dtype=np.int64),) + (slice(None),) * (arr.ndim - 1)
+    return np.asarray(arr.get_orthogonal_selection(sel))
+
+
+def replace_array(root, name: str, values: np.ndarray) -> None:
+    """Write ``values`` as array ``name`` of an open group, replacing any array there."""
+    if name in root:
+        del root[name]
+    arr = root.create_array(name, shape=values.shape, dtype=values.dtype)
+    if values.size:
+        arr[...] = values
 
 
 class FairpipeStore:
@@ -134,7 +152,7 @@ class FairpipeStore:
             repo = icechunk.Repository.create(storage)
             # Mark the repository as ours at once, so an empty store reopens as a fairpipe store.
             session = repo.writable_session("main")
-            root = _zarr().open_group(session.store, mode="a")
+            root = open_group(session, mode="a")
             root.attrs["fairpipe_format"] = FORMAT
             session.commit("create fairpipe store")
         else:
@@ -168,7 +186,7 @@ class FairpipeStore:
     def attrs(self, session=None) -> dict:
         session = session or self.readonly_session()
         try:
-            group = _zarr().open_group(session.store, mode="r")
+            group = open_group(session)
         except Exception:  # an empty repository has no root group yet
             return {}
         return dict(group.attrs)
@@ -199,34 +217,6 @@ class FairpipeStore:
 
     def read(self, name: str, sel=slice(None), session=None) -> np.ndarray:
         return read_array(session or self.readonly_session(), name, sel)
-
-    def load_lsh(self, session=None) -> E2LSH:
-        session = session or self.readonly_session()
-        lsh_attrs = self.attrs(session)["lsh"]
-        lsh = E2LSH(
-            k=lsh_attrs["k"],
-            n_tables=lsh_attrs["n_tables"],
-            width=lsh_attrs["width"],
-            seed=lsh_attrs["seed"],
-        )
-        return lsh.set_params_arrays(
-            read_array(session, "lsh/projections"),
-            read_array(session, "lsh/offsets"),
-            read_array(session, "lsh/multipliers"),
-        )
-
-    def load_index(self, session=None) -> BucketIndex:
-        session = session or self.readonly_session()
-        counts = read_array(session, "lsh/bucket_counts")
-        n_alive = int(self.attrs(session)["n_alive"])
-        keys = read_array(session, "lsh/bucket_keys")
-        starts = read_array(session, "lsh/bucket_starts")
-        members = read_array(session, "lsh/members")
-        tables = [
-            (keys[t, : counts[t]], starts[t, : counts[t] + 1], members[t, :n_alive])
-            for t in range(counts.shape[0])
-        ]
-        return BucketIndex.from_tables(tables)
 
     # -- writing ---------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -5,19 +5,22 @@
 - ``summary/level_<j>/evaluation`` int64 (nodes_j, eval_size): each node's evaluation ids, padded.
 - ``summary/level_<j>/value`` float64 and ``calls`` int64 (nodes_j,): the node's utility and its
   gain evaluations.
-- ``summary/ids`` int64: the root's summary, sorted. Parameters and the summary's figures (bounds,
-  counts per group, error, value) in ``summary`` attributes.
+- ``summary/ids`` int64: the root's summary, sorted (``summary_ids`` of
+  :meth:`fairpipe.summary.FairSummary.to_arrays`). Parameters (under store format 1's names:
+  ``width`` for the tree's fan-out) and the summary's figures (bounds, counts per group, error,
+  value) in ``summary`` attributes.
 
 Only ids are stored: a node's points are read back from ``points`` when a deletion recomputes its
-parent.
+parent (:func:`node_loader`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from storage.store import _zarr, read_array
-from storage.tree import _replace
+from fairpipe.summary import NodeOutput, SummaryParams, nodes_from_arrays
+from storage.index import points_and_groups_of
+from storage.store import open_array, open_group, read_array, replace_array
 
 NO_SUMMARY = (
     "The store {url} has no summary. Run 'fairpipe summarize --store {url} --k K --lower L "
@@ -25,62 +28,61 @@ NO_SUMMARY = (
 )
 
 
-def padded(rows: list[np.ndarray], width: int) -> np.ndarray:
-    """Ragged id lists as one (len(rows), width) int64 array padded with -1."""
-    out = np.full((len(rows), width), -1, dtype=np.int64)
-    for i, r in enumerate(rows):
-        out[i, : r.shape[0]] = r
-    return out
-
-
-def unpadded(row: np.ndarray) -> np.ndarray:
-    return row[row >= 0]
-
-
-def write_summary(root, attrs: dict, levels: list[dict[str, np.ndarray]], ids: np.ndarray) -> None:
-    """Write (replacing any earlier one) a whole summary tree into an open store root."""
+def write_summary(root, attrs: dict, arrays: dict[str, np.ndarray]) -> None:
+    """Write (replacing any earlier one) a whole summary tree into an open store root:
+    ``arrays`` as :meth:`FairSummary.to_arrays` names them (without the rows)."""
     if "summary" in root:
         del root["summary"]
     group = root.create_group("summary")
     group.attrs.update(attrs)
-    for j, arrays in enumerate(levels):
-        for name, values in arrays.items():
-            _replace(root, f"summary/level_{j}/{name}", values)
-    _replace(root, "summary/ids", np.asarray(ids, dtype=np.int64))
+    for name, values in arrays.items():
+        stored = "ids" if name == "summary_ids" else name
+        replace_array(root, f"summary/{stored}", np.asarray(values))
+
+
+def summary_store_attrs(params: SummaryParams, fanout: int, height: int) -> dict:
+    """The summary's parameters under their stored names."""
+    return {**params.as_attrs(), "width": int(fanout), "height": int(height)}
+
+
+def summary_tree(session) -> tuple[SummaryParams, int, int, dict]:
+    """(node parameters, fan-out, height, all attributes) of the stored summary."""
+    attrs = summary_attrs(session)
+    return SummaryParams.from_attrs(attrs), int(attrs["width"]), int(attrs["height"]), attrs
 
 
 def update_summary(root, level: int, nodes: np.ndarray, arrays: dict[str, np.ndarray]) -> None:
     """Overwrite some nodes of one level (a deletion batch's recomputed path)."""
     for name, values in arrays.items():
-        arr = _zarr().open_array(root.store, path=f"summary/level_{level}/{name}", mode="r+")
-        arr[nodes] = values
+        open_array(root, f"summary/level_{level}/{name}", mode="r+")[nodes] = values
 
 
 def write_root(root, attrs: dict, ids: np.ndarray) -> None:
-    _replace(root, "summary/ids", np.asarray(ids, dtype=np.int64))
+    replace_array(root, "summary/ids", np.asarray(ids, dtype=np.int64))
     root["summary"].attrs.update(attrs)
 
 
 def has_summary(session) -> bool:
-    return "summary" in _zarr().open_group(session.store, mode="r")
+    return "summary" in open_group(session)
 
 
 def summary_attrs(session) -> dict:
-    return dict(_zarr().open_group(session.store, mode="r")["summary"].attrs)
-
-
-def read_level(session, level: int, name: str, nodes=slice(None)) -> np.ndarray:
-    return read_array(session, f"summary/level_{level}/{name}", nodes)
+    return dict(open_group(session)["summary"].attrs)
 
 
 def read_summary_ids(session) -> np.ndarray:
     return read_array(session, "summary/ids")
 
 
-def read_rows(session, name: str, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (sorted or not) of array ``name``: only the chunks holding them are read."""
-    arr = _zarr().open_array(session.store, path=name, mode="r")
-    if rows.size == 0:
-        return np.zeros((0, *arr.shape[1:]), dtype=arr.dtype)
-    sel = (np.asarray(rows, dtype=np.int64),) + (slice(None),) * (arr.ndim - 1)
-    return np.asarray(arr.get_orthogonal_selection(sel))
+def node_loader(session, lookup):
+    """``load(level, nodes)`` for :func:`fairpipe.summary.merge_ancestors`: stored nodes with
+    their candidates' and evaluation points read back (only the chunks holding them)."""
+
+    def load(level: int, nodes: np.ndarray) -> list[NodeOutput]:
+        cand = read_array(session, f"summary/level_{level}/candidates", nodes)
+        evals = read_array(session, f"summary/level_{level}/evaluation", nodes)
+        return nodes_from_arrays(
+            cand, evals, lambda wanted: points_and_groups_of(session, lookup, wanted)
+        )
+
+    return load

@@ -1,0 +1,168 @@
+"""The contract every estimator of fairpipe keeps, after scikit-learn's.
+
+- Keyword-only constructor parameters; ``__init__`` only stores them (no validation, no work), so
+  ``get_params`` and ``set_params`` are derived from the signature and ``type(m)(**m.get_params())``
+  is an unfitted copy.
+- ``fit(X, ids=None, ...)`` validates its input and returns ``self``; learned state ends in ``_``;
+  a method that needs a fitted estimator raises :class:`NotFittedError` before it.
+- ``delete(ids)`` forgets rows by id and returns a :class:`DeletionReport`; the model afterwards is
+  the one a fit on the remaining rows gives (each estimator documents how exactly).
+- ``to_arrays()`` gives the learned state as a flat mapping of names to numpy arrays and
+  ``from_arrays(arrays, **params)`` rebuilds the estimator from it: the one way a model is
+  persisted (``storage`` writes these arrays into a store and reads them back). With
+  ``data=False`` the mapping leaves out the rows (``points``, ``ids``, ``alive``, ``groups``): a
+  model rebuilt without them predicts but cannot delete.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fairpipe.errors import FairpipeInputError
+from fairpipe.validation import IdLookup, deletion_request
+
+NOT_FITTED = "This {owner} instance is not fitted yet. Call 'fit' or 'from_arrays' first."
+NO_DATA = (
+    "This {owner} instance was rebuilt without its rows (from_arrays without 'points'); "
+    "it can predict but not {action}."
+)
+UNKNOWN_PARAMETER = "{owner} has no parameter {name!r}; its parameters are {names}."
+DATA_ARRAYS = ("points", "ids", "alive", "groups")
+
+
+class NotFittedError(FairpipeInputError, AttributeError):
+    """A method that needs a fitted estimator was called before ``fit`` or ``from_arrays``.
+
+    An ``AttributeError`` too, so ``hasattr(model, "centroids_")`` is False before fitting.
+    """
+
+
+@dataclass
+class DeletionReport:
+    """What ``delete(ids)`` did: the ids removed, those unknown, those deleted before (a no-op),
+    and, for the tree models, the nodes recomputed per level (level 0: leaves)."""
+
+    deleted: np.ndarray
+    unknown: np.ndarray
+    already_deleted: np.ndarray
+    changed: list[np.ndarray] = field(default_factory=list)
+    certified: int | None = None  # QKMeans: deletions answered from the training metadata
+    retrained: bool | None = None  # QKMeans: whether the batch needed a retrain
+
+    @property
+    def leaves_recomputed(self) -> int:
+        return int(self.changed[0].shape[0]) if self.changed else 0
+
+    @property
+    def nodes_recomputed(self) -> int:
+        return int(sum(c.shape[0] for c in self.changed))
+
+    @property
+    def certified_fraction(self) -> float:
+        return (self.certified or 0) / max(self.deleted.shape[0], 1)
+
+
+class BaseEstimator:
+    """Parameters from the signature, the fitted check, and the rows an estimator keeps.
+
+    Subclasses name the attribute ``fit`` sets in ``_fitted_attribute``.
+    """
+
+    _fitted_attribute = "n_features_in_"
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        signature = inspect.signature(cls.__init__)
+        return [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor parameters, as given."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any):
+        """Set constructor parameters (checked at the next ``fit``); returns ``self``."""
+        names = self._param_names()
+        for name, value in params.items():
+            if name not in names:
+                raise FairpipeInputError(
+                    UNKNOWN_PARAMETER.format(owner=type(self).__name__, name=name, names=names)
+                )
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {
+            p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()
+        }
+        changed = [
+            f"{k}={v!r}" for k, v in self.get_params().items() if not _same(v, defaults.get(k))
+        ]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def check_params(self):
+        """Validate the parameters as ``fit`` does first (raises the documented error); returns
+        ``self``. Flows call it before they start any work."""
+        self._check_params()
+        return self
+
+    def _check_params(self) -> object:
+        raise NotImplementedError
+
+    def _check_fitted(self) -> None:
+        if self._fitted_attribute not in self.__dict__:
+            raise NotFittedError(NOT_FITTED.format(owner=type(self).__name__))
+
+    # -- the rows a deletable estimator keeps -----------------------------------------------------
+    def _set_rows(self, points: np.ndarray, ids: np.ndarray, alive: np.ndarray | None = None):
+        self.points_ = points
+        self.ids_ = np.asarray(ids, dtype=np.int64)
+        n = self.ids_.shape[0]
+        self.alive_ = np.ones(n, bool) if alive is None else np.asarray(alive, bool).copy()
+        self._lookup = IdLookup(self.ids_)
+
+    def rows_of(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """(rows holding the known ``ids``, which of ``ids`` are known), by binary search."""
+        self._check_fitted()
+        return self._lookup.rows(np.atleast_1d(np.asarray(ids, dtype=np.int64)))
+
+    def _row_arrays(self, data: bool) -> dict[str, np.ndarray]:
+        if not data or "points_" not in self.__dict__:
+            return {}
+        return {"points": self.points_, "ids": self.ids_, "alive": self.alive_}
+
+    def _start_deletion(self, ids) -> tuple[DeletionReport, np.ndarray]:
+        """The report of a deletion request and the rows it removes (still alive), marked dead."""
+        self._check_fitted()
+        if "points_" not in self.__dict__:
+            raise NotFittedError(NO_DATA.format(owner=type(self).__name__, action="delete"))
+        ids, known, rows, live = deletion_request(ids, self._lookup, self.alive_)
+        report = DeletionReport(
+            deleted=ids[known][live], unknown=ids[~known], already_deleted=ids[known][~live]
+        )
+        rows = rows[live]
+        self.alive_[rows] = False
+        return report, rows
+
+
+def rows_from_arrays(arrays: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+    """The data arrays of a ``to_arrays`` mapping (None if it has no ``points``)."""
+    if "points" not in arrays:
+        return None
+    return {name: np.asarray(arrays[name]) for name in DATA_ARRAYS if name in arrays}
+
+
+def model_arrays(arrays: dict[str, np.ndarray], data: bool) -> dict[str, np.ndarray]:
+    """``arrays`` without the data arrays unless ``data``."""
+    return {k: v for k, v in arrays.items() if data or k not in DATA_ARRAYS}
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except (TypeError, ValueError):
+        return False

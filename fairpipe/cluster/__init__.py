@@ -1,0 +1,37 @@
+"""Deletion-efficient k-means (Ginart et al., NeurIPS 2019).
+
+- :class:`DCKMeans`: the divide-and-conquer tree; a deletion recomputes leaf-to-root paths and
+  gives the bits of a fresh fit on the remaining points.
+- :class:`QKMeans`: quantised Lloyd's whose deletions are usually certified without retraining.
+- :func:`choose_model`: which of the two suits a data set.
+- The tree's pieces, used by the flows to run it on Dask with the same bits:
+  :func:`solve_leaves`, :func:`solve_parents` and :func:`recompute_ancestors` (leaves given ->
+  their ancestors, the one recomputation rule).
+- The batched compiled kernels: :func:`solve_batch`, :func:`nearest`, :func:`kmeans_plus_plus`,
+  :func:`cluster_sums`.
+"""
+
+from fairpipe.cluster._batched_kmeans import (
+    BatchResult,
+    cluster_sums,
+    kmeans_plus_plus,
+    n_trials,
+    nearest,
+    solve_batch,
+)
+from fairpipe.cluster._dc_kmeans import (
+    LEAF_BATCH_POINTS,
+    DCKMeans,
+    node_keys,
+    recompute_ancestors,
+    solve_leaves,
+    solve_parents,
+    tree_arrays,
+)
+from fairpipe.cluster._q_kmeans import Q_STATE, QKMeans, choose_model, quantise
+
+__all__ = [
+    "LEAF_BATCH_POINTS", "Q_STATE", "BatchResult", "DCKMeans", "QKMeans", "choose_model",
+    "cluster_sums", "kmeans_plus_plus", "n_trials", "nearest", "node_keys", "quantise",
+    "recompute_ancestors", "solve_batch", "solve_leaves", "solve_parents", "tree_arrays",
+]  # fmt: skip

@@ -1,0 +1,300 @@
+"""DC-k-means: divide-and-conquer k-means whose deletions recompute only leaf-to-root paths.
+
+Ginart, Guan, Valiant, Zou, "Making AI Forget You: Data Deletion in Machine Learning" (NeurIPS
+2019), Section 4.2, with the parents weighting their children's centroids by mass (the paper's
+suggested extension) and the authors' layer bug absent.
+
+The tree (:mod:`fairpipe.tree`) has ``height`` levels of edges and fan-out ``fanout``:
+``fanout ** height`` leaves at level 0, one root at level ``height``. A point's leaf is a hash of
+(seed, id) modulo the leaf count, so it depends on neither file order nor chunking. Each leaf runs
+weighted k-means++ and up to ``max_iter`` Lloyd steps on its points (weight 1 each, sorted by id);
+each parent does the same on its children's centroids weighted by their masses, keeping the best
+of ``n_init`` restarts. All randomness is a hash of (seed, level, node, restart, step)
+(:mod:`fairpipe.cluster._batched_kmeans`).
+
+Deletion equivalence: a node's result is a function of the seed and its own inputs only, and the
+batched kernel gives bit-identical results whatever the batch, so deleting ids and recomputing
+their leaves and those leaves' ancestors gives exactly the arrays of a fresh fit on the remaining
+points. A leaf holding at most k points keeps them as its centroids (mass 1 each) and pads the
+other slots with zero-mass centroids, which its parent ignores; an empty leaf has zero mass.
+
+The flows solve leaves on Dask (:func:`solve_leaves`) and then call :func:`recompute_ancestors`,
+the same function :class:`DCKMeans` uses, so a store's tree has the bits of the in-memory model.
+
+>>> X = np.random.default_rng(0).normal(size=(400, 3))
+>>> model = DCKMeans(n_clusters=3, fanout=4, height=2, seed=1).fit(X)
+>>> report = model.delete([5, 17])
+>>> fresh = DCKMeans(n_clusters=3, fanout=4, height=2, seed=1)
+>>> bool(np.array_equal(model.centroids_,
+...      fresh.fit(np.delete(X, [5, 17], axis=0), ids=np.delete(np.arange(400), [5, 17])).centroids_))
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from fairpipe.base import BaseEstimator, DeletionReport, rows_from_arrays
+from fairpipe.cluster._batched_kmeans import nearest, solve_batch
+from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_int, check_positive_int
+from fairpipe.tree import check_tree, children, leaf_of, nodes_per_level, walk_up
+from fairpipe.validation import check_points, check_points_and_ids
+
+# Points per kernel call when solving leaves (bounds memory, not results: see _batched_kmeans).
+LEAF_BATCH_POINTS = 200_000
+BAD_TREE_ARRAYS = "DCKMeans.from_arrays: {problem}."
+
+
+def node_keys(level: int, nodes: np.ndarray, restart: int | np.ndarray = 0) -> np.ndarray:
+    """Stable 64-bit key of (level, node, restart): picks the node's random numbers (restart and
+    nodes broadcast together)."""
+    return (
+        (np.uint64(level) << np.uint64(56))
+        | (np.asarray(restart).astype(np.uint64) << np.uint64(40))
+        | np.asarray(nodes).astype(np.uint64)
+    )
+
+
+def solve_leaves(points, ids, leaf, leaves, n_clusters, max_iter, seed):
+    """Centroids (len(leaves), k, d) and masses of the given (sorted) leaves from their points.
+
+    ``points``, ``ids`` and ``leaf`` are the live rows of those leaves and no others, in any
+    order; each leaf is solved on its rows sorted by id. Leaves are solved in batches of about
+    ``LEAF_BATCH_POINTS`` points.
+    """
+    leaves = np.asarray(leaves, dtype=np.int64)
+    k = int(n_clusters)
+    order = np.lexsort((ids, leaf))  # by leaf, then id
+    points, leaf = points[order], leaf[order]
+    sizes = np.bincount(np.searchsorted(leaves, leaf), minlength=leaves.shape[0])
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    centroids = np.zeros((leaves.shape[0], k, points.shape[1]))
+    masses = np.zeros((leaves.shape[0], k))
+    a = 0
+    while a < leaves.shape[0]:
+        b = int(np.searchsorted(bounds, bounds[a] + LEAF_BATCH_POINTS, side="right")) - 1
+        b = max(b, a + 1)
+        res = solve_batch(
+            points[bounds[a] : bounds[b]], np.ones(int(bounds[b] - bounds[a])), sizes[a:b],
+            node_keys(0, leaves[a:b]), k, max_iter, seed,
+        )  # fmt: skip
+        centroids[a:b], masses[a:b] = res.centroids, res.masses
+        a = b
+    return centroids, masses
+
+
+def solve_parents(child_centroids, child_masses, nodes, level, fanout, n_clusters, max_iter,
+                  n_init, seed):  # fmt: skip
+    """Centroids and masses of ``nodes`` at ``level`` from their children's (best of n_init).
+
+    ``child_centroids`` (nodes * fanout, k, d) and ``child_masses`` hold each node's ``fanout``
+    children in order.
+    """
+    nodes = np.asarray(nodes, dtype=np.int64)
+    d = child_centroids.shape[-1]
+    m = fanout * n_clusters  # points of one node: its children's centroids
+    # Restart r of node i is problem r * len(nodes) + i; restarts share their node's rows.
+    sizes = np.full(nodes.shape[0] * n_init, m, dtype=np.int64)
+    starts = np.tile(np.arange(nodes.shape[0], dtype=np.int64) * m, n_init)
+    keys = node_keys(level, nodes[None, :], np.arange(n_init)[:, None]).ravel()
+    res = solve_batch(
+        child_centroids.reshape(-1, d), child_masses.ravel(), sizes, keys, n_clusters, max_iter,
+        seed, starts=starts,
+    )  # fmt: skip
+    loss = res.loss.reshape(n_init, nodes.shape[0])
+    best = loss.argmin(axis=0)  # ties: the lowest restart
+    pick = best * nodes.shape[0] + np.arange(nodes.shape[0])
+    return res.centroids[pick], res.masses[pick]
+
+
+def recompute_ancestors(centroids: list[np.ndarray], masses: list[np.ndarray], leaves, *,
+                        fanout: int, n_clusters: int, max_iter: int, n_init: int,
+                        seed: int) -> list[np.ndarray]:  # fmt: skip
+    """Recompute the ancestors of ``leaves`` (already solved) in place, level by level.
+
+    ``centroids[l]`` (nodes_l, k, d) and ``masses[l]`` (nodes_l, k) are the tree's levels, leaves
+    first. Returns the nodes recomputed per level (level 0: the distinct leaves given).
+    """
+
+    def solve_level(level: int, nodes: np.ndarray) -> None:
+        kids = children(nodes, fanout)
+        c, m = solve_parents(
+            centroids[level - 1][kids], masses[level - 1][kids], nodes, level, fanout,
+            n_clusters, max_iter, n_init, seed,
+        )  # fmt: skip
+        centroids[level][nodes], masses[level][nodes] = c, m
+
+    return walk_up(leaves, fanout, len(centroids) - 1, solve_level)
+
+
+def tree_arrays(centroids: list[np.ndarray], masses: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """A tree's levels as ``to_arrays`` names them: ``level_<j>/centroids`` and ``/masses``."""
+    out = {}
+    for level, (c, m) in enumerate(zip(centroids, masses)):
+        out[f"level_{level}/centroids"] = np.asarray(c, dtype=np.float64)
+        out[f"level_{level}/masses"] = np.asarray(m, dtype=np.float64)
+    return out
+
+
+class DCKMeans(BaseEstimator):
+    """Divide-and-conquer k-means tree with exact (bit-identical) batch deletion.
+
+    Parameters
+    ----------
+    n_clusters : int
+        k, the centroids per node (and of the model, at the root).
+    fanout, height : int
+        Children per node and levels below the root (``fanout ** height`` leaves).
+    max_iter : int
+        Most Lloyd iterations after k-means++ at every node.
+    n_init : int
+        Restarts of every internal node (the best weighted loss wins).
+    seed : int
+        Seed of the leaf assignment and of every node's random draws.
+    """
+
+    _fitted_attribute = "centroids_by_level_"
+
+    def __init__(self, *, n_clusters: int = 8, fanout: int = 8, height: int = 1,
+                 max_iter: int = 10, n_init: int = 10, seed: int = 0):  # fmt: skip
+        self.n_clusters = n_clusters
+        self.fanout = fanout
+        self.height = height
+        self.max_iter = max_iter
+        self.n_init = n_init
+        self.seed = seed
+
+    # -- fitting -------------------------------------------------------------------------------
+    def _check_params(self) -> int:
+        """Validate the parameters; returns the number of leaves."""
+        for name in ("n_clusters", "max_iter", "n_init"):
+            check_positive_int(getattr(self, name), name, "DCKMeans")
+        check_int(self.seed, "seed", "DCKMeans")
+        return check_tree(self.fanout, self.height, "DCKMeans", min_height=1)
+
+    def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> DCKMeans:
+        n_leaves = self._check_params()
+        X, ids = check_points_and_ids(X, ids, "DCKMeans")
+        if self.n_clusters > X.shape[0]:
+            raise FairpipeInputError(
+                K_TOO_LARGE.format(name="n_clusters", k=self.n_clusters, n=X.shape[0],
+                                   what="points given to DCKMeans.fit")
+            )  # fmt: skip
+        self._set_rows(X, ids)
+        self.n_leaves_ = n_leaves
+        self.n_features_in_ = X.shape[1]
+        self.leaf_of_ = leaf_of(ids, int(self.seed), n_leaves)
+        k, d = int(self.n_clusters), X.shape[1]
+        sizes = nodes_per_level(int(self.fanout), int(self.height))
+        self.centroids_by_level_ = [np.zeros((nodes, k, d)) for nodes in sizes]
+        self.masses_by_level_ = [np.zeros((nodes, k)) for nodes in sizes]
+        self._recompute(np.arange(n_leaves))
+        return self
+
+    # -- persistence ---------------------------------------------------------------------------
+    def to_arrays(self, data: bool = True) -> dict[str, np.ndarray]:
+        """``level_<j>/centroids`` and ``level_<j>/masses`` for every level (0: the leaves), and
+        with ``data`` the rows (``points``, ``ids``, ``alive``)."""
+        self._check_fitted()
+        return {**tree_arrays(self.centroids_by_level_, self.masses_by_level_),
+                **self._row_arrays(data)}  # fmt: skip
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], **params) -> DCKMeans:
+        """A fitted model from :meth:`to_arrays` output and the constructor parameters (trusted:
+        written by a fit; only the tree's shape is checked)."""
+        model = cls(**params)
+        n_leaves = model._check_params()
+        levels = int(model.height) + 1
+        expected = nodes_per_level(int(model.fanout), int(model.height))
+        for level in range(levels):
+            for name in ("centroids", "masses"):
+                key = f"level_{level}/{name}"
+                if key not in arrays:
+                    raise FairpipeInputError(BAD_TREE_ARRAYS.format(problem=f"{key!r} is missing"))
+                if np.shape(arrays[key])[0] != expected[level]:
+                    raise FairpipeInputError(BAD_TREE_ARRAYS.format(
+                        problem=f"{key!r} has {np.shape(arrays[key])[0]} nodes; a tree of fanout "
+                        f"{model.fanout} and height {model.height} has {expected[level]}"))  # fmt: skip
+        model.centroids_by_level_ = [
+            np.array(arrays[f"level_{j}/centroids"], dtype=np.float64) for j in range(levels)
+        ]
+        model.masses_by_level_ = [
+            np.array(arrays[f"level_{j}/masses"], dtype=np.float64) for j in range(levels)
+        ]
+        model.n_leaves_ = n_leaves
+        model.n_features_in_ = int(model.centroids_by_level_[0].shape[2])
+        rows = rows_from_arrays(arrays)
+        if rows is not None:
+            model._set_rows(rows["points"], rows["ids"], rows.get("alive"))
+            model.leaf_of_ = leaf_of(model.ids_, int(model.seed), n_leaves)
+        return model
+
+    @property
+    def centroids_(self) -> np.ndarray:
+        self._check_fitted()
+        return self.centroids_by_level_[-1][0]
+
+    @property
+    def masses_(self) -> np.ndarray:
+        self._check_fitted()
+        return self.masses_by_level_[-1][0]
+
+    # -- the tree ------------------------------------------------------------------------------
+    def _recompute(self, leaves: np.ndarray) -> list[np.ndarray]:
+        """Recompute these leaves, then their ancestors level by level; the nodes, per level."""
+        leaves = np.unique(leaves)
+        if leaves.size:
+            rows = self._live_rows(leaves)
+            c, m = solve_leaves(
+                self.points_[rows], self.ids_[rows], self.leaf_of_[rows], leaves,
+                self.n_clusters, self.max_iter, int(self.seed),
+            )  # fmt: skip
+            self.centroids_by_level_[0][leaves] = c
+            self.masses_by_level_[0][leaves] = m
+        return recompute_ancestors(
+            self.centroids_by_level_, self.masses_by_level_, leaves, fanout=int(self.fanout),
+            n_clusters=int(self.n_clusters), max_iter=int(self.max_iter),
+            n_init=int(self.n_init), seed=int(self.seed),
+        )  # fmt: skip
+
+    def _live_rows(self, leaves: np.ndarray) -> np.ndarray:
+        """Rows of these (sorted, distinct) leaves that are still alive, from a by-leaf index."""
+        if "_by_leaf" not in self.__dict__:
+            self._by_leaf = np.argsort(self.leaf_of_, kind="stable")
+            self._leaf_start = np.zeros(self.n_leaves_ + 1, dtype=np.int64)
+            np.cumsum(
+                np.bincount(self.leaf_of_, minlength=self.n_leaves_), out=self._leaf_start[1:]
+            )
+        if leaves.shape[0] == self.n_leaves_:
+            rows = self._by_leaf
+        else:
+            lo, hi = self._leaf_start[leaves], self._leaf_start[leaves + 1]
+            lengths = hi - lo
+            shift = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths)
+            rows = self._by_leaf[shift + np.arange(int(lengths.sum()))]
+        return rows[self.alive_[rows]]
+
+    # -- deletion and prediction ---------------------------------------------------------------
+    def delete(self, ids) -> DeletionReport:
+        """Delete a batch of ids: recompute their leaves, then only those leaves' ancestors."""
+        report, rows = self._start_deletion(ids)
+        if rows.size == 0:
+            report.changed = [np.zeros(0, np.int64) for _ in range(int(self.height) + 1)]
+            return report
+        report.changed = self._recompute(self.leaf_of_[rows])
+        return report
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Index of the nearest root centroid (among those with positive mass) for each row."""
+        self._check_fitted()
+        X = check_points(X, where="DCKMeans.predict", n_features=self.n_features_in_)
+        return nearest(X, self.centroids_, self.masses_ > 0)[0]
+
+    def loss(self, X: np.ndarray) -> float:
+        """k-means loss of ``X`` against the root centroids (sum of squared distances)."""
+        self._check_fitted()
+        X = check_points(X, where="DCKMeans.loss", n_features=self.n_features_in_)
+        return float(nearest(X, self.centroids_, self.masses_ > 0)[1].sum())

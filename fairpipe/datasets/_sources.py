@@ -1,0 +1,323 @@
+"""Row sources for ingest: plan a source once, then read any row range [a, b) of it.
+
+A plan holds what is small and global (n, d, ids, group codes and names); the feature rows are
+read chunk by chunk, so a chunk reader's memory is bounded by the chunk size. Sources: a ``.npy``
+matrix (memory-mapped; optional groups and ids ``.npy``), CSV (optionally gzip-compressed) or
+Parquet with feature columns and optional id and group columns, the ``gaussian`` generator, and
+in-memory data sets (``digits`` and the real data sets' loaders).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fairpipe.datasets import _loaders as loaders
+from fairpipe.errors import FairpipeInputError
+from fairpipe.validation import EMPTY, check_points, check_unique_ids
+
+BUILTINS = ("digits", "gaussian")
+NAMED_LOADERS = ("mnist", "word2vec", "adult", "bank", "census-kdd")
+MISSING_COLUMN = "Column {col!r} ({role}) is not in {where}; its columns are {columns}."
+NON_NUMERIC_COLUMN = (
+    "Feature column {col!r} of {where} is not numeric (row {row} holds {value!r}); "
+    "name it with --group-column or --id-column, or remove it."
+)
+MISSING_GROUP = "Row {row} of {where} has no value in the group column {col!r}."
+MISSING_ID = "Row {row} of {where} has no value in the id column {col!r}."
+LENGTH_MISMATCH = "{what} {path} holds {got} entries; the points file holds {n} rows."
+
+
+@dataclass
+class SourcePlan:
+    kind: str  # npy | csv | parquet | gaussian | memory
+    where: str  # how error messages name the source
+    n: int
+    d: int
+    path: str | None = None
+    ids: np.ndarray | None = None  # None: row numbers
+    groups: np.ndarray | None = None  # int32 codes into group_names
+    group_names: list[str] = field(default_factory=list)
+    feature_columns: list[str] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    points: np.ndarray | None = None  # in-memory sources only
+
+
+def _codes(values: np.ndarray, where: str, col: str) -> tuple[np.ndarray, list[str]]:
+    import pandas as pd
+
+    series = pd.Series(values)
+    missing = series.isna().to_numpy()
+    if missing.any():
+        raise FairpipeInputError(
+            MISSING_GROUP.format(row=int(np.argmax(missing)), where=where, col=col)
+        )
+    as_str = series.astype(str)
+    names = sorted(as_str.unique().tolist())
+    lookup = {nm: i for i, nm in enumerate(names)}
+    return as_str.map(lookup).to_numpy(dtype=np.int32), names
+
+
+def _ids(values, where: str, col: str) -> np.ndarray:
+    import pandas as pd
+
+    series = pd.Series(values)
+    if series.isna().any():
+        raise FairpipeInputError(
+            MISSING_ID.format(row=int(np.argmax(series.isna())), where=where, col=col)
+        )
+    arr = series.to_numpy()
+    if not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise FairpipeInputError(f"The id column {col!r} of {where} must hold integers.")
+    return check_unique_ids(arr, where=where)
+
+
+def plan_source(
+    source: str,
+    *,
+    group_column: str | None = None,
+    id_column: str | None = None,
+    groups_file: str | None = None,
+    ids_file: str | None = None,
+    gaussian: dict | None = None,
+    seed: int = 0,
+) -> SourcePlan:
+    """Inspect ``source`` (a path or a built-in name) and return its plan, or raise clearly."""
+    name, _, arg = source.partition(":")
+    if source in BUILTINS or (name in NAMED_LOADERS and arg):
+        if source == "gaussian":
+            params = {"n": 20_000, "d": 16, "clusters": 8, "groups": 4, **(gaussian or {})}
+            params["seed"] = int(params.get("seed", seed))
+            ds = loaders.Dataset(
+                points=np.zeros((0, 0)),
+                groups=None,
+                group_names=[f"g{i}" for i in range(params["groups"])],
+            )
+            return SourcePlan(
+                kind="gaussian",
+                where="gaussian",
+                n=int(params["n"]),
+                d=int(params["d"]),
+                group_names=ds.group_names,
+                params=params,
+            )
+        if source == "digits":
+            ds = loaders.load_digits()
+        elif name == "mnist":
+            ds = loaders.load_mnist_csv(arg)
+        elif name == "word2vec":
+            ds, _ = loaders.load_word2vec_bin(arg)
+        elif name == "bank":
+            ds = loaders.load_bank(arg)
+        elif name == "census-kdd":
+            ds = loaders.load_census_kdd(arg)
+        else:
+            ds = loaders.load_adult(arg)
+        return SourcePlan(
+            kind="memory",
+            where=source,
+            n=ds.points.shape[0],
+            d=ds.points.shape[1],
+            groups=ds.groups,
+            group_names=ds.group_names,
+            points=ds.points,
+        )
+    path = Path(source)
+    if not path.exists():
+        raise FairpipeInputError(
+            f"Source {source!r} is neither an existing file nor a built-in data set "
+            f"({', '.join(BUILTINS)}, or mnist:PATH, word2vec:PATH, adult:PATH, bank:PATH, census-kdd:PATH)."
+        )
+    suffixes = "".join(path.suffixes[-2:]).lower()
+    if path.suffix.lower() == ".npy":
+        return _plan_npy(path, groups_file, ids_file)
+    if suffixes.endswith(".csv") or suffixes.endswith(".csv.gz"):
+        return _plan_table(path, "csv", group_column, id_column)
+    if path.suffix.lower() in (".parquet", ".pq"):
+        return _plan_table(path, "parquet", group_column, id_column)
+    raise FairpipeInputError(f"Source {source!r}: expected a .npy, .csv, .csv.gz or .parquet file.")
+
+
+def _plan_npy(path: Path, groups_file: str | None, ids_file: str | None) -> SourcePlan:
+    try:
+        X = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        raise FairpipeInputError(f"{path} is not a numeric .npy matrix ({exc}).") from None
+    where = path.name
+    if X.ndim != 2:
+        raise FairpipeInputError(f"{where} must hold a 2-dimensional matrix. Got shape {X.shape}.")
+    if not np.issubdtype(X.dtype, np.number):
+        raise FairpipeInputError(f"{where} must hold numbers. Got values of type {X.dtype}.")
+    if X.shape[0] == 0:
+        raise FairpipeInputError(EMPTY.format(where=where))
+    plan = SourcePlan(kind="npy", where=where, n=X.shape[0], d=X.shape[1], path=str(path))
+    if groups_file is not None:
+        g = np.load(groups_file, allow_pickle=False)
+        if g.shape != (plan.n,):
+            raise FairpipeInputError(
+                LENGTH_MISMATCH.format(
+                    what="Groups file", path=groups_file, got=g.shape[0] if g.ndim else 0, n=plan.n
+                )
+            )
+        plan.groups, plan.group_names = _codes(g, Path(groups_file).name, "groups")
+    if ids_file is not None:
+        ids = np.load(ids_file, allow_pickle=False)
+        if ids.shape != (plan.n,):
+            raise FairpipeInputError(
+                LENGTH_MISMATCH.format(
+                    what="Ids file", path=ids_file, got=ids.shape[0] if ids.ndim else 0, n=plan.n
+                )
+            )
+        plan.ids = check_unique_ids(ids, where=Path(ids_file).name)
+    return plan
+
+
+def _read_table(path: Path, kind: str, columns=None, skip: int = 0, nrows: int | None = None):
+    import pandas as pd
+
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        if nrows is None and skip == 0:
+            return pf.read(columns=columns).to_pandas()
+        stop = skip + (nrows if nrows is not None else pf.metadata.num_rows)
+        parts, base = [], 0
+        for rg in range(pf.metadata.num_row_groups):
+            size = pf.metadata.row_group(rg).num_rows
+            if base < stop and base + size > skip:
+                part = pf.read_row_group(rg, columns=columns).to_pandas()
+                parts.append(part.iloc[max(skip - base, 0) : stop - base])
+            base += size
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    skiprows = range(1, skip + 1) if skip else None
+    try:
+        return pd.read_csv(path, usecols=columns, skiprows=skiprows, nrows=nrows)
+    except pd.errors.EmptyDataError:
+        raise FairpipeInputError(EMPTY.format(where=path.name)) from None
+
+
+def _plan_table(
+    path: Path, kind: str, group_column: str | None, id_column: str | None
+) -> SourcePlan:
+    where = path.name
+    head = _read_table(path, kind, nrows=100)
+    columns = [str(c) for c in head.columns]
+    for col, role in ((group_column, "--group-column"), (id_column, "--id-column")):
+        if col is not None and col not in columns:
+            raise FairpipeInputError(
+                MISSING_COLUMN.format(col=col, role=role, where=where, columns=columns)
+            )
+    features = [c for c in columns if c not in (group_column, id_column)]
+    if not features:
+        raise FairpipeInputError(
+            f"{where} has no feature columns besides the id and group columns."
+        )
+    meta_cols = [c for c in (id_column, group_column) if c is not None]
+    meta = _read_table(path, kind, columns=meta_cols or [features[0]])
+    n = len(meta)
+    if n == 0:
+        raise FairpipeInputError(EMPTY.format(where=where))
+    plan = SourcePlan(
+        kind=kind, where=where, n=n, d=len(features), path=str(path), feature_columns=features
+    )
+    if group_column is not None:
+        plan.groups, plan.group_names = _codes(meta[group_column].to_numpy(), where, group_column)
+    if id_column is not None:
+        plan.ids = _ids(meta[id_column].to_numpy(), where, id_column)
+    return plan
+
+
+def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
+    """Validated float32 rows [a, b) of the source; errors name rows of the whole source."""
+    names: list[str] | None = None  # a table's feature columns, named in errors
+    if plan.kind == "memory":
+        assert plan.points is not None
+        X = plan.points[a:b]
+    elif plan.kind == "npy":
+        assert plan.path is not None
+        X = np.load(plan.path, mmap_mode="r", allow_pickle=False)[a:b]
+    elif plan.kind == "gaussian":
+        p = plan.params
+        blocks = range(a // loaders.GAUSSIAN_BLOCK, (b - 1) // loaders.GAUSSIAN_BLOCK + 1)
+        parts = [
+            loaders.gaussian_block(p["seed"], blk, p["n"], p["d"], p["clusters"], p["groups"])[0]
+            for blk in blocks
+        ]
+        first = blocks[0] * loaders.GAUSSIAN_BLOCK
+        X = np.concatenate(parts)[a - first : b - first]
+    else:
+        assert plan.path is not None
+        frame = _read_table(
+            Path(plan.path), plan.kind, columns=plan.feature_columns, skip=a, nrows=b - a
+        )
+        if len(frame) != b - a:
+            raise FairpipeInputError(
+                f"{plan.where} changed while it was read: rows {a}..{b} missing."
+            )
+        import pandas as pd
+
+        for col in plan.feature_columns:
+            # pandas >= 3 reads text as a string dtype numpy cannot interpret: ask pandas.
+            if not pd.api.types.is_numeric_dtype(frame[col].dtype):
+                bad = pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()
+                row = int(np.argmax(bad.to_numpy())) if bad.any() else 0
+                raise FairpipeInputError(
+                    NON_NUMERIC_COLUMN.format(
+                        col=col, where=plan.where, row=a + row, value=frame[col].iloc[row]
+                    )
+                )
+        X = frame.to_numpy(dtype=np.float64)
+        names = list(plan.feature_columns)
+    return check_points(X, where=plan.where, n_features=plan.d, row_offset=a, column_names=names)
+
+
+def source_groups(plan: SourcePlan, a: int, b: int) -> np.ndarray:
+    """Group codes of rows [a, b) (all 0 when the source has no groups)."""
+    if plan.kind == "gaussian":
+        p = plan.params
+        blocks = range(a // loaders.GAUSSIAN_BLOCK, (b - 1) // loaders.GAUSSIAN_BLOCK + 1)
+        parts = [
+            loaders.gaussian_block(p["seed"], blk, p["n"], p["d"], p["clusters"], p["groups"])[1]
+            for blk in blocks
+        ]
+        first = blocks[0] * loaders.GAUSSIAN_BLOCK
+        return np.concatenate(parts)[a - first : b - first]
+    if plan.groups is None:
+        return np.zeros(b - a, dtype=np.int32)
+    return plan.groups[a:b]
+
+
+def read_source_sample(plan: SourcePlan, rows: np.ndarray, step: int = 65536) -> np.ndarray:
+    """The validated rows ``rows`` (sorted positions) of the source, read ``step`` rows at a
+    time (memory bounded by the step, not by the source)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    parts = []
+    for a in range(0, plan.n, step):
+        mine = rows[(rows >= a) & (rows < a + step)]
+        if mine.size:
+            parts.append(read_source_rows(plan, a, min(a + step, plan.n))[mine - a])
+    if not parts:
+        return np.zeros((0, plan.d), dtype=np.float32)
+    return np.concatenate(parts)
+
+
+def remap_groups(plan: SourcePlan, existing: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Group codes of every row of the source in the numbering of ``existing`` group names (new
+    names appended), and the names after it."""
+    names = list(existing)
+    lookup = {nm: i for i, nm in enumerate(names)}
+    for nm in plan.group_names:
+        if nm not in lookup:
+            lookup[nm] = len(names)
+            names.append(nm)
+    remap = np.array([lookup[nm] for nm in plan.group_names] or [0], dtype=np.int32)
+    if not plan.group_names:
+        return np.zeros(plan.n, np.int32), names
+    return remap[source_groups(plan, 0, plan.n)].astype(np.int32), names

@@ -1,0 +1,47 @@
+"""Fair near-neighbour sampling through LSH buckets (Har-Peled & Mahabadi, NeurIPS 2019).
+
+- :class:`E2LSH`: the hash functions and the bucket keys of points.
+- :class:`BucketIndex` (with :class:`KeyDirectory`): every table's buckets, found per key.
+- :class:`FairNN`: fit, sample (``exact``, ``approx``, ``rank``, ``uniform``, ``weighted``
+  samplers over ``buckets``, ``approximate`` or ``exact`` neighbourhoods) and delete.
+- :func:`evaluate_tv`, :func:`tv_to_uniform`, :func:`noise_floor`: how fair the samples are.
+- :func:`estimate_bucket_width`: a bucket width from the data.
+"""
+
+from fairpipe.neighbors._bucket_index import BucketIndex, build_table, remove_rows
+from fairpipe.neighbors._bucket_width import (
+    WIDTH_PER_RADIUS,
+    estimate_bucket_width,
+    width_sample_rows,
+)
+from fairpipe.neighbors._degree_sampling import (
+    MODES,
+    PATHS,
+    SAMPLERS,
+    QueryStats,
+    degree_of,
+    neighbourhood,
+    sample_query,
+)
+from fairpipe.neighbors._evaluation import (
+    EVALUATED_SAMPLERS,
+    chi_square_uniform,
+    evaluate_tv,
+    hash_order,
+    noise_floor,
+    pick_queries,
+    plot_tv,
+    tv_to_uniform,
+)
+from fairpipe.neighbors._fair_nn import FairNN, SampleResult
+from fairpipe.neighbors._key_directory import KeyDirectory
+from fairpipe.neighbors._lsh import E2LSH, ROW_BLOCK
+from fairpipe.neighbors._rank_sampling import RankState
+
+__all__ = [
+    "E2LSH", "EVALUATED_SAMPLERS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
+    "BucketIndex", "FairNN", "KeyDirectory", "QueryStats", "RankState", "SampleResult",
+    "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",
+    "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",
+    "sample_query", "tv_to_uniform", "width_sample_rows",
+]  # fmt: skip

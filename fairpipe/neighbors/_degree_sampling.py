@@ -1,0 +1,407 @@
+"""Fair (and deliberately unfair) sampling from the union of a query's LSH buckets.
+
+Har-Peled & Mahabadi, "Near Neighbor: Who is the Fairest of Them All?" (NeurIPS 2019):
+
+- ``uniform``: a bucket uniformly, then a point uniformly in it (biased toward small buckets).
+- ``weighted``: a bucket with probability size/m, then a point uniformly (p drawn w.p. d(p)/m).
+- ``exact``: weighted, then accept p with probability 1/d(p) (Lemma 3.1): uniform on the union.
+- ``approx``: weighted, then probe the query's buckets uniformly with replacement until one holds p;
+  after i probes accept with probability i / (g * Delta), reject after g * Delta probes, where
+  Delta = ceil(ln(1 / failure_prob)) + 4 (Section 3.4, Lemmas 3.6-3.7; the paper's gamma).
+  E[i] = g / d(p), so acceptance is proportional to 1/d(p); the papers' experiment code used
+  1 / (L // i) instead, which is biased.
+
+The sampler (which point of the union) is independent of the neighbourhood mode (which points
+count as neighbours): ``buckets`` (every bucket-mate), ``approximate`` (points farther than c*r are
+outliers: when one is drawn it is removed from that bucket's active prefix, as in Section 3.5),
+``exact`` (as approximate, then outputs farther than r are rejected, Lemma 4.9). When more than
+``max_outliers`` outliers are met, the query's buckets are filtered by distance in one pass (the
+state Section 3.5's removals would converge to) instead of failing; the result reports it.
+
+The kernel here works on one query and vectorises over its draws; ``FairNN`` validates inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SAMPLERS = ("exact", "approx", "uniform", "weighted", "rank")
+PATHS = ("auto", "lazy", "flat")
+MODES = ("buckets", "approximate", "exact")
+
+
+@dataclass
+class QueryStats:
+    draws: int = 0
+    rounds: int = 0
+    outliers: int = 0
+    outlier_scan: bool = False
+    probes: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class QueryBuckets:
+    """The non-empty buckets of one query, with active sizes for outlier removal.
+
+    ``active`` is ``size`` itself until a removal first shrinks a bucket (copy on write), and
+    ``tables`` is None when the query has a bucket in every table (then bucket i is in table i).
+    """
+
+    __slots__ = ("lo", "size", "buckets", "tables", "active", "local", "cum", "base")
+
+    def __init__(self, lo, size, buckets, tables=None):
+        self.lo = lo  # (g,) start offsets into members
+        self.size = size  # (g,) original sizes
+        self.buckets = buckets  # (g,) bucket numbers
+        self.tables = tables  # (g,) table of each bucket (a column of the point-bucket matrix)
+        self.active = size  # (g,) active sizes
+        self.local: dict = {}  # bucket position -> private copy of its members (after removals)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the running totals after the active sizes changed."""
+        self.cum = self.active.cumsum()  # running total of the active sizes
+        self.base = self.lo - self.cum + self.active  # draw v in bucket b: members[base[b] + v]
+
+    def writable_active(self) -> np.ndarray:
+        if self.active is self.size:
+            self.active = self.size.copy()
+        return self.active
+
+    def table_columns(self) -> np.ndarray:
+        return np.arange(self.size.shape[0]) if self.tables is None else self.tables
+
+
+def query_buckets(index, q_buckets: np.ndarray, complete: bool = False) -> QueryBuckets:
+    """The query's non-empty buckets, from its bucket number in each table (-1: none).
+
+    ``complete``: the caller knows every bucket is there and non-empty (the query is a live row).
+    """
+    lo = index.starts[q_buckets]
+    size = index.starts[q_buckets + 1] - lo  # <= 0 for -1 (starts[-1] >= starts[0] = 0)
+    if complete or (size.shape[0] and size.min() > 0):
+        return QueryBuckets(lo, size, q_buckets)
+    nz = np.flatnonzero(size > 0)
+    return QueryBuckets(lo[nz], size[nz], q_buckets[nz], nz)
+
+
+def _members_at(index, qb: QueryBuckets, b: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Members of draws ``v`` (positions in the concatenated active prefixes), in buckets ``b``."""
+    rows = index.members[qb.base[b] + v]
+    if qb.local:
+        pos = v - (qb.cum[b] - qb.active[b])
+        for j, arr in qb.local.items():
+            hit = b == j
+            if hit.any():
+                rows[hit] = arr[pos[hit]]
+    return rows
+
+
+def _remove_outliers(index, qb: QueryBuckets, b: np.ndarray, rows: np.ndarray) -> int:
+    """Swap each (bucket, outlier) to the end of the bucket's active prefix and shrink it."""
+    removed = 0
+    active = qb.writable_active()
+    pairs = np.unique(np.stack([b, rows], axis=1), axis=0)
+    for j, row in pairs:
+        arr = qb.local.get(int(j))
+        if arr is None:
+            arr = index.members[qb.lo[j] : qb.lo[j] + qb.size[j]].copy()
+            qb.local[int(j)] = arr
+        n_active = active[j]
+        where = np.flatnonzero(arr[:n_active] == row)
+        if where.size:
+            p = where[0]
+            arr[p], arr[n_active - 1] = arr[n_active - 1], arr[p]
+            active[j] = n_active - 1
+            removed += 1
+    qb.refresh()
+    return removed
+
+
+def _filter_all_outliers(index, qb: QueryBuckets, points, q, far2: float) -> None:
+    """Remove every point farther than sqrt(far2) from every bucket at once."""
+    active = qb.writable_active()
+    for j in range(qb.lo.shape[0]):
+        arr = qb.local.get(j)
+        if arr is None:
+            arr = index.members[qb.lo[j] : qb.lo[j] + qb.size[j]]
+        arr = arr[: active[j]]
+        diff = points[arr] - q
+        keep = arr[np.einsum("ij,ij->i", diff, diff) <= far2]
+        full = np.empty(qb.size[j], dtype=np.int64)
+        full[: keep.shape[0]] = keep
+        qb.local[j] = full
+        active[j] = keep.shape[0]
+    qb.refresh()
+
+
+def degree_of(point_buckets: np.ndarray, rows: np.ndarray, q_buckets: np.ndarray):
+    """Exact degree: in how many of the query's buckets each row lies (L comparisons each).
+
+    ``point_buckets`` is :meth:`BucketIndex.point_buckets`; a row's bucket number in table t equals
+    the query's exactly when their keys of table t are equal.
+    """
+    return (point_buckets[rows] == q_buckets).sum(axis=1)
+
+
+def _approx_accept(
+    point_buckets,
+    rows,
+    qb: QueryBuckets,
+    failure_prob: float,
+    rng: np.random.Generator,
+    stats: QueryStats,
+) -> np.ndarray:
+    g = qb.buckets.shape[0]
+    delta = math.ceil(math.log(1.0 / failure_prob)) + 4
+    cap = g * delta
+    tables = qb.table_columns()
+    probes = np.zeros(rows.shape[0], dtype=np.int64)
+    found = np.zeros(rows.shape[0], dtype=bool)
+    todo = np.arange(rows.shape[0])
+    block = max(4, min(64, g))
+    while todo.size:
+        t = rng.integers(0, g, size=(todo.size, block))
+        hit = point_buckets[rows[todo][:, None], tables[t]] == qb.buckets[t]
+        first = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, block + 1)
+        got = first <= block
+        found[todo[got]] = True
+        probes[todo[got]] += first[got]
+        probes[todo[~got]] += block
+        todo = todo[~got]
+        over = probes[todo] >= cap
+        todo = todo[~over]
+    stats.probes += int(np.minimum(probes, cap).sum())
+    ok = found & (probes <= cap)
+    u = rng.random(rows.shape[0])
+    return ok & (u * cap < probes)
+
+
+@dataclass
+class FlatBuckets:
+    """The query's buckets flattened once: one entry per (bucket, member) still active.
+
+    Used when a query needs more draws than its buckets hold (many samples, or a low acceptance
+    rate): one pass computes every member's distance once and its degree as the number of the
+    query's buckets it occurs in (the same number the L key comparisons give), so a draw costs a
+    few array lookups instead of a d-dimensional distance and L comparisons. Drawing from this
+    state has the same output distribution as the lazy path: it is the state the Section 3.5
+    outlier removals converge to, and rejection of draws outside the neighbourhood is unchanged.
+    """
+
+    rows: np.ndarray  # (m',) member rows, bucket by bucket
+    bucket: np.ndarray  # (m',) position of each entry's bucket in the query's bucket list
+    degree: np.ndarray  # (m',) degree of each entry's row
+    near: np.ndarray | None  # (m',) within r (exact mode), None when every entry counts
+    starts: np.ndarray  # (g,) first entry of each bucket
+    counts: np.ndarray  # (g,) entries of each bucket
+    removed: int  # outlier entries dropped
+
+
+def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, near2: float):
+    rows = np.concatenate([index.members[a : a + s] for a, s in zip(qb.lo, qb.size)])
+    bucket = np.repeat(np.arange(qb.lo.shape[0]), qb.size)
+    uniq, inv, deg = np.unique(rows, return_inverse=True, return_counts=True)
+    near = None
+    removed = 0
+    if mode != "buckets":
+        diff = points[uniq] - query
+        d2 = np.einsum("ij,ij->i", diff, diff)
+        keep = (d2 <= far2)[inv]
+        removed = int(keep.size - np.count_nonzero(keep))
+        rows, bucket, inv = rows[keep], bucket[keep], inv[keep]
+        if mode == "exact":
+            near = (d2 <= near2)[inv]
+    counts = np.bincount(bucket, minlength=qb.lo.shape[0])
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    return FlatBuckets(rows, bucket, deg[inv], near, starts, counts, removed)
+
+
+def sample_query(
+    index,
+    point_buckets: np.ndarray,
+    points: np.ndarray,
+    query: np.ndarray,
+    q_buckets: np.ndarray,
+    n_samples: int,
+    sampler: str,
+    mode: str,
+    radius: float,
+    c: float,
+    rng: np.random.Generator,
+    max_outliers: int,
+    failure_prob: float = 0.01,
+    max_draws: int = 50_000_000,
+    path: str = "auto",
+    complete: bool = False,
+) -> tuple[np.ndarray, QueryStats]:
+    """Draw ``n_samples`` rows for one query (fewer only if its neighbourhood is empty).
+
+    Draws start lazily (cost per draw independent of the bucket sizes, as in the paper); once a
+    query has used as many draws as its buckets hold, it flattens its buckets (:class:`FlatBuckets`)
+    and continues from that state: never more than about twice the cheaper of the two costs.
+    ``path`` forces one of them (``lazy`` or ``flat``; ``auto`` by default). ``complete``: see
+    :func:`query_buckets`.
+    """
+    stats = QueryStats()
+    qb = query_buckets(index, q_buckets, complete)
+    out = np.empty(n_samples, dtype=np.int64)
+    filled = 0
+    far2 = (c * radius) ** 2
+    near2 = radius**2
+    rate = 0.5
+    total = int(qb.cum[-1]) if qb.cum.shape[0] else 0
+    flat: FlatBuckets | None = None
+    if total == 0:
+        return out[:0], stats
+    scalar = path != "flat" and mode == "buckets" and sampler in SCALAR_SAMPLERS
+    if scalar and n_samples <= SCALAR_SAMPLES:
+        filled = _draw_scalar(index, qb, point_buckets, q_buckets, out, sampler, rng, stats)
+    while filled < n_samples and stats.draws < max_draws:
+        need = n_samples - filled
+        n_draw = int(min(need / max(rate, 1e-4) * 1.1 + 4, 4_000_000))
+        if flat is None and path != "lazy" and (path == "flat" or stats.draws + n_draw > total):
+            flat = _flatten(index, qb, points, query, mode, far2, near2)
+            stats.outliers = flat.removed
+            stats.extra["flattened"] = True
+        m = flat.rows.shape[0] if flat is not None else int(qb.cum[-1])
+        if m == 0:
+            break
+        stats.rounds += 1
+        stats.draws += n_draw
+        if flat is not None:
+            accept, rows = _draw_flat(
+                flat, qb, point_buckets, n_draw, sampler, failure_prob, rng, stats
+            )
+        else:
+            accept, rows = _draw_lazy(
+                index, qb, point_buckets, points, query, q_buckets, n_draw, sampler, mode,
+                far2, near2, max_outliers, failure_prob, rng, stats,
+            )  # fmt: skip
+        got = rows[accept][:need]
+        out[filled : filled + got.shape[0]] = got
+        filled += got.shape[0]
+        n_ok = int(np.count_nonzero(accept))
+        rate = max(0.5 * rate, n_ok / n_draw) if n_ok else rate / 4
+    return out[:filled], stats
+
+
+SCALAR_SAMPLES = 4
+SCALAR_DRAWS = 64
+SCALAR_SAMPLERS = ("exact", "weighted", "uniform")
+
+
+def _draw_scalar(
+    index, qb: QueryBuckets, point_buckets, q_buckets, out, sampler, rng, stats
+) -> int:
+    """One draw at a time, on Python scalars: a query wanting a few samples (``buckets`` mode).
+
+    A vectorised round costs ~15 numpy calls whatever its size; a single draw here costs ~5 and a
+    query needs about the mean degree of its candidates (~1.3 at n=1M) draws per sample. Same
+    distributions as the vectorised draws (``uniform``: a bucket, then a member; ``weighted``: an
+    entry of the concatenated buckets; ``exact``: then accept with probability 1/degree). Stops
+    after ``SCALAR_DRAWS`` draws and leaves what is missing to the vectorised rounds.
+    """
+    total = float(qb.cum[-1])
+    g = qb.size.shape[0]
+    filled = 0
+    draws = 0
+    while filled < out.shape[0] and draws < SCALAR_DRAWS:
+        draws += 1
+        if sampler == "uniform":
+            b = int(rng.random() * g)
+            row = index.members[qb.lo[b] + int(rng.random() * qb.size[b])]
+        else:
+            v = int(rng.random() * total)
+            row = index.members[qb.base[qb.cum.searchsorted(v, side="right")] + v]
+            if sampler == "exact":
+                degree = int(np.count_nonzero(point_buckets[row] == q_buckets))
+                if rng.random() * degree >= 1.0:
+                    continue
+        out[filled] = row
+        filled += 1
+    stats.draws += draws
+    stats.rounds += 1
+    return filled
+
+
+def _uniform_bucket_draws(sizes: np.ndarray, n_draw: int, rng: np.random.Generator):
+    """A non-empty bucket uniformly, then a position uniformly in it (the ``uniform`` sampler)."""
+    nonempty = np.flatnonzero(sizes > 0)
+    b = nonempty[(rng.random(n_draw) * nonempty.size).astype(np.int64)]
+    return b, (rng.random(n_draw) * sizes[b]).astype(np.int64)
+
+
+def _approx_filter(accept, point_buckets, rows, qb, failure_prob, rng, stats) -> None:
+    """Apply the approx acceptance in place, probing only for draws still in the running."""
+    live = np.flatnonzero(accept)
+    accept[live] = _approx_accept(point_buckets, rows[live], qb, failure_prob, rng, stats)
+
+
+def _draw_flat(flat: FlatBuckets, qb, point_buckets, n_draw, sampler, failure_prob, rng, stats):
+    if sampler == "uniform":
+        b, pos = _uniform_bucket_draws(flat.counts, n_draw, rng)
+        v = flat.starts[b] + pos
+    else:
+        v = rng.integers(0, flat.rows.shape[0], size=n_draw)
+    rows = flat.rows[v]
+    accept = flat.near[v] if flat.near is not None else np.ones(n_draw, dtype=bool)
+    if sampler == "exact":
+        accept &= rng.random(n_draw) * flat.degree[v] < 1.0
+    elif sampler == "approx":
+        _approx_filter(accept, point_buckets, rows, qb, failure_prob, rng, stats)
+    return accept, rows
+
+
+def _draw_lazy(
+    index, qb, point_buckets, points, query, q_buckets, n_draw, sampler, mode, far2, near2,
+    max_outliers, failure_prob, rng, stats,
+):  # fmt: skip
+    if sampler == "uniform":
+        b, pos = _uniform_bucket_draws(qb.active, n_draw, rng)
+        v = pos + (qb.cum[b] - qb.active[b])
+    else:
+        # Floats scaled to the total: uniform on 0..total-1 up to 2**-53 relative, and several
+        # times cheaper than Generator.integers for the few draws a single query needs.
+        v = (rng.random(n_draw) * float(qb.cum[-1])).astype(np.int64)
+        b = np.searchsorted(qb.cum, v, side="right")
+    rows = _members_at(index, qb, b, v)
+    accept = None
+    if mode != "buckets":
+        diff = points[rows] - query
+        d2 = np.einsum("ij,ij->i", diff, diff)
+        outlier = d2 > far2
+        accept = ~outlier
+        if outlier.any():
+            stats.outliers += _remove_outliers(index, qb, b[outlier], rows[outlier])
+            if stats.outliers > max_outliers and not stats.outlier_scan:
+                _filter_all_outliers(index, qb, points, query, far2)
+                stats.outlier_scan = True
+        if mode == "exact":
+            accept &= d2 <= near2
+    if sampler == "exact":
+        deg = degree_of(point_buckets, rows, q_buckets)
+        ok = rng.random(n_draw) * deg < 1.0
+        accept = ok if accept is None else accept & ok
+    elif sampler == "approx":
+        if accept is None:
+            accept = np.ones(n_draw, dtype=bool)
+        _approx_filter(accept, point_buckets, rows, qb, failure_prob, rng, stats)
+    return (np.ones(n_draw, dtype=bool) if accept is None else accept), rows
+
+
+def neighbourhood(index, points, query, q_buckets, mode: str, radius: float, c: float):
+    """Unique rows in the union of the query's buckets, filtered by the neighbourhood mode."""
+    qb = query_buckets(index, q_buckets)
+    if qb.lo.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    rows = np.unique(np.concatenate([index.members[a : a + s] for a, s in zip(qb.lo, qb.size)]))
+    if mode == "buckets":
+        return rows
+    diff = points[rows] - query
+    d2 = np.einsum("ij,ij->i", diff, diff)
+    limit = radius if mode == "exact" else c * radius
+    return rows[d2 <= limit**2]

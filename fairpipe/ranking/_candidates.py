@@ -1,0 +1,238 @@
+"""Candidate tables: one row per (list, candidate), read, checked and re-ranked list by list.
+
+:func:`read_candidates` reads a CSV or Parquet table and checks it against the desired
+distribution (a JSON file of shares, or ``"population"``: each list's own group distribution);
+missing columns, an empty file, NaN scores, groups that the desired distribution does not cover
+(and the reverse) are errors naming the row and the column. :func:`rerank_lists` re-ranks a batch
+of consecutive lists (padded into lists x candidates) and measures them before (the top k by
+score) and after; :func:`metrics_table` puts the per-list figures into one table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
+from fairpipe.ranking._metrics import ndcg, ranking_metrics
+from fairpipe.ranking._reranking import ALGORITHMS, check_desired, rerank
+
+NO_FILE = "The candidates file {path} does not exist."
+EMPTY = "The candidates file {path} holds no rows."
+BAD_FORMAT = "The candidates file {path} must be .csv, .csv.gz or .parquet."
+MISSING_COLUMN = "Column {col!r} ({option}) is not in {path}; its columns are {columns}."
+NAN_SCORE = "Row {row} of {path} has no number in the score column {col!r} (list {list!r})."
+NAN_GROUP = "Row {row} of {path} has no value in the group column {col!r}."
+GROUP_NOT_DESIRED = (
+    "Row {row} of {path} (list {list!r}) has group {group!r}, which the desired distribution "
+    "{desired} does not cover (it covers {known})."
+)
+DESIRED_NOT_IN_DATA = (
+    "The desired distribution {desired} names group {group!r}, which no row of {path} has "
+    "(its groups are {known})."
+)
+BAD_DESIRED = (
+    "The desired distribution file {path} must hold a JSON object mapping each group to its "
+    "share; {problem}."
+)
+BAD_SMOOTHING = (
+    "The 'smoothing' parameter of rerank must be a non-negative number. Got {value!r} instead."
+)
+METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
+
+
+def read_table(path: str):
+    """A candidates table (CSV, CSV.gz or Parquet), or an error naming what is wrong."""
+    import pandas as pd
+
+    p = Path(path)
+    if not p.is_file():
+        raise FairpipeInputError(NO_FILE.format(path=path))
+    name = p.name.lower()
+    if name.endswith((".csv", ".csv.gz")):
+        try:
+            frame = pd.read_csv(p)
+        except pd.errors.EmptyDataError:
+            raise FairpipeInputError(EMPTY.format(path=path)) from None
+    elif name.endswith(".parquet"):
+        frame = pd.read_parquet(p)
+    else:
+        raise FairpipeInputError(BAD_FORMAT.format(path=path))
+    if frame.shape[0] == 0:
+        raise FairpipeInputError(EMPTY.format(path=path))
+    return frame
+
+
+def load_desired_file(path: str) -> dict[str, float]:
+    """Shares per group name from a JSON object; they must be non-negative and sum to 1."""
+    p = Path(path)
+    if not p.is_file():
+        raise FairpipeInputError(BAD_DESIRED.format(path=path, problem="the file does not exist"))
+    try:
+        spec = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise FairpipeInputError(
+            BAD_DESIRED.format(path=path, problem=f"it is not valid JSON ({exc})")
+        ) from None
+    if not isinstance(spec, dict) or not spec:
+        raise FairpipeInputError(BAD_DESIRED.format(path=path, problem="it is not an object"))
+    for name, share in spec.items():
+        if isinstance(share, bool) or not isinstance(share, (int, float)):
+            raise FairpipeInputError(
+                BAD_DESIRED.format(path=path, problem=f"group {name!r} has {share!r}")
+            )
+        if not share >= 0:
+            raise FairpipeInputError(
+                BAD_DESIRED.format(
+                    path=path, problem=f"group {name!r} has the negative share {share!r}"
+                )
+            )
+    total = sum(float(v) for v in spec.values())
+    if abs(total - 1.0) > 1e-6:
+        raise FairpipeInputError(
+            BAD_DESIRED.format(path=path, problem=f"the shares sum to {total:g}, not 1")
+        )
+    return {str(k): float(v) for k, v in spec.items()}
+
+
+@dataclass
+class CandidateLists:
+    """A checked candidates table: flat arrays in list order, and where each list starts."""
+
+    frame: object  # the input table, rows in list order then input order
+    list_ids: np.ndarray  # one per list, in order
+    starts: np.ndarray  # (lists + 1,) row offsets of each list in ``frame``
+    scores: np.ndarray  # float64 (rows,)
+    codes: np.ndarray  # int64 (rows,) group codes
+    names: list[str]
+    p: np.ndarray  # (lists, groups)
+
+
+def check_rerank_options(algorithm: str, k, smoothing) -> None:
+    check_one_of(algorithm, ALGORITHMS, "algorithm", "rerank")
+    check_positive_int(k, "k", "rerank")
+    if not (isinstance(smoothing, (int, float)) and not isinstance(smoothing, bool)
+            and smoothing >= 0):  # fmt: skip
+        raise FairpipeInputError(BAD_SMOOTHING.format(value=smoothing))
+
+
+def read_candidates(path: str, desired: str = "population", list_column: str = "list",
+                    score_column: str = "score", group_column: str = "group") -> CandidateLists:  # fmt: skip
+    """Read and check the table against the desired distribution (a JSON file, or
+    ``"population"``); nothing is written."""
+    import pandas as pd
+
+    shares = None if desired == "population" else load_desired_file(desired)
+    frame = read_table(path)
+    columns = list(map(str, frame.columns))
+    for col, option in ((list_column, "--list-column"), (score_column, "--score-column"),
+                        (group_column, "--group-column")):  # fmt: skip
+        if col not in frame.columns:
+            raise FairpipeInputError(
+                MISSING_COLUMN.format(col=col, option=option, path=path, columns=columns)
+            )
+    frame = frame.reset_index(drop=True)
+    groups = frame[group_column]
+    missing = groups.isna().to_numpy()
+    if missing.any():
+        raise FairpipeInputError(
+            NAN_GROUP.format(row=int(np.argmax(missing)), path=path, col=group_column)
+        )
+    groups = groups.astype(str)
+    scores = pd.to_numeric(frame[score_column], errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if bad.size:
+        r = int(bad[0])
+        raise FairpipeInputError(
+            NAN_SCORE.format(row=r, path=path, col=score_column, list=frame[list_column][r])
+        )
+    present = sorted(groups.unique().tolist())
+    if shares is None:
+        names = present
+    else:
+        names = sorted(shares)
+        unknown = ~groups.isin(names).to_numpy()
+        if unknown.any():
+            r = int(np.argmax(unknown))
+            raise FairpipeInputError(
+                GROUP_NOT_DESIRED.format(row=r, path=path, list=frame[list_column][r],
+                                         group=groups[r], desired=desired, known=names)
+            )  # fmt: skip
+        for name in names:
+            if name not in present:
+                raise FairpipeInputError(
+                    DESIRED_NOT_IN_DATA.format(desired=desired, group=name, path=path,
+                                               known=present)
+                )  # fmt: skip
+    codes = groups.map({n: i for i, n in enumerate(names)}).to_numpy(dtype=np.int64)
+    # Lists in order of first appearance; rows of a list keep their input order.
+    list_codes, list_ids = pd.factorize(frame[list_column], sort=False)
+    order = np.argsort(list_codes, kind="stable")
+    frame = frame.iloc[order].reset_index(drop=True)
+    scores, codes, list_codes = scores[order], codes[order], list_codes[order]
+    sizes = np.bincount(list_codes, minlength=len(list_ids))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    if shares is None:
+        counts = np.zeros((len(list_ids), len(names)))
+        np.add.at(counts, (list_codes, codes), 1.0)
+        p = counts / sizes[:, None]
+    else:
+        p = check_desired(np.array([shares[n] for n in names]), 1, len(names))
+        p = np.broadcast_to(p[0], (len(list_ids), len(names)))
+    return CandidateLists(frame, np.asarray(list_ids), starts, scores, codes, names, np.asarray(p))
+
+
+def rerank_lists(scores, codes, starts, p, k, algorithm, smoothing) -> dict:
+    """Re-rank the lists [starts[i], starts[i+1]) of the flat arrays (one batch): the output rows
+    (flat positions, in rank order per list, with ranks) and per-list metrics before and after."""
+    n_lists = starts.shape[0] - 1
+    sizes = np.diff(starts)
+    width = int(sizes.max()) if n_lists else 0
+    col = np.arange(width)[None, :]
+    valid = col < sizes[:, None]
+    flat = np.where(valid, starts[:-1, None] + col, 0)
+    S = np.where(valid, scores[flat], -np.inf)
+    G = np.where(valid, codes[flat], -1)
+    after = rerank(S, G, p, k, algorithm)
+    before = np.argsort(-S, axis=1, kind="stable")[:, :k]  # the top-k by score
+    before = np.where(np.take_along_axis(valid, before, axis=1), before, -1)
+    out: dict = {}
+    for name, ranking in (("before", before), ("after", after)):
+        ok = ranking >= 0
+        safe = np.maximum(ranking, 0)
+        ranked_groups = np.where(ok, np.take_along_axis(G, safe, axis=1), -1)
+        ranked_scores = np.where(ok, np.take_along_axis(S, safe, axis=1), np.nan)
+        m = ranking_metrics(ranked_groups, p, smoothing=smoothing)
+        m["ndcg"] = ndcg(ranked_scores, np.where(valid, S, np.nan))
+        out[name] = m
+    ok = after >= 0
+    out["rows"] = np.take_along_axis(flat, np.maximum(after, 0), axis=1)[ok]
+    out["rank"] = np.broadcast_to(np.arange(1, after.shape[1] + 1), after.shape)[ok]
+    return out
+
+
+def metrics_table(lists: CandidateLists, parts: list[dict], list_column: str):
+    """One row per list: Skew per group, MinSkew, MaxSkew, NDKL, InfeasibleIndex and NDCG,
+    before and after, from the :func:`rerank_lists` results of consecutive batches."""
+    import pandas as pd
+
+    table: dict = {list_column: lists.list_ids}
+    for when in ("before", "after"):
+        merged = {
+            key: np.concatenate([part[when][key] for part in parts]) for key in parts[0][when]
+        }
+        for j, name in enumerate(lists.names):
+            table[f"skew_{name}_{when}"] = merged["skew"][:, j]
+        for key in METRICS:
+            table[f"{key}_{when}"] = merged[key]
+    return pd.DataFrame(table)
+
+
+def mean_over_lists(values) -> float | None:
+    """Mean over lists; None where it is not a finite number (e.g. MinSkew -inf)."""
+    v = float(np.mean(values)) if len(values) else float("nan")
+    return v if math.isfinite(v) else None

@@ -1,0 +1,101 @@
+"""The clustering model in the store: ``tree/`` (DC-k-means) or ``qkmeans/`` (Q-k-means).
+
+A model is written as its estimator's ``to_arrays(data=False)`` (the rows are the store's own
+``points``, ``ids`` and ``alive``) and its parameters, and read back with ``from_arrays``:
+
+- ``tree/level_<j>/centroids`` float64 (nodes_j, k, d) and ``tree/level_<j>/masses`` float64
+  (nodes_j, k), level 0 = leaves, level ``height`` = the root;
+- ``qkmeans/<name>`` for every array of a fitted Q-k-means model (per run and step: inputs,
+  outputs, phases, sums, sizes, losses; per run: steps, losses; the seed ids);
+- the parameters in the group's attributes, under the names of store format 1 (``width`` for
+  the tree's fan-out, ``iterations`` for ``max_iter``, ``gamma`` for Q-k-means' balance), with
+  ``model``; Q-k-means also keeps ``n_fit`` and ``best`` there.
+
+The root attribute ``model`` says which one the store holds (``"dc"`` or ``"q"``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairpipe.cluster import Q_STATE, DCKMeans, QKMeans
+from fairpipe.errors import FairpipeInputError
+from storage.store import open_array, open_group, read_array, replace_array
+
+NO_MODEL = "The store {url} has no fitted model. Run 'fairpipe fit --store {url} --k K' first."
+# The library's parameter names -> their names in the store's attributes (store format 1).
+STORE_NAMES = {
+    "dc": {"n_clusters": "n_clusters", "fanout": "width", "height": "height",
+           "max_iter": "iterations", "n_init": "n_init", "seed": "seed"},
+    "q": {"n_clusters": "n_clusters", "epsilon": "epsilon", "balance": "gamma",
+          "max_iter": "iterations", "n_init": "n_init", "seed": "seed"},
+}  # fmt: skip
+GROUP = {"dc": "tree", "q": "qkmeans"}
+ESTIMATOR: dict[str, type[DCKMeans] | type[QKMeans]] = {"dc": DCKMeans, "q": QKMeans}
+
+
+def kind_of(model) -> str:
+    return "dc" if isinstance(model, DCKMeans) else "q"
+
+
+def store_params(kind: str, params: dict) -> dict:
+    """Estimator parameters under their stored names."""
+    return {store: params[name] for name, store in STORE_NAMES[kind].items()}
+
+
+def library_params(kind: str, attrs: dict) -> dict:
+    """Stored attributes under the estimator's parameter names."""
+    return {name: attrs[store] for name, store in STORE_NAMES[kind].items()}
+
+
+def write_model(root, model: DCKMeans | QKMeans) -> None:
+    """Write (replacing any earlier model) a fitted model into an open store root."""
+    kind = kind_of(model)
+    for group in GROUP.values():
+        if group in root:
+            del root[group]
+    group = root.create_group(GROUP[kind])
+    attrs = {"model": kind, **store_params(kind, model.get_params())}
+    if isinstance(model, QKMeans):
+        attrs.update(n_fit=int(model.n_fit_), best=int(model.best_))
+    group.attrs.update(attrs)
+    for name, values in model.to_arrays(data=False).items():
+        replace_array(root, f"{GROUP[kind]}/{name}", np.asarray(values))
+    root.attrs["model"] = kind
+
+
+def write_tree_nodes(root, level: int, nodes: np.ndarray, centroids, masses) -> None:
+    """Overwrite some nodes of one level of the DC tree (a deletion batch's recomputed path)."""
+    if nodes.size == 0:
+        return
+    open_array(root, f"tree/level_{level}/centroids", mode="r+")[nodes] = centroids
+    open_array(root, f"tree/level_{level}/masses", mode="r+")[nodes] = masses
+
+
+def model_kind(attrs: dict) -> str | None:
+    return attrs.get("model")
+
+
+def require_model(attrs: dict, url: str) -> str:
+    kind = attrs.get("model")
+    if kind is None:
+        raise FairpipeInputError(NO_MODEL.format(url=url))
+    return kind
+
+
+def model_params(session, kind: str) -> dict:
+    """The stored model's estimator parameters."""
+    return library_params(kind, dict(open_group(session)[GROUP[kind]].attrs))
+
+
+def read_model(session, kind: str, rows: dict | None = None) -> DCKMeans | QKMeans:
+    """The stored model as its estimator; ``rows`` (``points``, ``ids``, ``alive``) makes it
+    able to delete."""
+    if kind == "dc":
+        params = model_params(session, kind)
+        names = [f"level_{j}/{a}" for j in range(int(params["height"]) + 1)
+                 for a in ("centroids", "masses")]  # fmt: skip
+    else:
+        params, names = model_params(session, kind), list(Q_STATE)
+    arrays = {name: read_array(session, f"{GROUP[kind]}/{name}") for name in names}
+    return ESTIMATOR[kind].from_arrays({**arrays, **(rows or {})}, **params)

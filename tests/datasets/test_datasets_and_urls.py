@@ -1,0 +1,100 @@
+"""Loaders of the real data sets in ../shared/data, and store URL parsing (object stores: local only)."""
+
+import gzip
+
+import numpy as np
+import pytest
+
+from fairpipe import FairpipeInputError
+from fairpipe.datasets import load_adult, load_gaussian, load_mnist_csv, load_word2vec_bin
+from storage.urls import make_storage, parse_store_url
+from tests.conftest import shared_data
+
+
+def test_mnist_5k_has_500_images_per_digit():
+    ds = load_mnist_csv(shared_data("mnist", "mnist_5k.csv.gz"))
+    assert ds.points.shape == (5000, 784) and ds.points.dtype == np.float32
+    assert np.array_equal(np.bincount(ds.groups), np.full(10, 500))
+    assert 0 <= ds.points.min() and ds.points.max() <= 255
+
+
+def test_word2vec_reads_unit_vectors_and_words_with_a_limit(tmp_path):
+    ds, words = load_word2vec_bin(
+        shared_data("word2vec", "GoogleNews-vectors-negative300-bolukbasi.bin.gz"), limit=500
+    )
+    assert ds.points.shape == (500, 300) and len(words) == 500
+    assert np.allclose(np.linalg.norm(ds.points, axis=1), 1.0, atol=1e-3)
+    # A tiny file written in the same format reads back exactly.
+    vecs = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with gzip.open(tmp_path / "w.bin.gz", "wb") as fh:
+        fh.write(b"2 3\n")
+        for word, v in zip([b"cat", b"dog"], vecs):
+            fh.write(word + b" " + v.astype("<f4").tobytes() + b"\n")
+    small, names = load_word2vec_bin(tmp_path / "w.bin.gz")
+    assert names == ["cat", "dog"] and np.array_equal(small.points, vecs)
+
+
+def test_adult_groups_by_sex_and_race():
+    by_sex = load_adult(shared_data("adult", "adult.data.gz"))
+    assert by_sex.group_names == ["Female", "Male"]
+    assert by_sex.points.shape[1] == 6 and by_sex.points.shape[0] > 30000
+    assert np.allclose(by_sex.points.mean(axis=0), 0.0, atol=1e-4)
+    by_race = load_adult(shared_data("adult", "adult.data.gz"), group="race")
+    assert "White" in by_race.group_names and len(by_race.group_names) == 5
+    with pytest.raises(FairpipeInputError, match="Adult has no column 'gender'"):
+        load_adult(shared_data("adult", "adult.data.gz"), group="gender")
+
+
+def test_missing_files_and_bad_formats_are_named(tmp_path):
+    with pytest.raises(FairpipeInputError, match="does not exist"):
+        load_mnist_csv(tmp_path / "nope.csv")
+    (tmp_path / "three.csv").write_text("1,2,3\n4,5,6\n")
+    with pytest.raises(FairpipeInputError, match="785 columns .* Got 3"):
+        load_mnist_csv(tmp_path / "three.csv")
+
+
+def test_gaussian_is_deterministic():
+    a = load_gaussian(n=5000, d=4, seed=2)
+    b = load_gaussian(n=5000, d=4, seed=2)
+    c = load_gaussian(n=5000, d=4, seed=3)
+    assert np.array_equal(a.points, b.points) and not np.array_equal(a.points, c.points)
+    assert a.points.shape == (5000, 4) and set(np.unique(a.groups)) == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize(
+    ("url", "scheme", "kwargs"),
+    [
+        ("s3://bucket/a/b", "s3", {"bucket": "bucket", "prefix": "a/b"}),
+        ("gs://bucket/x", "gcs", {"bucket": "bucket", "prefix": "x"}),
+        ("r2://bucket/x", "r2", {"bucket": "bucket", "prefix": "x"}),
+        ("tigris://bucket", "tigris", {"bucket": "bucket", "prefix": ""}),
+        ("az://acct/cont/p/q", "azure", {"account": "acct", "container": "cont", "prefix": "p/q"}),
+    ],
+)
+def test_object_store_urls_parse(url, scheme, kwargs):
+    spec = parse_store_url(url)
+    assert spec.scheme == scheme and spec.local_dir is None
+    assert {k: spec.kwargs[k] for k in kwargs} == kwargs
+
+
+def test_local_and_bad_urls(tmp_path):
+    assert parse_store_url(str(tmp_path / "s")).local_dir == (tmp_path / "s").resolve()
+    assert parse_store_url(f"file://{tmp_path}/s").local_dir == (tmp_path / "s").resolve()
+    make_storage(str(tmp_path / "s"), parse_store_url(str(tmp_path / "s")))
+    with pytest.raises(FairpipeInputError, match="unknown scheme 'ftp'"):
+        parse_store_url("ftp://host/x")
+    with pytest.raises(FairpipeInputError, match="names no bucket"):
+        parse_store_url("s3:///x")
+    with pytest.raises(FairpipeInputError, match="az://ACCOUNT/CONTAINER/PREFIX"):
+        parse_store_url("az://acct")
+
+
+def test_a_non_finite_csv_value_names_row_and_column(tmp_path):
+    from fairpipe.datasets import plan_source, read_source_rows
+
+    (tmp_path / "t.csv").write_text("id,a,b,g\n1,0.5,1.0,x\n2,0.25,inf,y\n")
+    plan = plan_source(str(tmp_path / "t.csv"), id_column="id", group_column="g")
+    with pytest.raises(
+        FairpipeInputError, match=r"Row 1 of t.csv holds an inf value in column 1 \('b'\)"
+    ):
+        read_source_rows(plan, 0, 2)

@@ -1,0 +1,183 @@
+"""The ingest flow on a real LocalCluster with worker processes and a real Icechunk store."""
+
+import json
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairpipe import FairpipeInputError
+from flows.ingest import IngestOptions, run_ingest
+from flows.sample import load_sampler, sample_store
+from storage import NotAStoreError, StoreBusyError, open_store
+
+ARRAYS = (
+    "points",
+    "ids",
+    "groups",
+    "alive",
+    "lsh/keys",
+    "lsh/members",
+    "lsh/bucket_keys",
+    "lsh/bucket_starts",
+    "lsh/bucket_counts",
+    "lsh/projections",
+)
+
+
+def snapshot(path):
+    st = open_store(str(path))
+    return {name: st.read(name) for name in ARRAYS}, st.attrs()
+
+
+def assert_same_store(a, b):
+    arrays_a, attrs_a = snapshot(a)
+    arrays_b, attrs_b = snapshot(b)
+    for name in ARRAYS:
+        assert np.array_equal(arrays_a[name], arrays_b[name]), name
+    drop = {"sources", "chunk_rows"}  # the row chunking is a layout choice, not content
+    assert {k: v for k, v in attrs_a.items() if k not in drop} == {
+        k: v for k, v in attrs_b.items() if k not in drop
+    }
+
+
+def test_digits_store_round_trip(digits_store):
+    path, result = digits_store
+    assert result["n"] == 1797 and result["d"] == 64 and len(result["groups"]) == 10
+    arrays, attrs = snapshot(path)
+    from sklearn.datasets import load_digits
+
+    assert np.array_equal(arrays["points"], load_digits().data.astype(np.float32))
+    assert np.array_equal(arrays["ids"], np.arange(1797))
+    assert attrs["group_names"] == [str(i) for i in range(10)]
+    nn, _ = load_sampler(str(path))
+    # The stored index equals one rebuilt in memory from the stored keys.
+    from fairpipe.neighbors import BucketIndex
+
+    rebuilt = BucketIndex.build(arrays["lsh/keys"])
+    assert np.array_equal(rebuilt.bucket_keys, nn.index_.bucket_keys)
+    assert np.array_equal(rebuilt.members, nn.index_.members)
+
+
+def test_one_and_two_worker_processes_and_chunk_sizes_give_identical_stores(
+    prefect_server, tmp_path, digits_store
+):
+    path2, _ = digits_store
+    opts = IngestOptions(seed=3, lsh_k=8, lsh_tables=20, chunk_rows=256)
+    run_ingest("digits", str(tmp_path / "one"), opts, n_workers=1)
+    assert_same_store(path2, tmp_path / "one")
+
+
+def test_csv_with_ids_and_groups_and_parquet_agree(prefect_server, tmp_path):
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(600, 5)), columns=[f"f{i}" for i in range(5)])
+    frame.insert(0, "person", np.arange(600) * 7 + 1000)
+    frame["sex"] = np.where(rng.random(600) < 0.3, "female", "male")
+    frame.to_csv(tmp_path / "people.csv", index=False)
+    frame.to_parquet(tmp_path / "people.parquet", row_group_size=100)
+    opts = IngestOptions(
+        seed=1,
+        lsh_k=4,
+        lsh_tables=6,
+        lsh_width=2.0,
+        id_column="person",
+        group_column="sex",
+        chunk_rows=256,
+    )
+    res = run_ingest(str(tmp_path / "people.csv"), str(tmp_path / "a"), opts)
+    run_ingest(str(tmp_path / "people.parquet"), str(tmp_path / "b"), opts)
+    assert res["groups"] == {
+        "female": int((frame.sex == "female").sum()),
+        "male": int((frame.sex == "male").sum()),
+    }
+    arrays, attrs = snapshot(tmp_path / "a")
+    assert np.array_equal(arrays["ids"], frame.person.to_numpy())
+    assert np.allclose(arrays["points"], frame[[f"f{i}" for i in range(5)]].to_numpy(), atol=1e-6)
+    assert_same_store(tmp_path / "a", tmp_path / "b")
+    out = sample_store(str(tmp_path / "a"), query_ids=[1007], radius=2.0, n_samples=5, seed=0)
+    assert set(out["ids"]) <= set(frame.person) and len(out["ids"]) == 5
+
+
+def test_failed_ingest_leaves_the_store_as_it_was_and_a_rerun_finishes(prefect_server, tmp_path):
+    X = np.random.default_rng(1).normal(size=(900, 4)).astype(np.float32)
+    np.save(tmp_path / "good.npy", X)
+    opts = IngestOptions(seed=0, lsh_k=3, lsh_tables=4, lsh_width=2.0, chunk_rows=256)
+    store = tmp_path / "s"
+    run_ingest(str(tmp_path / "good.npy"), str(store), opts)
+    before, attrs_before = snapshot(store)
+    history_before = open_store(str(store)).history()
+    more = np.random.default_rng(2).normal(size=(700, 4)).astype(np.float32)
+    more[650, 2] = np.nan  # in the last chunk: earlier chunks are already written when it fails
+    np.save(tmp_path / "bad.npy", more)
+    with pytest.raises(Exception) as info:
+        run_ingest(str(tmp_path / "bad.npy"), str(store), opts)
+    assert "Row 650 of bad.npy holds a NaN value in column 2" in str(info.value)
+    after, attrs_after = snapshot(store)
+    assert attrs_after == attrs_before and open_store(str(store)).history() == history_before
+    for name in ARRAYS:
+        assert np.array_equal(before[name], after[name])
+    assert open_store(str(store)).repo.list_branches() == {"main"}
+    more[650, 2] = 0.0
+    np.save(tmp_path / "bad.npy", more)
+    res = run_ingest(str(tmp_path / "bad.npy"), str(store), opts)
+    assert res["n"] == 1600
+    arrays, _ = snapshot(store)
+    assert np.array_equal(arrays["points"], np.vstack([X, more]))
+    assert np.array_equal(arrays["ids"], np.arange(1600))
+
+
+def test_wrong_dimension_and_duplicate_ids_for_an_existing_store(prefect_server, tmp_path):
+    np.save(tmp_path / "a.npy", np.zeros((10, 3), np.float32) + np.arange(10)[:, None])
+    np.save(tmp_path / "wide.npy", np.zeros((5, 4), np.float32))
+    np.save(tmp_path / "ids.npy", np.arange(5) + 8)
+    np.save(tmp_path / "b.npy", np.ones((5, 3), np.float32))
+    opts = IngestOptions(lsh_k=2, lsh_tables=2, lsh_width=1.0)
+    run_ingest(str(tmp_path / "a.npy"), str(tmp_path / "s"), opts)
+    with pytest.raises(
+        Exception, match="wide.npy holds 4-dimensional points; the store .* holds 3-dimensional"
+    ):
+        run_ingest(str(tmp_path / "wide.npy"), str(tmp_path / "s"), opts)
+    with pytest.raises(Exception, match="Id 8 of b.npy is already in the store"):
+        run_ingest(
+            str(tmp_path / "b.npy"),
+            str(tmp_path / "s"),
+            IngestOptions(lsh_k=2, lsh_tables=2, lsh_width=1.0, ids_file=str(tmp_path / "ids.npy")),
+        )
+    assert open_store(str(tmp_path / "s")).attrs()["n"] == 10
+
+
+def test_not_a_store_and_a_second_writer(tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "notes.txt").write_text("mine")
+    with pytest.raises(NotAStoreError, match="is not a fairpipe store .*notes.txt"):
+        open_store(str(tmp_path / "folder"), create=True)
+    with pytest.raises(FairpipeInputError, match="There is no fairpipe store"):
+        open_store(str(tmp_path / "nothing"))
+    st = open_store(str(tmp_path / "s"), create=True)
+    entered = threading.Event()
+    release = threading.Event()
+
+    def writer():
+        with st.transaction("first"):
+            entered.set()
+            release.wait(10)
+
+    th = threading.Thread(target=writer)
+    th.start()
+    entered.wait(10)
+    try:
+        with pytest.raises(StoreBusyError, match="is being written by another process .*pid"):
+            with open_store(str(tmp_path / "s")).transaction("second"):
+                pass
+    finally:
+        release.set()
+        th.join()
+    with open_store(str(tmp_path / "s")).transaction("third", lock_timeout=5):
+        pass
+
+
+def test_json_summary_is_serialisable(digits_store):
+    _, result = digits_store
+    parsed = json.loads(json.dumps(result, default=str))
+    assert {"n", "d", "groups", "commit", "timings"} <= set(parsed)

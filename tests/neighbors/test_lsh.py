@@ -1,0 +1,154 @@
+import numpy as np
+import pytest
+
+from fairpipe import E2LSH, FairpipeInputError
+from fairpipe.neighbors import BucketIndex, KeyDirectory, build_table, remove_rows
+from fairpipe.neighbors._key_directory import home_slots
+
+
+def data(n=3000, d=24, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32)
+
+
+def test_same_seed_same_keys_other_seed_other_keys():
+    X = data()
+    a = E2LSH(n_hashes=6, n_tables=12, bucket_width=3.0, seed=5).fit(X).hash(X)
+    b = E2LSH(n_hashes=6, n_tables=12, bucket_width=3.0, seed=5).fit(X).hash(X)
+    c = E2LSH(n_hashes=6, n_tables=12, bucket_width=3.0, seed=6).fit(X).hash(X)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 256, 777, 3000])
+def test_keys_do_not_depend_on_chunking(chunk):
+    X = data()
+    lsh = E2LSH(n_hashes=15, n_tables=30, bucket_width=2.0, seed=1).fit(X)
+    whole = lsh.hash(X)
+    parts = np.vstack([lsh.hash(X[i : i + chunk]) for i in range(0, X.shape[0], chunk)])
+    assert np.array_equal(whole, parts)
+
+
+def test_keys_match_a_scalar_reference():
+    X = data(n=50, d=5)
+    lsh = E2LSH(n_hashes=3, n_tables=4, bucket_width=1.5, seed=2).fit(X)
+    keys = lsh.hash(X)
+    cells = np.floor((X.astype(np.float64) @ lsh.projections_ + lsh.offsets_) / lsh.bucket_width)
+    cells = cells.reshape(50, 4, 3)
+    # Two points share a table's key exactly when they share all k cells of that table.
+    for t in range(4):
+        same_cells = (cells[:, None, t, :] == cells[None, :, t, :]).all(-1)
+        same_keys = keys[:, None, t] == keys[None, :, t]
+        assert np.array_equal(same_cells, same_keys)
+    assert np.array_equal(keys >> np.uint64(48), np.tile(np.arange(4, dtype=np.uint64), (50, 1)))
+
+
+def test_bucket_index_finds_every_bucket_mate():
+    X = data(n=800, d=4)
+    lsh = E2LSH(n_hashes=2, n_tables=5, bucket_width=2.0, seed=0).fit(X)
+    keys = lsh.hash(X)
+    index = BucketIndex.build(keys)
+    lo, size = index.lookup(keys[17])
+    for t in range(5):
+        mates = np.sort(index.members[lo[t] : lo[t] + size[t]])
+        assert np.array_equal(mates, np.flatnonzero(keys[:, t] == keys[17, t]))
+    lo, size = index.lookup(np.array([12345], dtype=np.uint64))
+    assert size[0] == 0
+
+
+def test_build_table_leaves_out_dead_rows():
+    keys = np.array([4, 4, 9, 4], dtype=np.uint64)
+    k, s, m = build_table(keys, alive=np.array([True, False, True, True]))
+    assert k.tolist() == [4, 9] and s.tolist() == [0, 2, 3] and m.tolist() == [0, 3, 2]
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"n_hashes": 0}, "'n_hashes' parameter of E2LSH must be a positive integer"),
+        ({"n_tables": -3}, "'n_tables' parameter of E2LSH must be a positive integer"),
+        ({"bucket_width": 0.0}, "'bucket_width' parameter of E2LSH must be a positive float"),
+        ({"bucket_width": float("nan")}, "'bucket_width' parameter of E2LSH must be a positive"),
+    ],
+)
+def test_bad_parameters(params, match):
+    with pytest.raises(FairpipeInputError, match=match):
+        E2LSH(**{"n_hashes": 2, "n_tables": 2, "bucket_width": 1.0, **params}).fit(3)
+
+
+def test_hash_rejects_wrong_dimension_and_nan():
+    lsh = E2LSH(n_hashes=2, n_tables=2, bucket_width=1.0).fit(3)
+    with pytest.raises(FairpipeInputError, match="4 values per row; 3-dimensional"):
+        lsh.hash(np.zeros((2, 4)))
+    bad = np.zeros((3, 3))
+    bad[2, 1] = np.inf
+    with pytest.raises(
+        FairpipeInputError, match="Row 2 of E2LSH.hash holds an inf value in column 1"
+    ):
+        lsh.hash(bad)
+
+
+def test_float64_fold_equals_the_wrapping_uint64_fold():
+    """The fast exact fold and the uint64 fallback (used for huge cells) give the same keys."""
+    X = np.random.default_rng(4).normal(scale=50.0, size=(600, 9)).astype(np.float32)
+    lsh = E2LSH(n_hashes=7, n_tables=12, bucket_width=0.5, seed=2).fit(X)
+    fast = lsh.hash(X)
+    lsh._cell_limit = 0.0  # force the fallback
+    assert np.array_equal(fast, lsh.hash(X))
+    # Cells beyond the exact range (width tiny against the data) take the fallback and still hash.
+    tiny = E2LSH(n_hashes=7, n_tables=12, bucket_width=1e-9, seed=2).fit(X)
+    keys = tiny.hash(X)
+    assert len(np.unique(keys[:, 0])) == X.shape[0]
+
+
+def test_point_buckets_agree_with_the_key_lookup():
+    X = data(n=2000, d=6)
+    keys = E2LSH(n_hashes=3, n_tables=7, bucket_width=1.5, seed=3).fit(X).hash(X)
+    alive = np.ones(2000, bool)
+    alive[::5] = False
+    index = BucketIndex.build(keys, alive)
+    pb = index.point_buckets(2000)
+    assert np.array_equal(pb[alive], index.find(keys[alive]))
+    assert (pb[~alive] == -1).all()
+    # A bucket number's key is the key: same table, same bucket.
+    assert np.array_equal(index.bucket_keys[pb[alive]], keys[alive])
+
+
+def _reference_find(sorted_keys, q):
+    pos = np.minimum(np.searchsorted(sorted_keys, q), sorted_keys.size - 1)
+    return np.where(sorted_keys[pos] == q, pos, -1)
+
+
+def test_key_directory_matches_binary_search():
+    rng = np.random.default_rng(4)
+    keys = np.unique(rng.integers(0, 2**63, size=200_000, dtype=np.uint64))
+    d = KeyDirectory.build(keys)
+    q = np.concatenate(
+        [keys[rng.integers(0, keys.size, 5000)], rng.integers(0, 2**63, 5000, dtype=np.uint64)]
+    )
+    assert np.array_equal(d.find(q), _reference_find(keys, q))
+
+
+def test_key_directory_handles_long_probe_runs():
+    # Keys chosen to share a few home slots: probe runs far longer than the lookup window.
+    rng = np.random.default_rng(5)
+    cand = np.unique(rng.integers(0, 2**63, size=400_000, dtype=np.uint64))
+    bits = (2 * 300 - 1).bit_length()
+    keys = np.sort(cand[np.isin(home_slots(cand, bits), [3, 4, 90])][:300])
+    assert keys.size == 300
+    d = KeyDirectory.build(keys)
+    assert d.bits == bits and d.long_run.any()
+    q = np.concatenate([keys, cand[~np.isin(cand, keys)][:2000]])
+    assert np.array_equal(d.find(q), _reference_find(keys, q))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_removing_rows_gives_the_table_a_fresh_build_gives(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    keys = rng.integers(0, int(rng.integers(1, 60)), size=n).astype(np.uint64)
+    alive = rng.random(n) < 0.8
+    dead = alive & (rng.random(n) < rng.choice([0.05, 0.5, 1.0]))  # sometimes every row
+    got = remove_rows(*build_table(keys, alive), dead)
+    want = build_table(keys, alive & ~dead)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
