@@ -398,3 +398,27 @@ def test_adf_beats_aequitas_and_random_on_adult():
         assert adf.discriminatory.shape[0] > 2 * aeq.discriminatory.shape[0]
         assert adf.discriminatory.shape[0] > 2 * rnd.discriminatory.shape[0]
         assert adf.success_rate > max(aeq.success_rate, rnd.success_rate)
+
+
+def test_global_generation_without_a_generator_draws_fresh_moves():
+    """Seeds with no agreeing attribute move a random attribute: with ``rng=None`` each call
+    draws fresh entropy (it used to repeat seed 0 silently); a given generator repeats."""
+    domain = Domain.make(["sex", "a", "b", "c"], [0, 0, 0, 0], [1, 9, 9, 9], ["sex"])
+
+    class Stuck:  # never discriminates; its gradient flips sign with sex: every seed is stuck
+        def predict_proba(self, X):
+            p = np.full(X.shape[0], 0.3)
+            return np.c_[1 - p, p]
+
+        def gradient(self, X, target=None):
+            return np.where(X[:, :1] == 0, 1.0, -1.0) * np.ones(X.shape)
+
+    seeds = np.random.default_rng(0).integers(0, 10, size=(30, 4)) % [2, 10, 10, 10]
+
+    def generated(rng):
+        tally = Tally(domain)
+        global_generation(Stuck(), seeds, domain, max_iter=6, tally=tally, rng=rng)
+        return tally.seen
+
+    assert generated(np.random.default_rng(3)) == generated(np.random.default_rng(3))
+    assert generated(None) != generated(None)

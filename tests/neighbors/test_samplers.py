@@ -240,3 +240,12 @@ def test_few_sample_queries_follow_each_samplers_distribution(skewed, sampler, n
     observed = np.bincount(np.searchsorted(M, got), minlength=M.size)
     chi2 = float(((observed - expected) ** 2 / expected).sum())
     assert stats.chi2.sf(chi2, M.size - 1) > ALPHA
+
+
+def test_a_call_without_a_seed_draws_fresh_samples_and_a_seed_repeats_them(skewed):
+    _, nn = skewed
+    draw = lambda seed: nn.sample(query_rows=[0], radius=1.0, n_samples=40, seed=seed).ids  # noqa: E731
+    assert np.array_equal(draw(5), draw(5))
+    # 40 draws from a neighbourhood of dozens of points: two fresh calls agree with
+    # probability far below 1e-12.
+    assert not np.array_equal(draw(None), draw(None))

@@ -269,3 +269,64 @@ def test_a_large_batch_split_over_threads_equals_each_list_alone(algorithm):
     for i in range(0, 15000, 1499):
         alone = rerank(scores[i : i + 1], groups[i : i + 1], p[i : i + 1], 12, algorithm)
         assert np.array_equal(together[i], alone[0])
+
+
+def exact_detcons(scores, groups, shares, k):
+    """DetCons in exact arithmetic: shares are Fractions, so floor, ceil and ceil(j p) / p have
+    no rounding, and groups tie exactly when their values are equal (then the better next
+    score wins, then the lower group)."""
+    A = len(shares)
+    q = queues(scores, groups, A)
+    taken = [0] * A
+    out = []
+    for j in range(1, k + 1):
+        below_min = [a for a in range(A) if taken[a] < math.floor(j * shares[a])
+                     and taken[a] < len(q[a])]  # fmt: skip
+        if below_min:
+            a = best_of(q, taken, scores, below_min)
+        else:
+            below_max = [a for a in range(A) if taken[a] < math.ceil(j * shares[a])
+                         and taken[a] < len(q[a])]  # fmt: skip
+            values = {a: math.ceil(j * shares[a]) / shares[a] for a in below_max}
+            lowest = min(values.values(), default=None)
+            a = best_of(q, taken, scores, [b for b in below_max if values[b] == lowest])
+        if a is None:
+            a = best_of(q, taken, scores, range(A))
+        if a is None:
+            break
+        out.append(q[a][taken[a]])
+        taken[a] += 1
+    return out
+
+
+def test_detcons_ties_are_decided_by_the_next_score_not_by_rounding():
+    from fractions import Fraction
+
+    # p = (0.56, 0.44): at position 24 (13 and 10 taken) both groups have ceil(j p_a) / p_a = 25
+    # exactly, but in floats 14 / 0.56 = 24.999999999999996 < 11 / 0.44 = 25.0. Group 1's next
+    # candidate scores higher, so it must take the position.
+    scores = [1.0 - 0.01 * i for i in range(13)] + [1.0 - 0.01 * i for i in range(10)]
+    scores += [0.1, 0.9]  # group 0's 14th candidate, group 1's 11th
+    groups = [0] * 13 + [1] * 10 + [0, 1]
+    order = np.argsort([-s for s in scores], kind="stable")
+    S, G = np.array(scores)[order], np.array(groups)[order]
+    got = rerank(S[None], G[None], [0.56, 0.44], k=24, algorithm="detcons")[0]
+    want = exact_detcons(list(S), list(G), [Fraction(56, 100), Fraction(44, 100)], 24)
+    assert got.tolist() == want
+    assert G[got[-1]] == 1 and S[got[-1]] == 0.9
+
+
+def test_detcons_equals_an_exact_fraction_reference_on_random_lists():
+    from fractions import Fraction
+
+    rng = np.random.default_rng(13)
+    n_lists, n = 2000, 40
+    scores = rng.random((n_lists, n)).round(2)  # ties between scores too
+    groups = rng.integers(0, 2, size=(n_lists, n))
+    hundredths = rng.integers(1, 100, size=n_lists)
+    p = np.stack([hundredths / 100, 1 - hundredths / 100], axis=1)
+    got = rerank(scores, groups, p, k=30, algorithm="detcons")
+    for i in range(n_lists):
+        shares = [Fraction(int(hundredths[i]), 100), Fraction(100 - int(hundredths[i]), 100)]
+        want = exact_detcons(list(scores[i]), list(groups[i]), shares, 30)
+        assert got[i, : len(want)].tolist() == want, (i, hundredths[i])
