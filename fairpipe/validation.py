@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
@@ -117,3 +120,18 @@ def deletion_request(ids, lookup: IdLookup, alive: np.ndarray):
     ids = np.unique(ids.astype(np.int64))
     rows, known = lookup.rows(ids)
     return ids, known, rows, alive[rows]
+
+
+def read_json_object(path: str, missing: str, bad: str) -> dict:
+    """The JSON object in the file ``path``. Raises ``missing`` (a message) when there is no such
+    file, and ``bad`` (a template with ``{problem}``) when it is not valid JSON or not an object."""
+    p = Path(path)
+    if not p.is_file():
+        raise FairpipeInputError(missing)
+    try:
+        spec = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise FairpipeInputError(bad.format(problem=f"it is not valid JSON ({exc})")) from None
+    if not isinstance(spec, dict):
+        raise FairpipeInputError(bad.format(problem="it is not an object"))
+    return spec

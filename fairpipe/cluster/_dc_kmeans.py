@@ -33,6 +33,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -138,6 +139,7 @@ def tree_arrays(centroids: list[np.ndarray], masses: list[np.ndarray]) -> dict[s
     return out
 
 
+@dataclass(kw_only=True, repr=False, eq=False)
 class DCKMeans(BaseEstimator):
     """Divide-and-conquer k-means tree with exact (bit-identical) batch deletion.
 
@@ -157,14 +159,12 @@ class DCKMeans(BaseEstimator):
 
     _fitted_attribute = "centroids_by_level_"
 
-    def __init__(self, *, n_clusters: int = 8, fanout: int = 8, height: int = 1,
-                 max_iter: int = 10, n_init: int = 10, seed: int = 0):  # fmt: skip
-        self.n_clusters = n_clusters
-        self.fanout = fanout
-        self.height = height
-        self.max_iter = max_iter
-        self.n_init = n_init
-        self.seed = seed
+    n_clusters: int = 8
+    fanout: int = 8
+    height: int = 1
+    max_iter: int = 10
+    n_init: int = 10
+    seed: int = 0
 
     # -- fitting -------------------------------------------------------------------------------
     def _check_params(self) -> int:

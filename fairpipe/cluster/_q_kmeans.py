@@ -80,6 +80,7 @@ class _Run:
     seed_ids: np.ndarray  # ids of its k-means++ seeds
 
 
+@dataclass(kw_only=True, repr=False, eq=False)
 class QKMeans(BaseEstimator):
     """Quantised k-means with certified deletion.
 
@@ -101,14 +102,12 @@ class QKMeans(BaseEstimator):
 
     _fitted_attribute = "centroids_"
 
-    def __init__(self, *, n_clusters: int = 8, epsilon: float = 0.05, balance: float = 0.2,
-                 max_iter: int = 10, n_init: int = 1, seed: int = 0):  # fmt: skip
-        self.n_clusters = n_clusters
-        self.epsilon = epsilon
-        self.balance = balance
-        self.max_iter = max_iter
-        self.n_init = n_init
-        self.seed = seed
+    n_clusters: int = 8
+    epsilon: float = 0.05
+    balance: float = 0.2
+    max_iter: int = 10
+    n_init: int = 1
+    seed: int = 0
 
     def _check_params(self) -> None:
         for name in ("n_clusters", "max_iter", "n_init"):

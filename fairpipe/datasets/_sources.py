@@ -244,14 +244,7 @@ def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
         assert plan.path is not None
         X = np.load(plan.path, mmap_mode="r", allow_pickle=False)[a:b]
     elif plan.kind == "gaussian":
-        p = plan.params
-        blocks = range(a // loaders.GAUSSIAN_BLOCK, (b - 1) // loaders.GAUSSIAN_BLOCK + 1)
-        parts = [
-            loaders.gaussian_block(p["seed"], blk, p["n"], p["d"], p["clusters"], p["groups"])[0]
-            for blk in blocks
-        ]
-        first = blocks[0] * loaders.GAUSSIAN_BLOCK
-        X = np.concatenate(parts)[a - first : b - first]
+        X = _gaussian_rows(plan, a, b, 0)
     else:
         assert plan.path is not None
         frame = _read_table(
@@ -278,17 +271,23 @@ def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
     return check_points(X, where=plan.where, n_features=plan.d, row_offset=a, column_names=names)
 
 
+def _gaussian_rows(plan: SourcePlan, a: int, b: int, part: int) -> np.ndarray:
+    """Rows [a, b) of the ``gaussian`` source: its points (``part`` 0) or groups (1), generated
+    block by block (a row's values do not depend on the range asked for)."""
+    p = plan.params
+    blocks = range(a // loaders.GAUSSIAN_BLOCK, (b - 1) // loaders.GAUSSIAN_BLOCK + 1)
+    parts = [
+        loaders.gaussian_block(p["seed"], blk, p["n"], p["d"], p["clusters"], p["groups"])[part]
+        for blk in blocks
+    ]
+    first = blocks[0] * loaders.GAUSSIAN_BLOCK
+    return np.concatenate(parts)[a - first : b - first]
+
+
 def source_groups(plan: SourcePlan, a: int, b: int) -> np.ndarray:
     """Group codes of rows [a, b) (all 0 when the source has no groups)."""
     if plan.kind == "gaussian":
-        p = plan.params
-        blocks = range(a // loaders.GAUSSIAN_BLOCK, (b - 1) // loaders.GAUSSIAN_BLOCK + 1)
-        parts = [
-            loaders.gaussian_block(p["seed"], blk, p["n"], p["d"], p["clusters"], p["groups"])[1]
-            for blk in blocks
-        ]
-        first = blocks[0] * loaders.GAUSSIAN_BLOCK
-        return np.concatenate(parts)[a - first : b - first]
+        return _gaussian_rows(plan, a, b, 1)
     if plan.groups is None:
         return np.zeros(b - a, dtype=np.int32)
     return plan.groups[a:b]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fairpipe.base import BaseEstimator, DeletionReport
+from fairpipe.base import DeletionReport
 from fairpipe.errors import (
     FairpipeInputError,
     check_one_of,
@@ -41,7 +41,7 @@ from fairpipe.neighbors._degree_sampling import (
     neighbourhood,
     sample_query,
 )
-from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS
+from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, LSHParameters
 from fairpipe.neighbors._rank_sampling import RankState
 from fairpipe.validation import check_points, check_points_and_ids
 
@@ -83,7 +83,8 @@ class SampleResult:
     stats: list[QueryStats] = field(default_factory=list)
 
 
-class FairNN(BaseEstimator):
+@dataclass(kw_only=True, repr=False, eq=False)
+class FairNN(LSHParameters):
     """Sample a uniformly random near neighbour of a query, through LSH buckets.
 
     Parameters
@@ -95,19 +96,8 @@ class FairNN(BaseEstimator):
 
     _fitted_attribute = "index_"
 
-    def __init__(self, *, n_hashes: int = 15, n_tables: int = 100, bucket_width: float = 4.0,
-                 seed: int = 0):  # fmt: skip
-        self.n_hashes = n_hashes
-        self.n_tables = n_tables
-        self.bucket_width = bucket_width
-        self.seed = seed
-
     def _lsh(self) -> E2LSH:
-        return E2LSH(n_hashes=self.n_hashes, n_tables=self.n_tables,
-                     bucket_width=self.bucket_width, seed=self.seed)  # fmt: skip
-
-    def _check_params(self) -> None:
-        self._lsh().check_params()
+        return E2LSH(**self.get_params())
 
     def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> FairNN:
         self._check_params()

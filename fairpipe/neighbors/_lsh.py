@@ -17,6 +17,7 @@ worker or batch it was hashed in.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,7 +35,26 @@ TOO_MANY_TABLES = "The 'n_tables' parameter of E2LSH must be at most {limit}. Go
 LSH_ARRAYS = ("projections", "offsets", "multipliers")
 
 
-class E2LSH(BaseEstimator):
+@dataclass(kw_only=True, repr=False, eq=False)
+class LSHParameters(BaseEstimator):
+    """The parameters of E2LSH hash functions: shared by :class:`E2LSH` and ``FairNN``."""
+
+    n_hashes: int = 15
+    n_tables: int = 100
+    bucket_width: float = 4.0
+    seed: int = 0
+
+    def _check_params(self) -> None:
+        check_positive_int(self.n_hashes, "n_hashes", "E2LSH")
+        n_tables = check_positive_int(self.n_tables, "n_tables", "E2LSH")
+        check_positive_float(self.bucket_width, "bucket_width", "E2LSH")
+        check_int(self.seed, "seed", "E2LSH")
+        if n_tables > MAX_TABLES:
+            raise FairpipeInputError(TOO_MANY_TABLES.format(limit=MAX_TABLES, value=n_tables))
+
+
+@dataclass(kw_only=True, repr=False, eq=False)
+class E2LSH(LSHParameters):
     """Random E2LSH hash functions and the bucket keys of points.
 
     Parameters
@@ -60,21 +80,6 @@ class E2LSH(BaseEstimator):
     """
 
     _fitted_attribute = "projections_"
-
-    def __init__(self, *, n_hashes: int = 15, n_tables: int = 100, bucket_width: float = 4.0,
-                 seed: int = 0):  # fmt: skip
-        self.n_hashes = n_hashes
-        self.n_tables = n_tables
-        self.bucket_width = bucket_width
-        self.seed = seed
-
-    def _check_params(self) -> None:
-        check_positive_int(self.n_hashes, "n_hashes", "E2LSH")
-        n_tables = check_positive_int(self.n_tables, "n_tables", "E2LSH")
-        check_positive_float(self.bucket_width, "bucket_width", "E2LSH")
-        check_int(self.seed, "seed", "E2LSH")
-        if n_tables > MAX_TABLES:
-            raise FairpipeInputError(TOO_MANY_TABLES.format(limit=MAX_TABLES, value=n_tables))
 
     def fit(self, X: np.ndarray | int, ids: np.ndarray | None = None) -> E2LSH:
         """Draw the hash functions for the dimension of ``X`` (a matrix or an int dimension);

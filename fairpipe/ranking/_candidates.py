@@ -10,7 +10,6 @@ score) and after; :func:`metrics_table` puts the per-list figures into one table
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
 from fairpipe.ranking._metrics import ndcg, ranking_metrics
 from fairpipe.ranking._reranking import ALGORITHMS, check_desired, rerank
+from fairpipe.validation import read_json_object
 
 NO_FILE = "The candidates file {path} does not exist."
 EMPTY = "The candidates file {path} holds no rows."
@@ -69,17 +69,10 @@ def read_table(path: str):
 
 def load_desired_file(path: str) -> dict[str, float]:
     """Shares per group name from a JSON object; they must be non-negative and sum to 1."""
-    p = Path(path)
-    if not p.is_file():
-        raise FairpipeInputError(BAD_DESIRED.format(path=path, problem="the file does not exist"))
-    try:
-        spec = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise FairpipeInputError(
-            BAD_DESIRED.format(path=path, problem=f"it is not valid JSON ({exc})")
-        ) from None
-    if not isinstance(spec, dict) or not spec:
-        raise FairpipeInputError(BAD_DESIRED.format(path=path, problem="it is not an object"))
+    bad = BAD_DESIRED.replace("{path}", str(path).replace("{", "{{").replace("}", "}}"))
+    spec = read_json_object(path, bad.format(problem="the file does not exist"), bad)
+    if not spec:
+        raise FairpipeInputError(bad.format(problem="it is empty"))
     for name, share in spec.items():
         if isinstance(share, bool) or not isinstance(share, (int, float)):
             raise FairpipeInputError(

@@ -11,11 +11,10 @@ is k).
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 from fairpipe.errors import FairpipeInputError, check_positive_int
+from fairpipe.validation import read_json_object
 
 NO_BOUNDS = "No fairness bounds: give --lower and --upper (fractions of k) or --bounds FILE.json."
 BOTH_BOUNDS = "Give either --lower/--upper or --bounds FILE.json, not both."
@@ -65,17 +64,8 @@ def bounds_from_fractions(k: int, n_groups: int, lower: float | None, upper: flo
 def load_bounds_file(path: str, names: list[str]) -> tuple[list, list]:
     """Per-group (lower, upper) from a JSON file naming every group of ``names`` (upper may be
     None: k)."""
-    p = Path(path)
-    if not p.is_file():
-        raise FairpipeInputError(NO_BOUNDS_FILE.format(path=path))
-    try:
-        spec = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise FairpipeInputError(
-            BAD_BOUNDS_FILE.format(path=path, problem=f"it is not valid JSON ({exc})")
-        ) from None
-    if not isinstance(spec, dict):
-        raise FairpipeInputError(BAD_BOUNDS_FILE.format(path=path, problem="it is not an object"))
+    bad = BAD_BOUNDS_FILE.replace("{path}", str(path).replace("{", "{{").replace("}", "}}"))
+    spec = read_json_object(path, NO_BOUNDS_FILE.format(path=path), bad)
     for name in spec:
         if name not in names:
             raise FairpipeInputError(UNKNOWN_GROUP.format(path=path, name=name, known=names))

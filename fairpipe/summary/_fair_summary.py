@@ -286,6 +286,7 @@ def root_figures(root: NodeOutput, params: SummaryParams, names, groups_of) -> d
     }
 
 
+@dataclass(kw_only=True, repr=False, eq=False)
 class FairSummary(BaseEstimator):
     """A fair summary of k elements, selected by streaming up a tree; batch deletion is exact.
 
@@ -313,20 +314,17 @@ class FairSummary(BaseEstimator):
 
     _fitted_attribute = "nodes_"
 
-    def __init__(self, *, k: int = 10, lower=(), upper=(), utility: str = "exemplar",
-                 fanout: int = 8, height: int = 1, eval_size: int = 2048, rule: str = "swap",
-                 factor: float = 2.0, gamma: float | None = None, seed: int = 0):  # fmt: skip
-        self.k = k
-        self.lower = lower
-        self.upper = upper
-        self.utility = utility
-        self.fanout = fanout
-        self.height = height
-        self.eval_size = eval_size
-        self.rule = rule
-        self.factor = factor
-        self.gamma = gamma
-        self.seed = seed
+    k: int = 10
+    lower: tuple | list = ()
+    upper: tuple | list = ()
+    utility: str = "exemplar"
+    fanout: int = 8
+    height: int = 1
+    eval_size: int = 2048
+    rule: str = "swap"
+    factor: float = 2.0
+    gamma: float | None = None
+    seed: int = 0
 
     def _check_params(self) -> tuple[SummaryParams, int]:
         """The node parameters and the number of leaves, validated."""

@@ -41,28 +41,31 @@ def best_of(q, taken, scores, allowed):
     return None if best is None else best[1]
 
 
-def reference_det(scores, groups, p, k, algorithm):
-    """Algorithm 1 of Geyik et al. as printed, plus the documented fallback."""
+def reference_det(scores, groups, p, k, algorithm, floor=fl, ceil=ce):
+    """Algorithm 1 of Geyik et al. as printed, plus the documented fallback. With ``p`` as
+    Fractions and ``floor=math.floor, ceil=math.ceil`` it runs in exact arithmetic: groups tie
+    exactly when their values are equal (then the better next score wins, then the lower
+    group)."""
     A = len(p)
     q = queues(scores, groups, A)
     taken = [0] * A
     out = []
     for j in range(1, k + 1):
-        below_min = [a for a in range(A) if taken[a] < fl(j * p[a]) and taken[a] < len(q[a])]
+        below_min = [a for a in range(A) if taken[a] < floor(j * p[a]) and taken[a] < len(q[a])]
         if below_min:
             a = best_of(q, taken, scores, below_min)
         else:
-            below_max = [a for a in range(A) if taken[a] < ce(j * p[a]) and taken[a] < len(q[a])]
+            below_max = [a for a in range(A) if taken[a] < ceil(j * p[a]) and taken[a] < len(q[a])]
             if algorithm == "detgreedy":
                 a = best_of(q, taken, scores, below_max)
             else:
 
                 def key(a, j=j):
-                    v = ce(j * p[a]) / p[a]
+                    v = ceil(j * p[a]) / p[a]
                     return float(math.ceil(v - TOL)) if algorithm == "detrelaxed" else v
 
                 lowest = min((key(a) for a in below_max), default=None)
-                a = best_of(q, taken, scores, [b for b in below_max if key(b) == lowest])
+                a = best_of(q, taken, scores, [b for b in below_max if key(b) - lowest <= TOL])
         if a is None:
             a = best_of(q, taken, scores, range(A))
         if a is None:
@@ -272,31 +275,8 @@ def test_a_large_batch_split_over_threads_equals_each_list_alone(algorithm):
 
 
 def exact_detcons(scores, groups, shares, k):
-    """DetCons in exact arithmetic: shares are Fractions, so floor, ceil and ceil(j p) / p have
-    no rounding, and groups tie exactly when their values are equal (then the better next
-    score wins, then the lower group)."""
-    A = len(shares)
-    q = queues(scores, groups, A)
-    taken = [0] * A
-    out = []
-    for j in range(1, k + 1):
-        below_min = [a for a in range(A) if taken[a] < math.floor(j * shares[a])
-                     and taken[a] < len(q[a])]  # fmt: skip
-        if below_min:
-            a = best_of(q, taken, scores, below_min)
-        else:
-            below_max = [a for a in range(A) if taken[a] < math.ceil(j * shares[a])
-                         and taken[a] < len(q[a])]  # fmt: skip
-            values = {a: math.ceil(j * shares[a]) / shares[a] for a in below_max}
-            lowest = min(values.values(), default=None)
-            a = best_of(q, taken, scores, [b for b in below_max if values[b] == lowest])
-        if a is None:
-            a = best_of(q, taken, scores, range(A))
-        if a is None:
-            break
-        out.append(q[a][taken[a]])
-        taken[a] += 1
-    return out
+    """DetCons in exact arithmetic (``shares`` are Fractions)."""
+    return reference_det(scores, groups, shares, k, "detcons", floor=math.floor, ceil=math.ceil)
 
 
 def test_detcons_ties_are_decided_by_the_next_score_not_by_rounding():

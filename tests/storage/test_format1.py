@@ -1,0 +1,92 @@
+"""Stores written before the refactor (store format 1) open and give the same results.
+
+``tests/data/format1`` holds two small stores written by the release before the sub-packages
+(``fairpipe ingest gaussian``, ``fit`` and ``summarize``; a DC tree with a summary, and a
+Q-k-means model). Their arrays must be exactly what today's estimators compute in memory from the
+same rows, and today's forget flow must update them as it updates a store it wrote itself.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from fairpipe import DCKMeans, FairNN, FairSummary, QKMeans
+from fairpipe.datasets import load_gaussian
+from flows.forget import run_forget
+from flows.predict import predict_store
+from storage.index import load_lsh, load_sampler
+from storage.models import read_model
+from storage.store import FairpipeStore, read_array
+from storage.summary import summary_tree
+
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "format1"
+
+
+def open_copy(tmp_path, name):
+    path = tmp_path / name
+    shutil.copytree(FIXTURES / name, path)
+    store = FairpipeStore.open(str(path))
+    session = store.readonly_session()
+    return path, store, session, store.attrs(session)
+
+
+def stored_summary(session, height: int) -> dict:
+    out = {"summary_ids": read_array(session, "summary/ids")}
+    for j in range(height + 1):
+        for name in ("candidates", "evaluation", "value", "calls"):
+            out[f"level_{j}/{name}"] = read_array(session, f"summary/level_{j}/{name}")
+    return out
+
+
+def same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name], equal_nan=True), name
+
+
+def test_a_format_1_store_holds_what_todays_estimators_compute(prefect_server, tmp_path):
+    path, store, session, attrs = open_copy(tmp_path, "dc")
+    X, ids, groups = (store.read(n) for n in ("points", "ids", "groups"))
+    assert np.array_equal(X, load_gaussian(n=500, d=4, groups=3, seed=2).points)
+    # The hash functions give the stored keys; the stored index is a fresh FairNN's.
+    lsh = load_lsh(session, attrs)
+    assert np.array_equal(lsh.hash(X), store.read("lsh/keys"))
+    nn, fresh_nn = load_sampler(session, attrs), FairNN(**lsh.get_params()).fit(X, ids=ids)
+    for name in ("bucket_keys", "starts", "members"):
+        assert np.array_equal(getattr(nn.index_, name), getattr(fresh_nn.index_, name)), name
+    model = read_model(session, "dc")
+    assert isinstance(model, DCKMeans) and model.get_params()["fanout"] == 3
+    same(model.to_arrays(data=False),
+         DCKMeans(**model.get_params()).fit(X, ids=ids).to_arrays(data=False))  # fmt: skip
+    params, fanout, height, _ = summary_tree(session)
+    summary = FairSummary(
+        k=params.k, lower=params.lower, upper=params.upper, utility=params.utility,
+        fanout=fanout, height=height, eval_size=params.eval_size, rule=params.rule,
+        factor=params.factor, gamma=params.gamma, seed=params.seed,
+    ).fit(X, ids=ids, groups=groups)  # fmt: skip
+    same(stored_summary(session, height), summary.to_arrays(data=False))
+
+    # Today's forget flow on the old store: every artifact equals the in-memory deletion.
+    gone = ids[[5, 17, 250]]
+    res = run_forget(str(path), gone, n_workers=1, processes=False)
+    assert sorted(res["deleted"]) == sorted(gone.tolist())
+    fresh = DCKMeans(**model.get_params()).fit(X, ids=ids)  # the stored model has no rows
+    fresh.delete(gone)
+    summary.delete(gone)
+    after = store.readonly_session()
+    same(read_model(after, "dc").to_arrays(data=False), fresh.to_arrays(data=False))
+    same(stored_summary(after, height), summary.to_arrays(data=False))
+    assert not np.isin(load_sampler(after, store.attrs(after)).index_.members,
+                       np.flatnonzero(np.isin(ids, gone))).any()  # fmt: skip
+
+
+def test_a_format_1_q_model_predicts_as_todays_estimator(tmp_path):
+    path, store, session, _ = open_copy(tmp_path, "q")
+    X, ids = store.read("points"), store.read("ids")
+    model = read_model(session, "q")
+    fresh = QKMeans(**model.get_params()).fit(X, ids=ids)
+    same(model.to_arrays(data=False), fresh.to_arrays(data=False))
+    assert predict_store(str(path), queries=X[:40])["clusters"] == fresh.predict(X[:40]).tolist()
