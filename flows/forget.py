@@ -104,8 +104,7 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
         if rows.size:
             n_rows, chunk_rows = int(attrs["n"]), int(attrs["chunk_rows"])
             t0 = time.perf_counter()
-            erase_rows(txn.session, rows, chunk_rows)
-            txn.root.attrs["n_alive"] = int(attrs["n_alive"]) - int(rows.size)
+            erase_rows(txn.session, txn.root, rows, chunk_rows)
             timings["erase"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             counts = remove_from_index(

@@ -39,13 +39,13 @@ from storage.index import (
     index_tables,
     live_group_counts,
     load_lsh,
-    lsh_attrs,
     row_chunks,
     table_blocks,
     write_bucket_counts,
+    write_dataset_attrs,
     write_new_rows,
 )
-from storage.store import FORMAT, FairpipeStore, read_array
+from storage.store import FairpipeStore, read_array
 from storage.urls import parse_store_url
 
 DIM_MISMATCH = (
@@ -215,21 +215,12 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         timings["bucket_index"] = time.perf_counter() - t0
 
         per_group = live_group_counts(txn.session, len(group_names))
-        meta = {
-            "fairpipe_format": FORMAT,
-            "n": n_total,
-            "n_alive": int(read_array(txn.session, "alive").sum()),
-            "d": plan.d,
-            "seed": seed,
-            "chunk_rows": chunk_rows,
-            "group_names": group_names,
-            "lsh": lsh_attrs(lsh),
-            "suggested_radius": attrs.get("suggested_radius", lsh.bucket_width / WIDTH_PER_RADIUS)
-            if appending
-            else radius_hint,
-            "sources": [*attrs.get("sources", []), source],
-        }
-        txn.root.attrs.update(meta)
+        if appending:  # the radius suggested for the first rows stays
+            radius_hint = attrs.get("suggested_radius", lsh.bucket_width / WIDTH_PER_RADIUS)
+        meta = write_dataset_attrs(
+            txn.root, attrs, n=n_total, d=plan.d, seed=seed, chunk_rows=chunk_rows,
+            group_names=group_names, lsh=lsh, suggested_radius=radius_hint, source=source,
+        )  # fmt: skip
     timings["total"] = time.perf_counter() - t_start
     rows_s = plan.n / timings["hash_and_write"] if timings["hash_and_write"] > 0 else math.inf
     return {

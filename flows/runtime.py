@@ -88,12 +88,18 @@ def task_runner(dask_address: str | None = None, n_workers: int = 2, processes: 
 
 
 def local_cluster_kwargs(n_workers: int = 2, processes: bool = True) -> dict:
-    """Settings of the embedded LocalCluster: one thread per worker, no dashboard."""
+    """Settings of the embedded LocalCluster: one thread per worker, no dashboard.
+
+    A scheduler serves its health and metrics routes over HTTP even without a dashboard, on
+    port 8787 unless told otherwise; a second fairpipe command running at the same time would
+    then warn that the port is taken. A free port is taken instead.
+    """
     return {
         "n_workers": n_workers,
         "threads_per_worker": 1,
         "processes": processes,
         "dashboard_address": None,
+        "scheduler_kwargs": {"dashboard_address": ":0"},
     }
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairpipe.neighbors import E2LSH, ROW_BLOCK, BucketIndex, FairNN, build_table, remove_rows
-from storage.store import read_array, read_rows_at, write_rows, write_table_rows
+from storage.store import FORMAT, read_array, read_rows_at, write_rows, write_table_rows
 
 TARGET_CHUNK_BYTES = 16 << 20
 EMPTY_KEY = np.iinfo(np.uint64).max
@@ -107,9 +107,10 @@ def write_new_rows(session, start: int, points, ids, groups, keys) -> None:
     write_rows(session, "lsh/keys", start, keys)
 
 
-def erase_rows(session, rows: np.ndarray, chunk_rows: int) -> None:
-    """Erase ``rows`` (sorted) in place, chunk by chunk: points zeroed, keys overwritten, groups
-    -1, alive false."""
+def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
+    """Erase the live ``rows`` (sorted) in place, chunk by chunk: points zeroed, keys
+    overwritten, groups -1, alive false; the root's ``n_alive`` drops by their number."""
+    root.attrs["n_alive"] = int(root.attrs["n_alive"]) - int(rows.size)
     erased = (("points", 0.0), ("lsh/keys", ERASED_KEY), ("groups", -1), ("alive", False))
     for c in np.unique(rows // chunk_rows):
         a = int(c) * chunk_rows
@@ -118,6 +119,26 @@ def erase_rows(session, rows: np.ndarray, chunk_rows: int) -> None:
             block = read_array(session, name, slice(a, a + chunk_rows))
             block[sel] = value
             write_rows(session, name, a, block)
+
+
+def write_dataset_attrs(root, before: dict, *, n: int, d: int, seed: int, chunk_rows: int,
+                        group_names: list[str], lsh: E2LSH, suggested_radius: float,
+                        source: str) -> dict:  # fmt: skip
+    """The root attributes after an ingest (``before``: those it started from); returns them."""
+    meta = {
+        "fairpipe_format": FORMAT,
+        "n": n,
+        "n_alive": int(read_array(root, "alive").sum()),
+        "d": d,
+        "seed": seed,
+        "chunk_rows": chunk_rows,
+        "group_names": group_names,
+        "lsh": lsh_attrs(lsh),
+        "suggested_radius": suggested_radius,
+        "sources": [*before.get("sources", []), source],
+    }
+    root.attrs.update(meta)
+    return meta
 
 
 # -- the bucket index -----------------------------------------------------------------------------
