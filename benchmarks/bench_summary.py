@@ -1,7 +1,7 @@
 """Fair summaries: FSM (the summary tree, and one stream) vs MSM, random and offline fair greedy.
 
 El Halabi et al.'s setup on Bank Marketing (6 age groups, k = 10..70, l_c = 0.1k, u_c = 0.2k) and
-the FSM seed's on a large census table (Census-Income KDD with the seed's age groups; the seed's
+the FSM paper's on a large census table (Census-Income KDD with the paper's age groups; the paper's
 Census1990 is not available here). Every method is scored on the same evaluation points: the 4,096
 rows with the smallest hash of (seed, id) (the tree's root evaluates on the first 2,048 of them);
 offline fair greedy maximises that same objective and is the reference (ratio 1).

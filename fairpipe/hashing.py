@@ -1,8 +1,8 @@
 """Deterministic 64-bit hashing of (seed, key) pairs.
 
 Where a point goes (its leaf, its rank, its place in a sample) must depend on its stable id and
-the seed only, never on its position in a file or on the number of workers (DESIGN.md, contract
-2). SplitMix64's finaliser is a bijection on 64-bit integers with good avalanche, so hashing
+the seed only, never on its position in a file or on the number of workers (the determinism
+contract). SplitMix64's finaliser is a bijection on 64-bit integers with good avalanche, so hashing
 ``id XOR mix(seed)`` gives independent-looking values for every (seed, id).
 """
 

@@ -1,4 +1,6 @@
-"""Persistence: one dataset = one Icechunk repository of Zarr v3 arrays (see ../shared/DESIGN.md)."""
+"""Persistence: one dataset = one Icechunk repository of Zarr v3 arrays (``store``), its rows and
+LSH index (``index``), its clustering model (``models``) and fair summary (``summary``), the
+writer lock (``lock``) and store URLs (``urls``)."""
 
 import os
 

@@ -10,7 +10,7 @@
   non-protected attribute whose two signs agree moves ``step`` along that sign; clip to the domain.
   A seed with no agreeing attribute moves one random non-protected attribute along g's sign, as
   the released code does.
-- **Local generation** (the issue's rule, as EIDIG does rather than the released code's
+- **Local generation** (as EIDIG does, rather than the released code's
   basinhopping, which accepted non-discriminatory moves ~37% of the time): from each discriminatory
   input, ``n_local`` times: pick a non-protected attribute with probability proportional to
   1 / (|g_a| + |g'_a|) (attributes that barely move the decision), move it +-1 at random, clip; if the

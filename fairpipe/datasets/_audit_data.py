@@ -230,8 +230,9 @@ LOADERS = {
 
 
 def load_audit_data(name_or_path: str, data_dir: str | Path | None = None) -> AuditData:
-    """'adult', 'german', 'bank' (from ``data_dir``, default ../shared/data), the same with a
-    path of the original file ('adult:PATH'), or an integer CSV path."""
+    """'adult', 'german', 'bank' (from ``data_dir``; by default the folder ``shared/data`` beside
+    the repository, where the test suite finds the real data sets), the same with a path of the
+    original file ('adult:PATH'), or an integer CSV path."""
     name, sep, path = name_or_path.partition(":")
     if name in LOADERS:
         loader, parts = LOADERS[name]

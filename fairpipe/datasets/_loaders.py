@@ -2,7 +2,7 @@
 
 Built-ins need no download: ``digits`` (scikit-learn's bundled 8x8 digits, group = label) and
 ``gaussian`` (a deterministic Gaussian mixture). Loaders for the real data sets take a path, so
-users can point them at their own copy (the test suite reads ../shared/data).
+users can point them at their own copy.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def load_adult(path: str | Path, group: str = "sex") -> Dataset:
     )
 
 
-# El Halabi et al.'s (and the FSM seed's) age colours: [0,29], [30,39], ..., [60,69], 70+.
+# El Halabi et al.'s age groups: [0,29], [30,39], ..., [60,69], 70+.
 AGE_EDGES = [30, 40, 50, 60, 70]
 AGE_NAMES = ["0-29", "30-39", "40-49", "50-59", "60-69", "70+"]
 BANK_NUMERIC = ["age", "balance", "day", "duration", "campaign", "pdays", "previous"]

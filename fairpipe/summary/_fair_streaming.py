@@ -3,7 +3,7 @@
 Groups c = 0..C-1 partition the elements; a summary S of at most k elements is **feasible** if
 l_c <= |S n V_c| <= u_c for every group, and **extendable** if |S n V_c| <= u_c for every group
 and sum_c max(|S n V_c|, l_c) <= k. Extendable sets form a matroid (El Halabi, Mitrovic,
-Norouzi-Fard, Tardos, Tarnawski, NeurIPS 2020; the seed's Definition 2).
+Norouzi-Fard, Tardos, Tarnawski, NeurIPS 2020, Definition 2).
 
 FSM runs a Chakrabarti-Kale streaming algorithm on that matroid: an arriving element e gets weight
 w(e), its marginal gain over every element ever accepted (one gain evaluation); it enters if S + e
