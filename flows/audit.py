@@ -117,8 +117,7 @@ def warm_up_task(j: int) -> int:
     imports and Prefect set-up), so the searches' clocks time the searches."""
     import sklearn.neural_network  # noqa: F401
 
-    import fairpipe.audit._adf  # noqa: F401
-    import fairpipe.audit._aequitas  # noqa: F401
+    import fairpipe.audit  # noqa: F401
 
     return os.getpid()
 
