@@ -2,6 +2,10 @@
 
 >>> read_ids(text="3, 1,2")
 array([3, 1, 2])
+>>> read_ids(text="3, x")
+Traceback (most recent call last):
+...
+fairpipe.errors.FairpipeInputError: Id 'x' in --ids is not an integer.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ NO_IDS = "No ids to forget: give --ids 1,2,3 or --ids-file FILE."
 BAD_ID = "Id {value!r} in {where} is not an integer."
 NO_FILE = "The ids file {path} does not exist."
 EMPTY_FILE = "The ids file {path} holds no ids."
+NOT_NPY = "The ids file {path} is not a numeric .npy array (save the ids with numpy.save)."
 
 
 def read_ids(text: str | None = None, path: str | None = None) -> np.ndarray:
@@ -26,9 +31,12 @@ def read_ids(text: str | None = None, path: str | None = None) -> np.ndarray:
         if not p.is_file():
             raise FairpipeInputError(NO_FILE.format(path=path))
         if p.suffix == ".npy":
-            arr = np.load(p, allow_pickle=False)
+            try:
+                arr = np.load(p, allow_pickle=False)
+            except (ValueError, OSError):  # not a .npy file, or one holding pickled objects
+                raise FairpipeInputError(NOT_NPY.format(path=path)) from None
             if arr.size and arr.dtype.kind not in "iu":
-                raise FairpipeInputError(BAD_ID.format(value=arr.ravel()[0], where=path))
+                raise FairpipeInputError(BAD_ID.format(value=arr.ravel()[0].item(), where=path))
             ids = arr.ravel().astype(np.int64)
         else:
             ids = _ints(p.read_text().replace(",", "\n").split(), path)

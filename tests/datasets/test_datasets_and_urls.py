@@ -98,3 +98,16 @@ def test_a_non_finite_csv_value_names_row_and_column(tmp_path):
         FairpipeInputError, match=r"Row 1 of t.csv holds an inf value in column 1 \('b'\)"
     ):
         read_source_rows(plan, 0, 2)
+
+
+def test_ids_files_that_are_not_ids_are_named(tmp_path):
+    from fairpipe.datasets import read_ids
+
+    (tmp_path / "broken.npy").write_bytes(b"not numpy at all")
+    with pytest.raises(FairpipeInputError, match="broken.npy is not a numeric .npy array"):
+        read_ids(path=str(tmp_path / "broken.npy"))
+    np.save(tmp_path / "floats.npy", np.array([1.5, 2.0]))
+    with pytest.raises(FairpipeInputError, match="Id 1.5 in .*floats.npy is not an integer"):
+        read_ids(path=str(tmp_path / "floats.npy"))
+    np.save(tmp_path / "ok.npy", np.array([[4, 5], [6, 7]]))
+    assert read_ids(path=str(tmp_path / "ok.npy")).tolist() == [4, 5, 6, 7]

@@ -1,0 +1,53 @@
+"""The ``fairpipe`` command line: one module per command, one exception handler for all of them
+(:mod:`flows.cli._runner`), options shared by several commands defined once
+(:mod:`flows.cli._options`).
+
+Results go to stdout (``--json``: one object), diagnostics and progress to stderr. Exit codes: 0
+done, 1 a bug (the traceback is written to a file), 2 bad input, 3 the store is busy, 130
+interrupted.
+"""
+
+import os
+
+from flows import DEFAULT_ENV  # environment defaults, before Prefect is imported
+
+# The command line reports a failed flow itself, in one line; Prefect's own error log (a traceback
+# of the engine) would bury it. Set PREFECT_LOGGING_LEVEL=ERROR to see Prefect's logs again.
+if os.environ.get("PREFECT_LOGGING_LEVEL") in (None, DEFAULT_ENV["PREFECT_LOGGING_LEVEL"]):
+    os.environ["PREFECT_LOGGING_LEVEL"] = "CRITICAL"
+
+import typer  # noqa: E402
+
+from flows.cli import (  # noqa: E402
+    audit,
+    demo,
+    fit,
+    forget,
+    info,
+    ingest,
+    predict,
+    rerank,
+    sample,
+    summarize,
+)
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Fair and forgettable pipelines for large tables of people.",
+)
+for _command in (
+    ingest.ingest,
+    sample.sample,
+    fit.fit,
+    rerank.rerank,
+    audit.audit,
+    forget.forget,
+    summarize.summarize,
+    predict.predict,
+    info.info,
+    demo.demo,
+):
+    app.command()(_command)

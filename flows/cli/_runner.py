@@ -1,0 +1,221 @@
+"""What every command shares: where its output goes, and the one exception handler.
+
+Results go to stdout (``--json``: one object), diagnostics and errors to stderr. The exit code
+says what went wrong:
+
+- 2: bad input (:class:`~fairpipe.errors.FairpipeInputError`), one line ``error: <message>``;
+  typer's own usage errors exit 2 as well;
+- 3: the store is busy (:class:`~storage.lock.StoreBusyError`), one line ``error: <message>``;
+- 130: interrupted;
+- 1: anything else, which is a bug: one line naming the exception, and a second naming the file
+  holding the traceback (``FAIRPIPE_DEBUG=1``: the traceback itself, on stderr).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from fairpipe.errors import FairpipeInputError
+
+BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
+DEBUG_VARIABLE = "FAIRPIPE_DEBUG"
+# The versions a bug report names, besides Python's.
+REPORTED_PACKAGES = ("fairpipe", "numpy", "dask", "distributed", "prefect", "zarr", "icechunk")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# -- output ----------------------------------------------------------------------------------------
+def result_console() -> Console:
+    """A console on stdout for a command's human-readable result."""
+    return Console(soft_wrap=True)
+
+
+def diagnostics_console() -> Console:
+    """A console on stderr for progress and errors (soft wrap: an error stays on one line for grep
+    and logs)."""
+    return Console(stderr=True, soft_wrap=True)
+
+
+def emit(result: dict, as_json: bool, render: Callable[[dict], None]) -> None:
+    """The result on stdout: one JSON object, or ``render``'s text for people."""
+    if as_json:
+        sys.stdout.write(json.dumps(result, default=str) + "\n")
+    else:
+        render(result)
+
+
+# -- errors ----------------------------------------------------------------------------------------
+def command(parameter_flags: Mapping[str, str] | None = None) -> Callable[[F], F]:
+    """Run a command under the one exception handler (see the module's docstring).
+
+    ``parameter_flags`` maps a library parameter that a bad-input message may name (``'fanout'``)
+    to the flag of this command that sets it (``--tree-width``); the message then names the flag.
+    """
+    flags = dict(parameter_flags or {})
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with errors_reported(fn.__name__, flags, kwargs):
+                return fn(*args, **kwargs)
+
+        return cast(F, run)
+
+    return decorate
+
+
+@contextmanager
+def errors_reported(
+    name: str, parameter_flags: Mapping[str, str], parameters: Mapping[str, Any]
+) -> Iterator[None]:
+    """Turn any exception of the command ``name`` into its exit code and one line on stderr."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort, BrokenPipeError):
+        raise  # an exit already decided on, or stdout closed early (typer handles both)
+    except KeyboardInterrupt:
+        _print_line(Text(f"fairpipe {name}: interrupted"))
+        raise typer.Exit(INTERRUPTED) from None
+    except Exception as exc:
+        bad = input_error(exc)
+        if bad is not None:
+            one_line = " ".join(str(bad).split("\n"))
+            message, code = _with_flags(one_line, parameter_flags), _exit_code_of(bad)
+            if code == STORE_BUSY and "lock_timeout" in parameters:
+                message += " (option --lock-timeout)"  # it says "pass a lock timeout to wait"
+            _print_error(message)
+            raise typer.Exit(code) from None
+        _report_bug(name, exc, parameters)
+        raise typer.Exit(BUG) from None
+
+
+def input_error(exc: BaseException) -> FairpipeInputError | None:
+    """The bad-input error behind ``exc``, or None when ``exc`` is a bug.
+
+    Wrappers (Prefect's, Dask's) name the error they wrap explicitly: ``raise ... from error``, or
+    a group of one exception. An error merely *during the handling* of bad input (its
+    ``__context__``) is a bug of its own, and is reported as one.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, FairpipeInputError):
+            return current
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup) and len(current.exceptions) == 1:
+            current = current.exceptions[0]
+        else:
+            current = current.__cause__
+    return None
+
+
+def _exit_code_of(error: FairpipeInputError) -> int:
+    from storage.lock import StoreBusyError  # storage imports zarr: only when it is needed
+
+    return STORE_BUSY if isinstance(error, StoreBusyError) else BAD_INPUT
+
+
+def _with_flags(message: str, parameter_flags: Mapping[str, str]) -> str:
+    """``message`` with the flags of the library parameters it names (``'fanout'``) appended."""
+    named = [flag for parameter, flag in parameter_flags.items() if f"'{parameter}'" in message]
+    if not named:
+        return message
+    return f"{message} (option{'s' if len(named) > 1 else ''} {', '.join(named)})"
+
+
+def _print_error(message: str) -> None:
+    # A Text, not a string: rich would read "[lower, upper]" in a message as markup.
+    _print_line(Text.assemble(("error:", "bold red"), " ", message))
+
+
+def _print_line(line: Text) -> None:
+    diagnostics_console().print(line)
+
+
+def _debugging() -> bool:
+    return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _report_bug(name: str, exc: BaseException, parameters: Mapping[str, Any]) -> None:
+    _print_line(Text(f"fairpipe {name} failed with an internal error: {describe(exc)}"))
+    tb = "".join(traceback.format_exception(exc))
+    if _debugging():
+        sys.stderr.write(tb)
+        return
+    try:
+        path = write_bug_report(name, exc, parameters, tb)
+    except OSError as why:  # no writable cache folder: the traceback must still be somewhere
+        _print_line(Text(f"the traceback could not be written to a file ({why}):"))
+        sys.stderr.write(tb)
+        return
+    _print_line(Text(f"the traceback is in {path}"))
+
+
+def describe(exc: BaseException) -> str:
+    """``KeyError: 'x'``: the exception's type and the first line of its message."""
+    kind = type(exc)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    lines = str(exc).strip().splitlines()
+    return f"{name}: {lines[0]}" if lines else name
+
+
+def errors_folder() -> Path:
+    """Where bug reports go: ``$XDG_CACHE_HOME/fairpipe/errors`` (default ``~/.cache``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "fairpipe" / "errors"
+
+
+def write_bug_report(name: str, exc: BaseException, parameters: Mapping[str, Any], tb: str) -> Path:
+    """Write the traceback, the command line and the versions to a new file; return its path."""
+    folder = errors_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    report = "\n".join(
+        [
+            f"fairpipe {name} failed with an internal error: {describe(exc)}",
+            f"time: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
+            f"command line: {shlex.join(sys.argv)}",
+            f"parameters: {dict(parameters)!r}",
+            f"python: {sys.version.split()[0]} ({platform.platform()})",
+            "versions: " + ", ".join(f"{p} {_version(p)}" for p in REPORTED_PACKAGES),
+            "",
+            tb,
+        ]
+    )
+    for attempt in range(1, 1000):  # the same command failing twice in a second, in one process
+        path = folder / (f"{stem}.txt" if attempt == 1 else f"{stem}-{attempt}.txt")
+        try:
+            with open(path, "x", encoding="utf-8") as fh:
+                fh.write(report)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder / stem}*.txt")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"

@@ -1,0 +1,53 @@
+"""``fairpipe demo``: the digits ingested, sampled fairly, clustered, summarized and forgotten."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from flows.cli._options import AsJson, Seed
+from flows.cli._runner import command, diagnostics_console, emit, result_console
+
+PARAMETER_FLAGS = {"n_queries": "--queries"}
+
+
+@command(PARAMETER_FLAGS)
+def demo(
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="Folder for the demo store (default: a temporary folder)."),
+    ] = None,
+    queries: Annotated[int, typer.Option("--queries", help="Query points of the TV report.")] = 20,
+    plot: Annotated[str | None, typer.Option("--plot", help="PNG path for the TV plot.")] = None,
+    seed: Seed = 0,
+    as_json: AsJson = False,
+) -> None:
+    """Ingest the built-in digits, sample fair neighbours, print a TV report and write a plot."""
+    from flows.demo import run_demo
+
+    progress = diagnostics_console()
+
+    def log(message: str) -> None:
+        if not as_json:
+            progress.print(message, markup=False)
+
+    emit(run_demo(store=store, n_queries=queries, seed=seed, plot=plot, log=log), as_json, _render)
+
+
+def _render(r: dict) -> None:
+    ev = r["evaluation"]
+    sizes = ev["neighbourhood_sizes"]
+    table = Table(
+        title=f"TV to uniform over M(q): {ev['queries']} queries, |M(q)| {min(sizes)}-{max(sizes)}, "
+        f"noise floor {ev['noise_floor']:.4f}"
+    )
+    for column in ("method", "mean TV", "x noise floor", "samples/s"):
+        table.add_column(column, justify="right")
+    for m, v in ev["methods"].items():
+        table.add_row(
+            m, f"{v['tv']:.4f}", f"{v['ratio_to_floor']:.2f}", f"{v['samples_per_s']:,.0f}"
+        )
+    result_console().print(table)
+    print(f"plot: {r['plot']}\nstore: {r['store']}\ntotal {r['seconds']:.1f} s")

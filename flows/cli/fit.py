@@ -1,0 +1,84 @@
+"""``fairpipe fit``: the store's clustering model, a DC-k-means tree or Q-k-means (one commit)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from flows.cli._options import AsJson, DaskAddress, LockTimeout, Seed, Store, Workers
+from flows.cli._runner import command, emit, result_console
+
+# DCKMeans' and QKMeans' parameters, as their error messages name them.
+PARAMETER_FLAGS = {
+    "n_clusters": "--k",
+    "fanout": "--tree-width",
+    "height": "--tree-height",
+    "max_iter": "--iterations",
+    "balance": "--gamma",
+}
+
+
+@command(PARAMETER_FLAGS)
+def fit(
+    store: Store,
+    k: Annotated[int, typer.Option("--k", help="Number of clusters.", show_default=False)],
+    model: Annotated[str, typer.Option("--model", help="dc | q | auto (see choose_model).")] = "dc",
+    tree_width: Annotated[
+        int, typer.Option("--tree-width", help="DC: children per node (the tree's fan-out).")
+    ] = 8,
+    tree_height: Annotated[
+        int, typer.Option("--tree-height", help="DC: levels below the root.")
+    ] = 2,
+    iterations: Annotated[
+        int, typer.Option("--iterations", help="Lloyd iterations (DC: per node).")
+    ] = 10,
+    n_init: Annotated[
+        int | None,
+        typer.Option(
+            "--n-init",
+            help="Restarts, the lowest loss kept: DC, of each internal node (default 10); "
+            "Q, whole training runs (default 1).",
+        ),
+    ] = None,
+    epsilon: Annotated[
+        float,
+        typer.Option(
+            "--epsilon",
+            help="Q: lattice spacing, in the data's units (larger: more certified deletions, "
+            "higher loss).",
+        ),
+    ] = 0.05,
+    gamma: Annotated[
+        float, typer.Option("--gamma", help="Q: balance correction, in (0, 1).")
+    ] = 0.2,
+    seed: Seed = 0,
+    dask_address: DaskAddress = None,
+    workers: Workers = 2,
+    lock_timeout: LockTimeout = 0.0,
+    as_json: AsJson = False,
+) -> None:
+    """Fit the store's clustering model (DC-k-means tree or Q-k-means): one commit."""
+    from flows.fit import FitOptions, run_fit
+
+    options = FitOptions(
+        k=k, model=model, width=tree_width, height=tree_height, iterations=iterations,
+        n_init=n_init, seed=seed, epsilon=epsilon, gamma=gamma, lock_timeout=lock_timeout,
+    )  # fmt: skip
+    result = run_fit(store, options, dask_address=dask_address, n_workers=workers)
+    emit(result, as_json, _render)
+
+
+def _render(r: dict) -> None:
+    shape = (
+        f"{r['leaves']} leaves, {r['nodes']} nodes"
+        if r["model"] == "dc"
+        else f"{r['steps']} steps; {r['certification_rate']:.0%} of a 200-point probe "
+        "would be certified at deletion"
+    )
+    out = result_console()
+    out.print(
+        f"fitted {r['model']} k={r['k']} on {r['n_alive']} points ({shape}); "
+        f"commit {r['commit']} in {r['timings']['total']:.1f} s"
+    )
+    out.print("cluster masses: " + " ".join(f"{m:.0f}" for m in r["masses"]))

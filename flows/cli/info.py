@@ -1,0 +1,41 @@
+"""``fairpipe info``: a store's size, groups, LSH parameters, fair summary and commit history."""
+
+from __future__ import annotations
+
+from flows.cli._options import AsJson, Store
+from flows.cli._runner import command, emit
+
+
+@command()
+def info(store: Store, as_json: AsJson = False) -> None:
+    """Show a store's size, groups, LSH parameters and commit history."""
+    from storage.store import FairpipeStore
+    from storage.summary import has_summary, read_summary_ids, summary_attrs
+
+    st = FairpipeStore.open(store)
+    attrs = st.require_data()
+    result = {"store": store, **attrs, "history": st.history()}
+    session = st.readonly_session()
+    if has_summary(session):
+        result["summary"] = {**summary_attrs(session), "ids": read_summary_ids(session).tolist()}
+    emit(result, as_json, _render)
+
+
+def _render(r: dict) -> None:
+    print(
+        f"{r['store']}: {r['n']} points ({r['n_alive']} alive) x {r['d']} dims, "
+        f"groups {r['group_names']}"
+    )
+    print(f"LSH {r['lsh']}; suggested radius {r['suggested_radius']:.4g}")
+    if "summary" in r:
+        s = r["summary"]
+        print(
+            f"fair summary: {len(s['ids'])} of k={s['k']} ({s['utility']}), error(S) = "
+            f"{s['error']}, per group {s['counts']}"
+        )
+    shown = [h for h in r["history"] if not h["internal"]]
+    for h in shown:
+        print(f"{h['id']}  {h['time']}  {h['message']}")
+    hidden = len(r["history"]) - len(shown)
+    if hidden:
+        print(f"({hidden} internal checkpoints of these commits not shown; --json lists them)")

@@ -1,0 +1,107 @@
+"""``fairpipe ingest``: a source into a store, with its LSH bucket index (one commit)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from flows.cli._options import AsJson, DaskAddress, LockTimeout, Seed, Store, Workers
+from flows.cli._runner import command, emit, result_console
+
+# E2LSH's parameters, as its error messages name them.
+PARAMETER_FLAGS = {"n_hashes": "--lsh-k", "n_tables": "--lsh-tables", "bucket_width": "--lsh-width"}
+
+
+@command(PARAMETER_FLAGS)
+def ingest(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A .npy, .csv(.gz) or .parquet file, 'digits', 'gaussian', or mnist:PATH / "
+            "word2vec:PATH / adult:PATH / bank:PATH / census-kdd:PATH.",
+            show_default=False,
+        ),
+    ],
+    store: Store,
+    seed: Seed = 0,
+    group_column: Annotated[
+        str | None, typer.Option("--group-column", help="The column of group labels.")
+    ] = None,
+    id_column: Annotated[
+        str | None, typer.Option("--id-column", help="The column of ids (default: row numbers).")
+    ] = None,
+    groups_file: Annotated[
+        str | None, typer.Option("--groups-file", help="Group labels (.npy) for a .npy source.")
+    ] = None,
+    ids_file: Annotated[
+        str | None, typer.Option("--ids-file", help="Ids (.npy) for a .npy source.")
+    ] = None,
+    lsh_k: Annotated[int, typer.Option("--lsh-k", help="Hash functions per table.")] = 15,
+    lsh_tables: Annotated[int, typer.Option("--lsh-tables", help="Number of tables L.")] = 100,
+    lsh_width: Annotated[
+        float | None,
+        typer.Option(
+            "--lsh-width",
+            help="Bucket width w (default: 3.2 x the median nearest-neighbour distance of a "
+            "sample).",
+        ),
+    ] = None,
+    chunk_rows: Annotated[
+        int | None,
+        typer.Option("--chunk-rows", help="Rows per chunk (default: about 16 MB of points)."),
+    ] = None,
+    gaussian_n: Annotated[int, typer.Option("--gaussian-n", help="gaussian: points.")] = 20000,
+    gaussian_d: Annotated[int, typer.Option("--gaussian-d", help="gaussian: dimensions.")] = 16,
+    gaussian_clusters: Annotated[
+        int, typer.Option("--gaussian-clusters", help="gaussian: mixture components.")
+    ] = 8,
+    gaussian_groups: Annotated[
+        int, typer.Option("--gaussian-groups", help="gaussian: groups.")
+    ] = 4,
+    dask_address: DaskAddress = None,
+    workers: Workers = 2,
+    lock_timeout: LockTimeout = 0.0,
+    as_json: AsJson = False,
+) -> None:
+    """Ingest SOURCE into a store and build its LSH bucket index (one commit)."""
+    from flows.ingest import IngestOptions, run_ingest
+
+    options = IngestOptions(
+        seed=seed,
+        group_column=group_column,
+        id_column=id_column,
+        groups_file=groups_file,
+        ids_file=ids_file,
+        lsh_k=lsh_k,
+        lsh_tables=lsh_tables,
+        lsh_width=lsh_width,
+        chunk_rows=chunk_rows,
+        lock_timeout=lock_timeout,
+        gaussian={
+            "n": gaussian_n,
+            "d": gaussian_d,
+            "clusters": gaussian_clusters,
+            "groups": gaussian_groups,
+        },
+    )
+    result = run_ingest(source, store, options, dask_address=dask_address, n_workers=workers)
+    emit(result, as_json, _render)
+
+
+def _render(r: dict) -> None:
+    out = result_console()
+    out.print(
+        f"ingested [bold]{r['added']}[/] rows -> {escape(str(r['store']))} "
+        f"({r['n']} points x {r['d']} dims)"
+    )
+    out.print(f"groups: {r['groups']}", markup=False)
+    out.print(
+        f"LSH: k={r['lsh']['k']} L={r['lsh']['n_tables']} w={r['lsh']['width']:.4g}; "
+        f"suggested radius {r['suggested_radius']:.4g}; {r['buckets_per_table']:.0f} buckets/table"
+    )
+    out.print(
+        f"commit {r['commit']} in {r['timings']['total']:.1f} s "
+        f"({r['rows_per_second']:.0f} rows/s hashed and written)"
+    )

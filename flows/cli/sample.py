@@ -1,0 +1,74 @@
+"""``fairpipe sample``: uniformly random near neighbours of a query, from the committed index."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from fairpipe.errors import FairpipeInputError
+from flows.cli._options import AsJson, QueryFile, QueryRow, Seed, Store, read_query_file
+from flows.cli._runner import command, emit, result_console
+
+ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
+# FairNN.sample's parameters, as its error messages name them.
+PARAMETER_FLAGS = {"sampler": "--method", "n_samples": "--samples"}
+
+
+@command(PARAMETER_FLAGS)
+def sample(
+    store: Store,
+    query_id: Annotated[
+        int | None, typer.Option("--query-id", help="Id of a stored point.", show_default=False)
+    ] = None,
+    query_row: QueryRow = None,
+    query_file: QueryFile = None,
+    radius: Annotated[
+        float | None,
+        typer.Option(
+            "--radius", help="Neighbourhood radius (default: the store's suggested radius)."
+        ),
+    ] = None,
+    samples: Annotated[int, typer.Option("--samples", help="Samples per query.")] = 10,
+    method: Annotated[
+        str,
+        typer.Option("--method", help="The sampler: exact | approx | uniform | weighted | rank."),
+    ] = "exact",
+    mode: Annotated[
+        str, typer.Option("--mode", help="The neighbourhood: buckets | approximate | exact.")
+    ] = "exact",
+    c: Annotated[
+        float, typer.Option("--c", help="Approximation factor of the 'approximate' mode.")
+    ] = 2.0,
+    seed: Seed = 0,
+    as_json: AsJson = False,
+) -> None:
+    """Draw SAMPLES uniformly random near neighbours of a query."""
+    from flows.sample import sample_store
+
+    if sum(x is not None for x in (query_id, query_row, query_file)) != 1:
+        raise FairpipeInputError(ONE_QUERY)
+    result = sample_store(
+        store,
+        query_ids=query_id,
+        query_rows=query_row,
+        queries=read_query_file(query_file),
+        radius=radius,
+        n_samples=samples,
+        sampler=method,
+        mode=mode,
+        seed=seed,
+        c=c,
+    )
+    emit(result, as_json, _render)
+
+
+def _render(r: dict) -> None:
+    out = result_console()
+    for i, q in enumerate(r["queries"]):
+        out.print(
+            f"query {i}: |M(q)| = {q['neighbourhood_size']} within r={r['radius']:.4g} "
+            f"({r['mode']} mode, {r['method']} sampler)",
+            markup=False,
+        )
+        print(" ".join(map(str, q["ids"])))

@@ -1,0 +1,169 @@
+"""The one exception handler of the command line: exit 2 and one line for bad input, 3 for a busy
+store, 1 and a traceback file for a bug, 130 when interrupted. Results never reach stdout then."""
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import flows.sample
+from fairpipe.errors import FairpipeInputError
+from flows.cli import app
+from storage.lock import WriterLock, lock_path_for
+
+runner = CliRunner()
+SAMPLE = ["sample", "--store", "nowhere", "--query-id", "3"]
+
+
+def invoke(*args, env=None):
+    return runner.invoke(app, [str(a) for a in args], env=env, catch_exceptions=False)
+
+
+@pytest.fixture
+def cache_home(monkeypatch, tmp_path) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("FAIRPIPE_DEBUG", raising=False)
+    return tmp_path / "cache"
+
+
+def sampler_raising(monkeypatch, make_error):
+    def sample_store(*args, **kwargs):
+        raise make_error()
+
+    monkeypatch.setattr(flows.sample, "sample_store", sample_store)
+
+
+def missing_key():
+    empty: dict[str, int] = {}
+    return empty["x"]
+
+
+def test_a_bug_exits_1_with_one_line_and_the_traceback_in_a_file(monkeypatch, cache_home):
+    sampler_raising(monkeypatch, missing_key)
+    out = invoke(*SAMPLE)
+    assert out.exit_code == 1 and out.stdout == ""
+    summary, where = out.stderr.splitlines()
+    assert summary == "fairpipe sample failed with an internal error: KeyError: 'x'"
+    path = Path(where.removeprefix("the traceback is in "))
+    assert path.parent == cache_home / "fairpipe" / "errors"
+    assert re.fullmatch(r"sample-\d{8}T\d{6}-\d+\.txt", path.name)
+    report = path.read_text()
+    assert report.startswith(summary + "\n")
+    assert "Traceback (most recent call last)" in report and "in missing_key" in report
+    assert report.rstrip().endswith("KeyError: 'x'")
+    assert "'query_id': 3" in report and "python: 3." in report and "fairpipe 0.1.0" in report
+    # The same bug twice in one second gets a second file.
+    again = Path(invoke(*SAMPLE).stderr.splitlines()[1].removeprefix("the traceback is in "))
+    assert again != path and again.exists()
+
+
+def test_fairpipe_debug_prints_the_traceback_instead(monkeypatch, cache_home):
+    sampler_raising(monkeypatch, missing_key)
+    out = invoke(*SAMPLE, env={"FAIRPIPE_DEBUG": "1"})
+    assert out.exit_code == 1 and out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert lines[0] == "fairpipe sample failed with an internal error: KeyError: 'x'"
+    assert lines[1] == "Traceback (most recent call last):" and lines[-1] == "KeyError: 'x'"
+    assert "in missing_key" in out.stderr
+    assert not cache_home.exists()
+
+
+def test_no_cache_folder_still_shows_the_traceback(monkeypatch, tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    sampler_raising(monkeypatch, missing_key)
+    out = invoke(*SAMPLE)
+    assert out.exit_code == 1
+    assert out.stderr.splitlines()[1].startswith("the traceback could not be written to a file")
+    assert "in missing_key" in out.stderr
+
+
+def bad_input():
+    return FairpipeInputError("The 'sampler' parameter of FairNN.sample must be one of 'exact'.")
+
+
+def wrapped_bad_input():
+    error = RuntimeError("Task run failed")  # as a runner wraps the error it re-raises
+    error.__cause__ = bad_input()
+    return error
+
+
+def bad_input_in_a_group():
+    return ExceptionGroup("unhandled errors in a TaskGroup", [bad_input()])
+
+
+@pytest.mark.parametrize("make_error", [bad_input, wrapped_bad_input, bad_input_in_a_group])
+def test_bad_input_exits_2_with_one_line_naming_the_flag(monkeypatch, cache_home, make_error):
+    sampler_raising(monkeypatch, make_error)
+    out = invoke(*SAMPLE)
+    assert out.exit_code == 2 and out.stdout == ""
+    assert out.stderr == (
+        "error: The 'sampler' parameter of FairNN.sample must be one of 'exact'. "
+        "(option --method)\n"
+    )
+    assert not cache_home.exists()
+
+
+def test_a_bug_while_handling_bad_input_is_still_a_bug(monkeypatch, cache_home):
+    def sample_store(*args, **kwargs):
+        try:
+            raise bad_input()
+        except FairpipeInputError:
+            raise KeyError("x")  # noqa: B904  (the point: an implicit __context__, no __cause__)
+
+    monkeypatch.setattr(flows.sample, "sample_store", sample_store)
+    out = invoke(*SAMPLE)
+    assert out.exit_code == 1
+    assert out.stderr.startswith("fairpipe sample failed with an internal error: KeyError: 'x'\n")
+
+
+def test_bad_input_of_the_command_itself(cache_home, tmp_path):
+    out = invoke("forget", "--store", tmp_path / "s")
+    assert out.exit_code == 2 and out.stdout == ""
+    assert out.stderr == "error: Give exactly one of --ids or --ids-file.\n"
+    (tmp_path / "q.npy").write_text("1 2 3")
+    out = invoke("predict", "--store", tmp_path / "s", "--query-file", tmp_path / "q.npy")
+    assert out.exit_code == 2 and "is not a .npy array" in out.stderr
+    assert len(out.stderr.splitlines()) == 1
+    markup = invoke("forget", "--store", tmp_path / "s", "--ids", "1,[bold]x")
+    assert markup.stderr == "error: Id '[bold]x' in --ids is not an integer.\n"  # not rich markup
+
+
+def test_usage_errors_keep_typers_exit_2(cache_home):
+    missing = invoke("fit", "--store", "s")
+    assert missing.exit_code == 2 and "--k" in missing.stderr
+    wrong = invoke("fit", "--store", "s", "--k", "three")
+    assert wrong.exit_code == 2 and "Invalid value" in wrong.stderr
+    assert not cache_home.exists()
+
+
+def test_interrupted_exits_130(monkeypatch, cache_home):
+    sampler_raising(monkeypatch, KeyboardInterrupt)
+    out = invoke(*SAMPLE)
+    assert out.exit_code == 130 and out.stderr == "fairpipe sample: interrupted\n"
+
+
+def test_a_busy_store_exits_3_and_names_the_lock_timeout(digits_store, cache_home):
+    path, _ = digits_store
+    url = str(path)
+    with WriterLock(lock_path_for(url, Path(url)), url):
+        out = invoke("forget", "--store", path, "--ids", "1", "--workers", 1)
+    assert out.exit_code == 3 and out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"error: Store {url} is being written by another process")
+    assert line.endswith("pass a lock timeout to wait. (option --lock-timeout)")
+    assert open_ids(path) == 1797  # nothing was forgotten
+
+
+def open_ids(path) -> int:
+    from storage import open_store
+
+    return int(open_store(str(path)).read("alive").sum())
+
+
+def test_every_command_runs_under_the_one_handler():
+    handlers = {c.callback.__code__ for c in app.registered_commands}  # type: ignore[union-attr]
+    assert len(handlers) == 1 and len(app.registered_commands) == 10
+    (handler,) = handlers
+    assert handler.co_name == "run" and handler.co_filename.endswith("flows/cli/_runner.py")
