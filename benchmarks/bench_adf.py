@@ -40,21 +40,7 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
 OUT = ROOT / "benchmarks" / "out"
 
-from fairpipe.audit import (  # noqa: E402
-    Tally,
-    adapter_for,
-    adf_search,
-    aequitas_local,
-    aequitas_search,
-    cluster_seeds,
-    discrimination_rate,
-    fit_quietly,
-    global_generation,
-    local_generation,
-    paper_mlp,
-    random_search,
-    retraining_improvement,
-)
+import fairpipe.audit as audit  # noqa: E402
 from fairpipe.datasets import load_audit_data  # noqa: E402
 
 CONFIGS = [("census", "adult", "age"), ("census", "adult", "race"), ("census", "adult", "sex"),
@@ -85,32 +71,32 @@ def run_config(label, dataset, attr, n_seeds, n_local, repeats, seed=0) -> dict:
     data = load_audit_data(dataset, DATA)
     domain = data.domain([attr])
     t = time.perf_counter()
-    model = fit_quietly(paper_mlp(seed, EPOCHS[dataset]), data.X, data.y)
+    model = audit.fit_quietly(audit.paper_mlp(seed, EPOCHS[dataset]), data.X, data.y)
     train_s = time.perf_counter() - t
-    adapter = adapter_for(model, n_features=domain.d)
+    adapter = audit.adapter_for(model, n_features=domain.d)
     accuracy = float((model.predict(data.X.astype(float)) == data.y).mean())
     n_seeds = min(n_seeds, 600) if dataset == "german" else n_seeds
 
     t = time.perf_counter()
-    seeds = cluster_seeds(data.X, n_seeds, seed=seed)
+    seeds = audit.cluster_seeds(data.X, n_seeds, seed=seed)
     seeds_s = time.perf_counter() - t
-    adf = adf_search(adapter, seeds, domain, n_local=n_local, seed=seed)
-    aeq = aequitas_search(adapter, domain, n_global=n_seeds, n_local=n_local, seed=seed)
-    rnd = random_search(adapter, domain, budget=adf.generated, seed=seed)
+    adf = audit.adf_search(adapter, seeds, domain, n_local=n_local, seed=seed)
+    aeq = audit.aequitas_search(adapter, domain, n_global=n_seeds, n_local=n_local, seed=seed)
+    rnd = audit.random_search(adapter, domain, budget=adf.generated, seed=seed)
 
     # Table VII: both local phases from the same starts.
-    starts = global_generation(adapter, seeds, domain)[:100]
+    starts = audit.global_generation(adapter, seeds, domain)[:100]
     local = {}
-    for name, run in (("adf", local_generation), ("aequitas", aequitas_local)):
-        tally = Tally(domain)
+    for name, run in (("adf", audit.local_generation), ("aequitas", audit.aequitas_local)):
+        tally = audit.Tally(domain)
         run(adapter, starts, domain, n_local, np.random.default_rng(seed), tally=tally)
         local[name] = len(tally.found) / max(len(starts), 1)
 
-    rate = discrimination_rate(adapter, domain, 10_000, seed=seed)
+    rate = audit.discrimination_rate(adapter, domain, 10_000, seed=seed)
     retrain = {}
     for name, res in (("adf", adf), ("aequitas", aeq)):
         if res.discriminatory.shape[0]:
-            retrain[name] = retraining_improvement(
+            retrain[name] = audit.retraining_improvement(
                 model, adapter, data.X, data.y, res.discriminatory, domain, repeats=repeats,
                 seed=seed,
             )  # fmt: skip
@@ -145,57 +131,69 @@ def fmt(x, spec=",.0f"):
     return "-" if x is None else format(x, spec)
 
 
+def table(title: str, header: str, results: list[dict], row) -> None:
+    """One of the paper's tables: a title, a header, and ``row(result, paper's figures)`` each."""
+    print(f"\n{title}\n{header}")
+    for r in results:
+        print(row(r, PAPER[r["label"]]))
+
+
+def table_iv(r: dict, paper: dict) -> str:
+    p, (a, d, z) = paper["iv"], (r["aequitas"], r["adf"], r["random"])
+    return (
+        f"{r['label']:12} {a['generated']:>8,}/{a['ids']:>7,} {a['success']:5.1%} "
+        f"[{p[0]:>6,}/{p[1]:>6,}] {d['generated']:>8,}/{d['ids']:>8,} {d['success']:5.1%} "
+        f"[{p[2]:>7,}/{p[3]:>7,}] {z['generated']:>8,}/{z['ids']:>7,} "
+        f"{d['ids'] / max(a['ids'], 1):>10.1f}x"
+    )
+
+
+def tables_vi_vii(r: dict, paper: dict) -> str:
+    lp = r["local_per_start"]
+    return (
+        f"{r['label']:12} {r['aequitas']['global_ids']:>7} [{paper['vi'][0]:>4}] "
+        f"{r['adf']['global_ids']:>5} [{paper['vi'][1]:>4}] {lp['aequitas']:>9.0f} "
+        f"[{paper['vii'][0]:>4}] {lp['adf']:>7.0f} [{paper['vii'][1]:>4}]   "
+        f"({r['local_starts']} starts)"
+    )
+
+
+def table_x(r: dict, paper: dict) -> str:
+    p, a, d = paper["x"], r["aequitas"], r["adf"]
+    return (
+        f"{r['label']:12} {fmt(a['to_1000'], '.2f'):>7} [{p[0]:>6.1f}] "
+        f"{fmt(d['to_1000'], '.2f'):>5} [{p[1]:>6.1f}] {d['ids_per_s']:>10,.0f} "
+        f"{a['ids_per_s']:>10,.0f} {d['ids_per_s'] / max(a['ids_per_s'], 1e-9):>5.1f}x"
+    )
+
+
+def table_xii(r: dict, paper: dict) -> str:
+    p, rt = paper["xii"], r["retrain"]
+    aeq = rt.get("aequitas", {}).get("rate_after")
+    adf = rt.get("adf", {}).get("rate_after")
+    imp = rt.get("adf", {}).get("improvement")
+    return (
+        f"{r['label']:12} {100 * r['rate']:>6.2f} [{p[0]:>5.2f}] "
+        f"{fmt(None if aeq is None else 100 * aeq, '.2f'):>6} [{p[1]:>5.2f}] "
+        f"{fmt(None if adf is None else 100 * adf, '.2f'):>6} [{p[2]:>5.2f}] "
+        f"{fmt(None if imp is None else 100 * imp, '.0f'):>6}% [{100 * (1 - p[2] / p[0]):.0f}%] "
+        f"{r['accuracy']:>6.3f}"
+    )
+
+
 def report(results: list[dict]) -> None:
-    print("\nTable IV (#GDiff / #ID / success; paper's in brackets)")
-    print(f"{'config':12} {'AEQUITAS':>34} {'ADF':>38} {'random':>22} {'ADF/AEQ #ID':>11}")
-    for r in results:
-        p = PAPER[r["label"]]["iv"]
-        a, d, z = r["aequitas"], r["adf"], r["random"]
-        print(
-            f"{r['label']:12} {a['generated']:>8,}/{a['ids']:>7,} {a['success']:5.1%} "
-            f"[{p[0]:>6,}/{p[1]:>6,}] {d['generated']:>8,}/{d['ids']:>8,} {d['success']:5.1%} "
-            f"[{p[2]:>7,}/{p[3]:>7,}] {z['generated']:>8,}/{z['ids']:>7,} "
-            f"{d['ids'] / max(a['ids'], 1):>10.1f}x"
-        )
-    print("\nTables VI and VII (global IDs; local IDs per start, same starts; paper's in brackets)")
-    print(f"{'config':12} {'VI AEQUITAS':>16} {'VI ADF':>12} {'VII AEQUITAS':>16} {'VII ADF':>14}")
-    for r in results:
-        p = PAPER[r["label"]]
-        lp = r["local_per_start"]
-        print(
-            f"{r['label']:12} {r['aequitas']['global_ids']:>7} [{p['vi'][0]:>4}] "
-            f"{r['adf']['global_ids']:>5} [{p['vi'][1]:>4}] {lp['aequitas']:>9.0f} [{p['vii'][0]:>4}] "
-            f"{lp['adf']:>7.0f} [{p['vii'][1]:>4}]   ({r['local_starts']} starts)"
-        )
-    print("\nTable X (seconds to 1,000 IDs) and throughput (distinct IDs per second)")
-    print(
-        f"{'config':12} {'AEQUITAS':>17} {'ADF':>15} {'ADF IDs/s':>10} {'AEQ IDs/s':>10} {'ratio':>6}"
-    )
-    for r in results:
-        p = PAPER[r["label"]]["x"]
-        a, d = r["aequitas"], r["adf"]
-        print(
-            f"{r['label']:12} {fmt(a['to_1000'], '.2f'):>7} [{p[0]:>6.1f}] "
-            f"{fmt(d['to_1000'], '.2f'):>5} [{p[1]:>6.1f}] {d['ids_per_s']:>10,.0f} "
-            f"{a['ids_per_s']:>10,.0f} {d['ids_per_s'] / max(a['ids_per_s'], 1e-9):>5.1f}x"
-        )
-    print("\nTable XII (discrimination rate %, before and after retraining with 5% of the IDs)")
-    print(
-        f"{'config':12} {'before':>15} {'AEQUITAS':>15} {'ADF':>15} {'ADF improvement':>16} {'acc':>6}"
-    )
-    for r in results:
-        p = PAPER[r["label"]]["xii"]
-        rt = r["retrain"]
-        aeq = rt.get("aequitas", {}).get("rate_after")
-        adf = rt.get("adf", {}).get("rate_after")
-        imp = rt.get("adf", {}).get("improvement")
-        print(
-            f"{r['label']:12} {100 * r['rate']:>6.2f} [{p[0]:>5.2f}] "
-            f"{fmt(None if aeq is None else 100 * aeq, '.2f'):>6} [{p[1]:>5.2f}] "
-            f"{fmt(None if adf is None else 100 * adf, '.2f'):>6} [{p[2]:>5.2f}] "
-            f"{fmt(None if imp is None else 100 * imp, '.0f'):>6}% [{100 * (1 - p[2] / p[0]):.0f}%] "
-            f"{r['accuracy']:>6.3f}"
-        )
+    table("Table IV (#GDiff / #ID / success; paper's in brackets)",
+          f"{'config':12} {'AEQUITAS':>34} {'ADF':>38} {'random':>22} {'ADF/AEQ #ID':>11}",
+          results, table_iv)  # fmt: skip
+    table("Tables VI and VII (global IDs; local IDs per start, same starts; paper's in brackets)",
+          f"{'config':12} {'VI AEQUITAS':>16} {'VI ADF':>12} {'VII AEQUITAS':>16} {'VII ADF':>14}",
+          results, tables_vi_vii)  # fmt: skip
+    table("Table X (seconds to 1,000 IDs) and throughput (distinct IDs per second)",
+          f"{'config':12} {'AEQUITAS':>17} {'ADF':>15} {'ADF IDs/s':>10} {'AEQ IDs/s':>10} "
+          f"{'ratio':>6}", results, table_x)  # fmt: skip
+    table("Table XII (discrimination rate %, before and after retraining with 5% of the IDs)",
+          f"{'config':12} {'before':>15} {'AEQUITAS':>15} {'ADF':>15} {'ADF improvement':>16} "
+          f"{'acc':>6}", results, table_xii)  # fmt: skip
     imps = [r["retrain"]["adf"]["improvement"] for r in results if "adf" in r["retrain"]]
     imps = [i for i in imps if i is not None]
     if imps:

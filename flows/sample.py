@@ -32,21 +32,19 @@ def rows_for_ids(nn: FairNN, ids, url: str) -> np.ndarray:
     return rows
 
 
-def sample_store(
-    store_url: str,
-    *,
-    query_ids=None,
-    query_rows=None,
-    queries: np.ndarray | None = None,
-    radius: float | None = None,
-    n_samples: int = 10,
-    sampler: str = "exact",
-    mode: str = "exact",
-    seed: int = 0,
-    c: float = 2.0,
-) -> dict:
-    """Fair samples of the store's points near each query (a stored id or row, or points). The
-    result keeps the command line's keys (``method`` for the sampler)."""
+SAMPLING_DEFAULTS = {"n_samples": 10, "sampler": "exact", "mode": "exact", "seed": 0, "c": 2.0}
+
+
+def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=None,
+                 radius: float | None = None, **sampling) -> dict:  # fmt: skip
+    """Fair samples of the store's points near each query (stored ids or rows, or points).
+
+    ``sampling`` holds :meth:`FairNN.sample`'s options (``n_samples``, ``sampler``, ``mode``,
+    ``seed``, ``c``), with the command line's defaults (10 samples, seed 0); ``radius`` defaults
+    to the store's suggested radius. The result keeps the command line's keys (``method`` for the
+    sampler).
+    """
+    sampling = {**SAMPLING_DEFAULTS, **sampling}
     t0 = time.perf_counter()
     nn, attrs = load_sampler(store_url)
     t_load = time.perf_counter() - t0
@@ -55,17 +53,8 @@ def sample_store(
     if query_ids is not None:
         query_rows = rows_for_ids(nn, query_ids, store_url)
     t1 = time.perf_counter()
-    res = nn.sample(
-        queries,
-        query_rows=query_rows,
-        radius=radius,
-        n_samples=n_samples,
-        sampler=sampler,
-        mode=mode,
-        seed=seed,
-        c=c,
-        with_neighbourhood=True,
-    )
+    res = nn.sample(queries, query_rows=query_rows, radius=radius, with_neighbourhood=True,
+                    **sampling)  # fmt: skip
     t_sample = time.perf_counter() - t1
     assert res.neighbourhood_sizes is not None  # asked for with_neighbourhood=True
     sizes = res.neighbourhood_sizes.astype(int).tolist()
@@ -83,9 +72,9 @@ def sample_store(
         )
     result = {
         "radius": radius,
-        "method": sampler,
-        "mode": mode,
-        "seed": seed,
+        "method": sampling["sampler"],
+        "mode": sampling["mode"],
+        "seed": sampling["seed"],
         "queries": out,
         "timings": {"load": t_load, "sample": t_sample},
     }

@@ -94,15 +94,18 @@ class Spec:
         return type(self.make()).__name__
 
 
+def maker(estimator, **defaults):
+    """``make(**overrides)``: the estimator with these defaults, some overridden."""
+    return lambda **overrides: estimator(**{**defaults, **overrides})
+
+
 def sample_ids(nn: FairNN, X: np.ndarray):
     return nn.sample(X[:3], radius=3.0, n_samples=20, seed=4).ids
 
 
 SPECS = [
     Spec(
-        make=lambda **kw: E2LSH(
-            **{"n_hashes": 4, "n_tables": 6, "bucket_width": 2.0, "seed": 3, **kw}
-        ),
+        make=maker(E2LSH, n_hashes=4, n_tables=6, bucket_width=2.0, seed=3),
         compare=compare_model,
         behave=lambda m, X: m.hash(X),
         bad=[
@@ -115,9 +118,7 @@ SPECS = [
         deletes=False,
     ),
     Spec(
-        make=lambda **kw: FairNN(
-            **{"n_hashes": 3, "n_tables": 8, "bucket_width": 3.0, "seed": 3, **kw}
-        ),
+        make=maker(FairNN, n_hashes=3, n_tables=8, bucket_width=3.0, seed=3),
         compare=compare_fair_nn,
         behave=sample_ids,
         bad=[
@@ -127,16 +128,8 @@ SPECS = [
         needs_fit=["sample", "neighbourhood", "delete", "to_arrays"],
     ),
     Spec(
-        make=lambda **kw: DCKMeans(
-            **{
-                "n_clusters": 3,
-                "fanout": 3,
-                "height": 2,
-                "max_iter": 5,
-                "n_init": 2,
-                "seed": 1,
-                **kw,
-            }
+        make=maker(
+            DCKMeans, n_clusters=3, fanout=3, height=2, max_iter=5, n_init=2, seed=1
         ),  # fmt: skip
         compare=compare_model,
         behave=lambda m, X: m.predict(X),
@@ -150,9 +143,7 @@ SPECS = [
         needs_fit=["predict", "loss", "delete", "to_arrays"],
     ),
     Spec(
-        make=lambda **kw: QKMeans(
-            **{"n_clusters": 3, "epsilon": 0.5, "max_iter": 6, "seed": 2, **kw}
-        ),
+        make=maker(QKMeans, n_clusters=3, epsilon=0.5, max_iter=6, seed=2),
         compare=compare_model,
         behave=lambda m, X: m.predict(X),
         bad=[
@@ -164,18 +155,16 @@ SPECS = [
         needs_fit=["predict", "loss", "delete", "to_arrays", "certification_rate"],
     ),
     Spec(
-        make=lambda **kw: FairSummary(
-            **{
-                "k": 6,
-                "lower": [1, 1, 1],
-                "upper": [3, 3, 3],
-                "fanout": 3,
-                "height": 2,
-                "eval_size": 60,
-                "seed": 4,
-                **kw,
-            }
-        ),  # fmt: skip
+        make=maker(
+            FairSummary,
+            k=6,
+            lower=[1, 1, 1],
+            upper=[3, 3, 3],
+            fanout=3,
+            height=2,
+            eval_size=60,
+            seed=4,
+        ),  # fmt: skip  # fmt: skip
         compare=compare_model,
         behave=lambda m, X: m.summary_ids_,
         bad=[

@@ -30,6 +30,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from fairpipe.base import BaseEstimator
+from fairpipe.errors import check_int, check_positive_int
 from fairpipe.hashing import seed_key
 from fairpipe.parallel import THREADS, compiled, thread_pool
 
@@ -363,3 +365,19 @@ def kmeans_plus_plus(X: np.ndarray, k: int, key: int, seed: int):
     _seed(X, np.ones(n), 0, n, np.uint64(key), _salts(int(seed), int(k)), int(k), trials, C, rows,
           np.empty(n), np.empty(n), np.empty((trials, n)))  # fmt: skip
     return C, rows
+
+
+@dataclass(kw_only=True, repr=False, eq=False)
+class KMeansParameters(BaseEstimator):
+    """The parameters DC-k-means and Q-k-means share: k, the Lloyd steps, restarts, the seed."""
+
+    n_clusters: int = 8
+    max_iter: int = 10
+    n_init: int = 10
+    seed: int = 0
+
+    def _check_kmeans_params(self) -> None:
+        owner = type(self).__name__
+        for name in ("n_clusters", "max_iter", "n_init"):
+            check_positive_int(getattr(self, name), name, owner)
+        check_int(self.seed, "seed", owner)

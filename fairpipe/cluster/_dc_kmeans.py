@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairpipe.base import BaseEstimator, DeletionReport, rows_from_arrays
-from fairpipe.cluster._batched_kmeans import nearest, solve_batch
-from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_int, check_positive_int
+from fairpipe.base import DeletionReport, rows_from_arrays
+from fairpipe.cluster._batched_kmeans import KMeansParameters, nearest, solve_batch
+from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
 from fairpipe.tree import check_tree, children, leaf_of, nodes_per_level, walk_up
 from fairpipe.validation import check_points, check_points_and_ids
 
@@ -140,7 +140,7 @@ def tree_arrays(centroids: list[np.ndarray], masses: list[np.ndarray]) -> dict[s
 
 
 @dataclass(kw_only=True, repr=False, eq=False)
-class DCKMeans(BaseEstimator):
+class DCKMeans(KMeansParameters):
     """Divide-and-conquer k-means tree with exact (bit-identical) batch deletion.
 
     Parameters
@@ -159,19 +159,13 @@ class DCKMeans(BaseEstimator):
 
     _fitted_attribute = "centroids_by_level_"
 
-    n_clusters: int = 8
     fanout: int = 8
     height: int = 1
-    max_iter: int = 10
-    n_init: int = 10
-    seed: int = 0
 
     # -- fitting -------------------------------------------------------------------------------
     def _check_params(self) -> int:
         """Validate the parameters; returns the number of leaves."""
-        for name in ("n_clusters", "max_iter", "n_init"):
-            check_positive_int(getattr(self, name), name, "DCKMeans")
-        check_int(self.seed, "seed", "DCKMeans")
+        self._check_kmeans_params()
         return check_tree(self.fanout, self.height, "DCKMeans", min_height=1)
 
     def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> DCKMeans:

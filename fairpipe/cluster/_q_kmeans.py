@@ -39,12 +39,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fairpipe.base import BaseEstimator, DeletionReport, rows_from_arrays
-from fairpipe.cluster._batched_kmeans import cluster_sums, kmeans_plus_plus, nearest
+from fairpipe.base import DeletionReport, rows_from_arrays
+from fairpipe.cluster._batched_kmeans import (
+    KMeansParameters,
+    cluster_sums,
+    kmeans_plus_plus,
+    nearest,
+)
 from fairpipe.errors import (
     K_TOO_LARGE,
     FairpipeInputError,
-    check_int,
     check_open_unit,
     check_positive_float,
     check_positive_int,
@@ -81,7 +85,7 @@ class _Run:
 
 
 @dataclass(kw_only=True, repr=False, eq=False)
-class QKMeans(BaseEstimator):
+class QKMeans(KMeansParameters):
     """Quantised k-means with certified deletion.
 
     Parameters
@@ -102,19 +106,14 @@ class QKMeans(BaseEstimator):
 
     _fitted_attribute = "centroids_"
 
-    n_clusters: int = 8
     epsilon: float = 0.05
     balance: float = 0.2
-    max_iter: int = 10
     n_init: int = 1
-    seed: int = 0
 
     def _check_params(self) -> None:
-        for name in ("n_clusters", "max_iter", "n_init"):
-            check_positive_int(getattr(self, name), name, "QKMeans")
+        self._check_kmeans_params()
         check_positive_float(self.epsilon, "epsilon", "QKMeans")
         check_open_unit(self.balance, "balance", "QKMeans")
-        check_int(self.seed, "seed", "QKMeans")
 
     def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> QKMeans:
         self._check_params()

@@ -158,24 +158,24 @@ def _plan_npy(path: Path, groups_file: str | None, ids_file: str | None) -> Sour
         raise FairpipeInputError(EMPTY.format(where=where))
     plan = SourcePlan(kind="npy", where=where, n=X.shape[0], d=X.shape[1], path=str(path))
     if groups_file is not None:
-        g = np.load(groups_file, allow_pickle=False)
-        if g.shape != (plan.n,):
-            raise FairpipeInputError(
-                LENGTH_MISMATCH.format(
-                    what="Groups file", path=groups_file, got=g.shape[0] if g.ndim else 0, n=plan.n
-                )
-            )
+        g = _load_column(groups_file, "Groups file", plan.n)
         plan.groups, plan.group_names = _codes(g, Path(groups_file).name, "groups")
     if ids_file is not None:
-        ids = np.load(ids_file, allow_pickle=False)
-        if ids.shape != (plan.n,):
-            raise FairpipeInputError(
-                LENGTH_MISMATCH.format(
-                    what="Ids file", path=ids_file, got=ids.shape[0] if ids.ndim else 0, n=plan.n
-                )
-            )
+        ids = _load_column(ids_file, "Ids file", plan.n)
         plan.ids = check_unique_ids(ids, where=Path(ids_file).name)
     return plan
+
+
+def _load_column(path: str, what: str, n: int) -> np.ndarray:
+    """A .npy file of one value per row of the points file, or an error naming it."""
+    try:
+        values = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise FairpipeInputError(f"{what} {path} is not a .npy array ({exc}).") from None
+    if values.shape != (n,):
+        got = values.shape[0] if values.ndim else 0
+        raise FairpipeInputError(LENGTH_MISMATCH.format(what=what, path=path, got=got, n=n))
+    return values
 
 
 def _read_table(path: Path, kind: str, columns=None, skip: int = 0, nrows: int | None = None):

@@ -37,7 +37,8 @@ LSH_ARRAYS = ("projections", "offsets", "multipliers")
 
 @dataclass(kw_only=True, repr=False, eq=False)
 class LSHParameters(BaseEstimator):
-    """The parameters of E2LSH hash functions: shared by :class:`E2LSH` and ``FairNN``."""
+    """The parameters of E2LSH hash functions, shared by :class:`E2LSH` and ``FairNN`` (which
+    draws its hash functions with them)."""
 
     n_hashes: int = 15
     n_tables: int = 100

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import inspect
 import json
 import os
 import platform
@@ -24,6 +25,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -32,6 +34,7 @@ from rich.console import Console
 from rich.text import Text
 
 from fairpipe.errors import FairpipeInputError
+from flows.cli._options import AsJson, DaskAddress, LockTimeout, Workers
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 DEBUG_VARIABLE = "FAIRPIPE_DEBUG"
@@ -61,9 +64,41 @@ def emit(result: dict, as_json: bool, render: Callable[[dict], None]) -> None:
         render(result)
 
 
+# -- the options every command of a kind shares --------------------------------------------------
+@dataclass(frozen=True)
+class Shared:
+    """The options a command shares with others of its kind: where its flows run, how long it
+    waits for another writer, and whether it answers in JSON."""
+
+    as_json: bool = False
+    dask_address: str | None = None
+    workers: int = 2
+    lock_timeout: float = 0.0
+
+    @property
+    def cluster(self) -> dict[str, Any]:
+        """The keyword arguments of a ``run_*`` flow entry point that pick its Dask cluster."""
+        return {"dask_address": self.dask_address, "n_workers": self.workers}
+
+
+# Each shared option once: its annotation (flag and help) and its default.
+SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "dask_address": (DaskAddress, None),
+    "workers": (Workers, 2),
+    "lock_timeout": (LockTimeout, 0.0),
+    "as_json": (AsJson, False),
+}
+RUNS_FLOWS = ("dask_address", "workers", "as_json")
+WRITES_STORES = ("dask_address", "workers", "lock_timeout", "as_json")
+
+
 # -- errors ----------------------------------------------------------------------------------------
-def command(parameter_flags: Mapping[str, str] | None = None) -> Callable[[F], F]:
-    """Run a command under the one exception handler (see the module's docstring).
+def command(parameter_flags: Mapping[str, str] | None = None, *,
+            shared: tuple[str, ...] = ("as_json",),
+            render: Callable[[dict], None] | None = None) -> Callable[[F], F]:  # fmt: skip
+    """A command: run under the one exception handler (see the module's docstring), with the
+    ``shared`` options added after its own and given to it as ``shared: Shared``; the dict it
+    returns is printed as one JSON object (``--json``) or by ``render``.
 
     ``parameter_flags`` maps a library parameter that a bad-input message may name (``'fanout'``)
     to the flag of this command that sets it (``--tree-width``); the message then names the flag.
@@ -71,11 +106,24 @@ def command(parameter_flags: Mapping[str, str] | None = None) -> Callable[[F], F
     flags = dict(parameter_flags or {})
 
     def decorate(fn: F) -> F:
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            with errors_reported(fn.__name__, flags, kwargs):
-                return fn(*args, **kwargs)
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
+               if p.name != "shared"]  # fmt: skip
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                              default=default)
+            for name, (annotation, default) in SHARED_OPTIONS.items() if name in shared
+        ]  # fmt: skip
 
+        @functools.wraps(fn)
+        def run(**kwargs: Any) -> None:
+            with errors_reported(fn.__name__, flags, dict(kwargs)):
+                options = Shared(**{name: kwargs.pop(name) for name in shared})
+                result = fn(**kwargs, shared=options)
+                if render is not None:
+                    emit(result, options.as_json, render)
+
+        run.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in own + added}
         return cast(F, run)
 
     return decorate

@@ -9,8 +9,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from flows.cli._options import AsJson, DaskAddress, Seed, Workers
-from flows.cli._runner import command, emit, result_console
+from flows.cli._options import Seed
+from flows.cli._runner import RUNS_FLOWS, Shared, command, result_console
 
 # The search functions' parameters, as their error messages name them.
 PARAMETER_FLAGS = {"baselines": "--baseline", "n_seeds": "--seeds", "n_local": "--local"}
@@ -18,7 +18,40 @@ METHODS = (("adf", "ADF"), ("aequitas", "AEQUITAS"), ("random", "random"))
 COLUMNS = ("method", "#ID", "#GDiff", "success", "global", "seconds", "IDs/s", "1k IDs")
 
 
-@command(PARAMETER_FLAGS)
+def _render(r: dict) -> None:
+    out = result_console()
+    out.print(
+        f"{r['dataset']} ({r['rows']:,} rows), {r['model']}, protected "
+        f"{', '.join(r['protected'])}: discrimination rate {r['discrimination_rate']:.2%} of "
+        "random inputs",
+        markup=False,
+    )
+    table = Table(box=box.SIMPLE_HEAD)
+    for header in COLUMNS:
+        table.add_column(header, no_wrap=True)
+    for key, name in METHODS:
+        if key not in r:
+            continue
+        m = r[key]
+        to_1000 = m["seconds_to_1000_ids"]
+        table.add_row(
+            name, f"{m['ids']:,}", f"{m['generated']:,}", f"{m['success_rate']:.1%}",
+            "-" if m["global_ids"] is None else f"{m['global_ids']:,}", f"{m['seconds']:.2f}",
+            f"{m['ids_per_second'] or 0:,.0f}", "never" if to_1000 is None else f"{to_1000:.2f} s",
+        )  # fmt: skip
+    out.print(table)
+    if "retrain" in r:
+        t = r["retrain"]
+        out.print(
+            f"retrained {t['repeats']}x with {t['samples']:,} of them: discrimination rate "
+            f"{t['rate_before']:.2%} -> {t['rate_after']:.2%}"
+            + (f" ({t['improvement']:.0%} better)" if t["improvement"] is not None else "")
+        )
+    if "out" in r:
+        out.print(f"samples, model, metrics and plot in {r['out']}", markup=False)
+
+
+@command(PARAMETER_FLAGS, shared=RUNS_FLOWS, render=_render)
 def audit(
     protected: Annotated[
         list[str],
@@ -28,7 +61,8 @@ def audit(
         str,
         typer.Option(
             "--dataset",
-            help="adult | german | bank (from ../shared/data or --data-dir), adult:PATH / "
+            help="adult | german | bank (from --data-dir, default the shared data folder beside the "
+            "repository), adult:PATH / "
             "german:PATH / bank:PATH, or an integer CSV with a 'label' column.",
         ),
     ] = "adult",
@@ -80,10 +114,9 @@ def audit(
         str | None, typer.Option("--data-dir", help="Folder of the named data sets.")
     ] = None,
     seed: Seed = 0,
-    dask_address: DaskAddress = None,
-    workers: Workers = 2,
-    as_json: AsJson = False,
-) -> None:
+    *,
+    shared: Shared,
+) -> dict:
     """Search a classifier for discriminatory inputs (ADF, against AEQUITAS and random search) and
     measure its discrimination; optionally retrain with some of the inputs found."""
     from flows.audit import AuditOptions, run_audit
@@ -93,40 +126,7 @@ def audit(
         local=local, max_iter=max_iter, objective=objective,
         baselines=() if no_baselines else tuple(baseline), retrain=retrain, repeats=repeats,
         train_iter=train_iter, seed=seed, data_dir=data_dir,
-        progress=not as_json,  # a progress bar on stderr
+        progress=not shared.as_json,  # a progress bar on stderr
     )  # fmt: skip
-    result = run_audit(options, out, dask_address=dask_address, n_workers=workers)
-    emit(result, as_json, _render)
-
-
-def _render(r: dict) -> None:
-    out = result_console()
-    out.print(
-        f"{r['dataset']} ({r['rows']:,} rows), {r['model']}, protected "
-        f"{', '.join(r['protected'])}: discrimination rate {r['discrimination_rate']:.2%} of "
-        "random inputs",
-        markup=False,
-    )
-    table = Table(box=box.SIMPLE_HEAD)
-    for header in COLUMNS:
-        table.add_column(header, no_wrap=True)
-    for key, name in METHODS:
-        if key not in r:
-            continue
-        m = r[key]
-        to_1000 = m["seconds_to_1000_ids"]
-        table.add_row(
-            name, f"{m['ids']:,}", f"{m['generated']:,}", f"{m['success_rate']:.1%}",
-            "-" if m["global_ids"] is None else f"{m['global_ids']:,}", f"{m['seconds']:.2f}",
-            f"{m['ids_per_second'] or 0:,.0f}", "never" if to_1000 is None else f"{to_1000:.2f} s",
-        )  # fmt: skip
-    out.print(table)
-    if "retrain" in r:
-        t = r["retrain"]
-        out.print(
-            f"retrained {t['repeats']}x with {t['samples']:,} of them: discrimination rate "
-            f"{t['rate_before']:.2%} -> {t['rate_after']:.2%}"
-            + (f" ({t['improvement']:.0%} better)" if t["improvement"] is not None else "")
-        )
-    if "out" in r:
-        out.print(f"samples, model, metrics and plot in {r['out']}", markup=False)
+    result = run_audit(options, out, **shared.cluster)
+    return result

@@ -7,33 +7,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli._options import AsJson, Seed
-from flows.cli._runner import command, diagnostics_console, emit, result_console
+from flows.cli._options import Seed
+from flows.cli._runner import Shared, command, diagnostics_console, result_console
 
 PARAMETER_FLAGS = {"n_queries": "--queries"}
-
-
-@command(PARAMETER_FLAGS)
-def demo(
-    store: Annotated[
-        str | None,
-        typer.Option("--store", help="Folder for the demo store (default: a temporary folder)."),
-    ] = None,
-    queries: Annotated[int, typer.Option("--queries", help="Query points of the TV report.")] = 20,
-    plot: Annotated[str | None, typer.Option("--plot", help="PNG path for the TV plot.")] = None,
-    seed: Seed = 0,
-    as_json: AsJson = False,
-) -> None:
-    """Ingest the built-in digits, sample fair neighbours, print a TV report and write a plot."""
-    from flows.demo import run_demo
-
-    progress = diagnostics_console()
-
-    def log(message: str) -> None:
-        if not as_json:
-            progress.print(message, markup=False)
-
-    emit(run_demo(store=store, n_queries=queries, seed=seed, plot=plot, log=log), as_json, _render)
 
 
 def _render(r: dict) -> None:
@@ -51,3 +28,27 @@ def _render(r: dict) -> None:
         )
     result_console().print(table)
     print(f"plot: {r['plot']}\nstore: {r['store']}\ntotal {r['seconds']:.1f} s")
+
+
+@command(PARAMETER_FLAGS, render=_render)
+def demo(
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="Folder for the demo store (default: a temporary folder)."),
+    ] = None,
+    queries: Annotated[int, typer.Option("--queries", help="Query points of the TV report.")] = 20,
+    plot: Annotated[str | None, typer.Option("--plot", help="PNG path for the TV plot.")] = None,
+    seed: Seed = 0,
+    *,
+    shared: Shared,
+) -> dict:
+    """Ingest the built-in digits, sample fair neighbours, print a TV report and write a plot."""
+    from flows.demo import run_demo
+
+    progress = diagnostics_console()
+
+    def log(message: str) -> None:
+        if not shared.as_json:
+            progress.print(message, markup=False)
+
+    return run_demo(store=store, n_queries=queries, seed=seed, plot=plot, log=log)

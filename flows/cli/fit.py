@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from flows.cli._options import AsJson, DaskAddress, LockTimeout, Seed, Store, Workers
-from flows.cli._runner import command, emit, result_console
+from flows.cli._options import Seed, Store
+from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 # DCKMeans' and QKMeans' parameters, as their error messages name them.
 PARAMETER_FLAGS = {
@@ -19,7 +19,22 @@ PARAMETER_FLAGS = {
 }
 
 
-@command(PARAMETER_FLAGS)
+def _render(r: dict) -> None:
+    shape = (
+        f"{r['leaves']} leaves, {r['nodes']} nodes"
+        if r["model"] == "dc"
+        else f"{r['steps']} steps; {r['certification_rate']:.0%} of a 200-point probe "
+        "would be certified at deletion"
+    )
+    out = result_console()
+    out.print(
+        f"fitted {r['model']} k={r['k']} on {r['n_alive']} points ({shape}); "
+        f"commit {r['commit']} in {r['timings']['total']:.1f} s"
+    )
+    out.print("cluster masses: " + " ".join(f"{m:.0f}" for m in r["masses"]))
+
+
+@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render)
 def fit(
     store: Store,
     k: Annotated[int, typer.Option("--k", help="Number of clusters.", show_default=False)],
@@ -53,32 +68,15 @@ def fit(
         float, typer.Option("--gamma", help="Q: balance correction, in (0, 1).")
     ] = 0.2,
     seed: Seed = 0,
-    dask_address: DaskAddress = None,
-    workers: Workers = 2,
-    lock_timeout: LockTimeout = 0.0,
-    as_json: AsJson = False,
-) -> None:
+    *,
+    shared: Shared,
+) -> dict:
     """Fit the store's clustering model (DC-k-means tree or Q-k-means): one commit."""
     from flows.fit import FitOptions, run_fit
 
     options = FitOptions(
         k=k, model=model, width=tree_width, height=tree_height, iterations=iterations,
-        n_init=n_init, seed=seed, epsilon=epsilon, gamma=gamma, lock_timeout=lock_timeout,
+        n_init=n_init, seed=seed, epsilon=epsilon, gamma=gamma, lock_timeout=shared.lock_timeout,
     )  # fmt: skip
-    result = run_fit(store, options, dask_address=dask_address, n_workers=workers)
-    emit(result, as_json, _render)
-
-
-def _render(r: dict) -> None:
-    shape = (
-        f"{r['leaves']} leaves, {r['nodes']} nodes"
-        if r["model"] == "dc"
-        else f"{r['steps']} steps; {r['certification_rate']:.0%} of a 200-point probe "
-        "would be certified at deletion"
-    )
-    out = result_console()
-    out.print(
-        f"fitted {r['model']} k={r['k']} on {r['n_alive']} points ({shape}); "
-        f"commit {r['commit']} in {r['timings']['total']:.1f} s"
-    )
-    out.print("cluster masses: " + " ".join(f"{m:.0f}" for m in r["masses"]))
+    result = run_fit(store, options, **shared.cluster)
+    return result

@@ -7,47 +7,10 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import AsJson, DaskAddress, LockTimeout, Store, Workers
-from flows.cli._runner import command, emit, result_console
+from flows.cli._options import Store
+from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
-
-
-@command()
-def forget(
-    store: Store,
-    ids: Annotated[
-        str | None, typer.Option("--ids", help="Comma-separated ids.", show_default=False)
-    ] = None,
-    ids_file: Annotated[
-        str | None,
-        typer.Option(
-            "--ids-file", help="A .npy, or text with one id per line.", show_default=False
-        ),
-    ] = None,
-    dask_address: DaskAddress = None,
-    workers: Workers = 2,
-    lock_timeout: LockTimeout = 0.0,
-    purge_history: Annotated[
-        bool,
-        typer.Option(
-            "--purge-history",
-            help="Also drop every earlier snapshot (they still hold the erased rows) and delete "
-            "the objects only they used. Time travel before this commit is lost.",
-        ),
-    ] = False,
-    as_json: AsJson = False,
-) -> None:
-    """Forget a batch of ids: erase the rows, drop them from the index, update the model."""
-    from fairpipe.datasets import read_ids
-    from flows.forget import ForgetOptions, run_forget
-
-    if (ids is None) == (ids_file is None):
-        raise FairpipeInputError(ONE_SOURCE)
-    wanted = read_ids(text=ids, path=ids_file)
-    options = ForgetOptions(lock_timeout=lock_timeout, purge_history=purge_history)
-    result = run_forget(store, wanted, options, dask_address=dask_address, n_workers=workers)
-    emit(result, as_json, _render)
 
 
 def _render(r: dict) -> None:
@@ -76,3 +39,38 @@ def _render(r: dict) -> None:
             f"history purged: {p['snapshots_before']} -> {p['snapshots_after']} snapshots, "
             f"{p['chunks_deleted']} chunks ({p['bytes_deleted'] / 1e6:.1f} MB) deleted"
         )
+
+
+@command(shared=WRITES_STORES, render=_render)
+def forget(
+    store: Store,
+    ids: Annotated[
+        str | None, typer.Option("--ids", help="Comma-separated ids.", show_default=False)
+    ] = None,
+    ids_file: Annotated[
+        str | None,
+        typer.Option(
+            "--ids-file", help="A .npy, or text with one id per line.", show_default=False
+        ),
+    ] = None,
+    purge_history: Annotated[
+        bool,
+        typer.Option(
+            "--purge-history",
+            help="Also drop every earlier snapshot (they still hold the erased rows) and delete "
+            "the objects only they used. Time travel before this commit is lost.",
+        ),
+    ] = False,
+    *,
+    shared: Shared,
+) -> dict:
+    """Forget a batch of ids: erase the rows, drop them from the index, update the model."""
+    from fairpipe.datasets import read_ids
+    from flows.forget import ForgetOptions, run_forget
+
+    if (ids is None) == (ids_file is None):
+        raise FairpipeInputError(ONE_SOURCE)
+    wanted = read_ids(text=ids, path=ids_file)
+    options = ForgetOptions(lock_timeout=shared.lock_timeout, purge_history=purge_history)
+    result = run_forget(store, wanted, options, **shared.cluster)
+    return result

@@ -2,23 +2,8 @@
 
 from __future__ import annotations
 
-from flows.cli._options import AsJson, Store
-from flows.cli._runner import command, emit
-
-
-@command()
-def info(store: Store, as_json: AsJson = False) -> None:
-    """Show a store's size, groups, LSH parameters and commit history."""
-    from storage.store import FairpipeStore
-    from storage.summary import has_summary, read_summary_ids, summary_attrs
-
-    st = FairpipeStore.open(store)
-    attrs = st.require_data()
-    result = {"store": store, **attrs, "history": st.history()}
-    session = st.readonly_session()
-    if has_summary(session):
-        result["summary"] = {**summary_attrs(session), "ids": read_summary_ids(session).tolist()}
-    emit(result, as_json, _render)
+from flows.cli._options import Store
+from flows.cli._runner import Shared, command
 
 
 def _render(r: dict) -> None:
@@ -39,3 +24,18 @@ def _render(r: dict) -> None:
     hidden = len(r["history"]) - len(shown)
     if hidden:
         print(f"({hidden} internal checkpoints of these commits not shown; --json lists them)")
+
+
+@command(render=_render)
+def info(store: Store, *, shared: Shared) -> dict:
+    """Show a store's size, groups, LSH parameters and commit history."""
+    from storage.store import FairpipeStore
+    from storage.summary import has_summary, read_summary_ids, summary_attrs
+
+    st = FairpipeStore.open(store)
+    attrs = st.require_data()
+    result = {"store": store, **attrs, "history": st.history()}
+    session = st.readonly_session()
+    if has_summary(session):
+        result["summary"] = {**summary_attrs(session), "ids": read_summary_ids(session).tolist()}
+    return result

@@ -7,14 +7,31 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from flows.cli._options import AsJson, DaskAddress, LockTimeout, Seed, Store, Workers
-from flows.cli._runner import command, emit, result_console
+from flows.cli._options import Seed, Store
+from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 # E2LSH's parameters, as its error messages name them.
 PARAMETER_FLAGS = {"n_hashes": "--lsh-k", "n_tables": "--lsh-tables", "bucket_width": "--lsh-width"}
 
 
-@command(PARAMETER_FLAGS)
+def _render(r: dict) -> None:
+    out = result_console()
+    out.print(
+        f"ingested [bold]{r['added']}[/] rows -> {escape(str(r['store']))} "
+        f"({r['n']} points x {r['d']} dims)"
+    )
+    out.print(f"groups: {r['groups']}", markup=False)
+    out.print(
+        f"LSH: k={r['lsh']['k']} L={r['lsh']['n_tables']} w={r['lsh']['width']:.4g}; "
+        f"suggested radius {r['suggested_radius']:.4g}; {r['buckets_per_table']:.0f} buckets/table"
+    )
+    out.print(
+        f"commit {r['commit']} in {r['timings']['total']:.1f} s "
+        f"({r['rows_per_second']:.0f} rows/s hashed and written)"
+    )
+
+
+@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render)
 def ingest(
     source: Annotated[
         str,
@@ -60,48 +77,18 @@ def ingest(
     gaussian_groups: Annotated[
         int, typer.Option("--gaussian-groups", help="gaussian: groups.")
     ] = 4,
-    dask_address: DaskAddress = None,
-    workers: Workers = 2,
-    lock_timeout: LockTimeout = 0.0,
-    as_json: AsJson = False,
-) -> None:
+    *,
+    shared: Shared,
+) -> dict:
     """Ingest SOURCE into a store and build its LSH bucket index (one commit)."""
     from flows.ingest import IngestOptions, run_ingest
 
+    gaussian = {"n": gaussian_n, "d": gaussian_d, "clusters": gaussian_clusters,
+                "groups": gaussian_groups}  # fmt: skip
     options = IngestOptions(
-        seed=seed,
-        group_column=group_column,
-        id_column=id_column,
-        groups_file=groups_file,
-        ids_file=ids_file,
-        lsh_k=lsh_k,
-        lsh_tables=lsh_tables,
-        lsh_width=lsh_width,
-        chunk_rows=chunk_rows,
-        lock_timeout=lock_timeout,
-        gaussian={
-            "n": gaussian_n,
-            "d": gaussian_d,
-            "clusters": gaussian_clusters,
-            "groups": gaussian_groups,
-        },
-    )
-    result = run_ingest(source, store, options, dask_address=dask_address, n_workers=workers)
-    emit(result, as_json, _render)
-
-
-def _render(r: dict) -> None:
-    out = result_console()
-    out.print(
-        f"ingested [bold]{r['added']}[/] rows -> {escape(str(r['store']))} "
-        f"({r['n']} points x {r['d']} dims)"
-    )
-    out.print(f"groups: {r['groups']}", markup=False)
-    out.print(
-        f"LSH: k={r['lsh']['k']} L={r['lsh']['n_tables']} w={r['lsh']['width']:.4g}; "
-        f"suggested radius {r['suggested_radius']:.4g}; {r['buckets_per_table']:.0f} buckets/table"
-    )
-    out.print(
-        f"commit {r['commit']} in {r['timings']['total']:.1f} s "
-        f"({r['rows_per_second']:.0f} rows/s hashed and written)"
-    )
+        seed=seed, group_column=group_column, id_column=id_column, groups_file=groups_file,
+        ids_file=ids_file, lsh_k=lsh_k, lsh_tables=lsh_tables, lsh_width=lsh_width,
+        chunk_rows=chunk_rows, lock_timeout=shared.lock_timeout, gaussian=gaussian,
+    )  # fmt: skip
+    result = run_ingest(source, store, options, **shared.cluster)
+    return result

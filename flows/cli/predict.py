@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from flows.cli._options import AsJson, QueryFile, QueryRow, Store, read_query_file
-from flows.cli._runner import command, emit
-
-
-@command()
-def predict(
-    store: Store,
-    query_row: QueryRow = None,
-    query_file: QueryFile = None,
-    as_json: AsJson = False,
-) -> None:
-    """The nearest root centroid of a stored row or of each row of a .npy file."""
-    from flows.predict import predict_store
-
-    queries = read_query_file(query_file)
-    emit(predict_store(store, query_rows=query_row, queries=queries), as_json, _render)
+from flows.cli._options import QueryFile, QueryRow, Store, read_query_file
+from flows.cli._runner import Shared, command
 
 
 def _render(r: dict) -> None:
     for cluster, distance in zip(r["clusters"], r["distances"]):
         print(f"cluster {cluster}  distance {distance:.4g}")
+
+
+@command(render=_render)
+def predict(
+    store: Store,
+    query_row: QueryRow = None,
+    query_file: QueryFile = None,
+    *,
+    shared: Shared,
+) -> dict:
+    """The nearest root centroid of a stored row or of each row of a .npy file."""
+    from flows.predict import predict_store
+
+    queries = read_query_file(query_file)
+    return predict_store(store, query_rows=query_row, queries=queries)

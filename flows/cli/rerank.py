@@ -7,13 +7,32 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli._options import AsJson, DaskAddress, Workers
-from flows.cli._runner import command, emit, result_console
+from flows.cli._runner import RUNS_FLOWS, Shared, command, result_console
 
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
 
 
-@command()
+def _render(r: dict) -> None:
+    out = result_console()
+    out.print(
+        f"re-ranked {r['lists']} lists ({r['rows_in']} candidates) with {r['algorithm']}, "
+        f"top {r['k']}: {r['rows_out']} rows -> {r['out']}; metrics per list -> {r['metrics']}",
+        markup=False,
+    )
+    table = Table("mean over lists", "before (top-k by score)", "after")
+    for key in METRICS:
+        b, a = r["mean"]["before"][key], r["mean"]["after"][key]
+        table.add_row(key, "-inf" if b is None else f"{b:.4f}", "-inf" if a is None else f"{a:.4f}")
+    table.add_row(
+        "lists infeasible",
+        str(r["mean"]["before"]["infeasible_lists"]),
+        str(r["mean"]["after"]["infeasible_lists"]),
+    )
+    out.print(table)
+    out.print(f"{r['timings']['total']:.2f} s")
+
+
+@command(shared=RUNS_FLOWS, render=_render)
 def rerank(
     candidates: Annotated[
         str,
@@ -55,10 +74,9 @@ def rerank(
             "--smoothing", help="Skew of a group absent from the top k: -inf at 0 (the paper)."
         ),
     ] = 0.0,
-    dask_address: DaskAddress = None,
-    workers: Workers = 2,
-    as_json: AsJson = False,
-) -> None:
+    *,
+    shared: Shared,
+) -> dict:
     """Re-rank every list toward a desired group distribution; metrics before and after."""
     from flows.rerank import RerankOptions, run_rerank
 
@@ -66,25 +84,5 @@ def rerank(
         algorithm=algorithm, k=k, desired=desired, list_column=list_column,
         score_column=score_column, group_column=group_column, smoothing=smoothing,
     )  # fmt: skip
-    result = run_rerank(candidates, out, options, dask_address=dask_address, n_workers=workers)
-    emit(result, as_json, _render)
-
-
-def _render(r: dict) -> None:
-    out = result_console()
-    out.print(
-        f"re-ranked {r['lists']} lists ({r['rows_in']} candidates) with {r['algorithm']}, "
-        f"top {r['k']}: {r['rows_out']} rows -> {r['out']}; metrics per list -> {r['metrics']}",
-        markup=False,
-    )
-    table = Table("mean over lists", "before (top-k by score)", "after")
-    for key in METRICS:
-        b, a = r["mean"]["before"][key], r["mean"]["after"][key]
-        table.add_row(key, "-inf" if b is None else f"{b:.4f}", "-inf" if a is None else f"{a:.4f}")
-    table.add_row(
-        "lists infeasible",
-        str(r["mean"]["before"]["infeasible_lists"]),
-        str(r["mean"]["after"]["infeasible_lists"]),
-    )
-    out.print(table)
-    out.print(f"{r['timings']['total']:.2f} s")
+    result = run_rerank(candidates, out, options, **shared.cluster)
+    return result

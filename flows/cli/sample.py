@@ -7,15 +7,26 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import AsJson, QueryFile, QueryRow, Seed, Store, read_query_file
-from flows.cli._runner import command, emit, result_console
+from flows.cli._options import QueryFile, QueryRow, Seed, Store, read_query_file
+from flows.cli._runner import Shared, command, result_console
 
 ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
 # FairNN.sample's parameters, as its error messages name them.
 PARAMETER_FLAGS = {"sampler": "--method", "n_samples": "--samples"}
 
 
-@command(PARAMETER_FLAGS)
+def _render(r: dict) -> None:
+    out = result_console()
+    for i, q in enumerate(r["queries"]):
+        out.print(
+            f"query {i}: |M(q)| = {q['neighbourhood_size']} within r={r['radius']:.4g} "
+            f"({r['mode']} mode, {r['method']} sampler)",
+            markup=False,
+        )
+        print(" ".join(map(str, q["ids"])))
+
+
+@command(PARAMETER_FLAGS, render=_render)
 def sample(
     store: Store,
     query_id: Annotated[
@@ -41,34 +52,15 @@ def sample(
         float, typer.Option("--c", help="Approximation factor of the 'approximate' mode.")
     ] = 2.0,
     seed: Seed = 0,
-    as_json: AsJson = False,
-) -> None:
+    *,
+    shared: Shared,
+) -> dict:
     """Draw SAMPLES uniformly random near neighbours of a query."""
     from flows.sample import sample_store
 
     if sum(x is not None for x in (query_id, query_row, query_file)) != 1:
         raise FairpipeInputError(ONE_QUERY)
-    result = sample_store(
-        store,
-        query_ids=query_id,
-        query_rows=query_row,
-        queries=read_query_file(query_file),
-        radius=radius,
-        n_samples=samples,
-        sampler=method,
-        mode=mode,
-        seed=seed,
-        c=c,
-    )
-    emit(result, as_json, _render)
-
-
-def _render(r: dict) -> None:
-    out = result_console()
-    for i, q in enumerate(r["queries"]):
-        out.print(
-            f"query {i}: |M(q)| = {q['neighbourhood_size']} within r={r['radius']:.4g} "
-            f"({r['mode']} mode, {r['method']} sampler)",
-            markup=False,
-        )
-        print(" ".join(map(str, q["ids"])))
+    result = sample_store(store, query_ids=query_id, query_rows=query_row,
+                          queries=read_query_file(query_file), radius=radius, n_samples=samples,
+                          sampler=method, mode=mode, seed=seed, c=c)  # fmt: skip
+    return result

@@ -7,14 +7,30 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli._options import AsJson, DaskAddress, LockTimeout, Seed, Store, Workers
-from flows.cli._runner import command, emit, result_console
+from flows.cli._options import Seed, Store
+from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 # FairSummary's parameters, as its error messages name them.
 PARAMETER_FLAGS = {"fanout": "--tree-width", "height": "--tree-height"}
 
 
-@command(PARAMETER_FLAGS)
+def _render(r: dict) -> None:
+    out = result_console()
+    out.print(
+        f"summary of {len(r['ids'])} of {r['n_alive']} points ({r['utility']}, rule {r['rule']}): "
+        f"utility {r['value']:.4g} on {r['eval_points']} evaluation points, "
+        f"error(S) = {r['error']}, {r['oracle_calls']} gain evaluations; commit {r['commit']} "
+        f"in {r['timings']['total']:.1f} s ({r['elements_per_second']:.0f} elements/s)"
+    )
+    table = Table("group", "lower", "upper", "in summary")
+    for name, count in r["counts"].items():
+        lo, up = r["bounds"][name]
+        table.add_row(name, str(lo), str(up), str(count))
+    out.print(table)
+    out.print("ids: " + " ".join(map(str, r["ids"])))
+
+
+@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render)
 def summarize(
     store: Store,
     k: Annotated[
@@ -49,34 +65,16 @@ def summarize(
     tree_width: Annotated[int, typer.Option("--tree-width", help="Children per node.")] = 16,
     tree_height: Annotated[int, typer.Option("--tree-height", help="Levels below the root.")] = 2,
     seed: Seed = 0,
-    dask_address: DaskAddress = None,
-    workers: Workers = 2,
-    lock_timeout: LockTimeout = 0.0,
-    as_json: AsJson = False,
-) -> None:
+    *,
+    shared: Shared,
+) -> dict:
     """Select a fair summary of k points (per-group lower and upper bounds): one commit."""
     from flows.summarize import SummarizeOptions, run_summarize
 
     options = SummarizeOptions(
         k=k, lower=lower, upper=upper, bounds_file=bounds, utility=utility, rule=rule,
         eval_size=eval_size, width=tree_width, height=tree_height, seed=seed,
-        lock_timeout=lock_timeout,
+        lock_timeout=shared.lock_timeout,
     )  # fmt: skip
-    result = run_summarize(store, options, dask_address=dask_address, n_workers=workers)
-    emit(result, as_json, _render)
-
-
-def _render(r: dict) -> None:
-    out = result_console()
-    out.print(
-        f"summary of {len(r['ids'])} of {r['n_alive']} points ({r['utility']}, rule {r['rule']}): "
-        f"utility {r['value']:.4g} on {r['eval_points']} evaluation points, "
-        f"error(S) = {r['error']}, {r['oracle_calls']} gain evaluations; commit {r['commit']} "
-        f"in {r['timings']['total']:.1f} s ({r['elements_per_second']:.0f} elements/s)"
-    )
-    table = Table("group", "lower", "upper", "in summary")
-    for name, count in r["counts"].items():
-        lo, up = r["bounds"][name]
-        table.add_row(name, str(lo), str(up), str(count))
-    out.print(table)
-    out.print("ids: " + " ".join(map(str, r["ids"])))
+    result = run_summarize(store, options, **shared.cluster)
+    return result
