@@ -128,9 +128,7 @@ SPECS = [
         needs_fit=["sample", "neighbourhood", "delete", "to_arrays"],
     ),
     Spec(
-        make=maker(
-            DCKMeans, n_clusters=3, fanout=3, height=2, max_iter=5, n_init=2, seed=1
-        ),  # fmt: skip
+        make=maker(DCKMeans, n_clusters=3, fanout=3, height=2, max_iter=5, n_init=2, seed=1),
         compare=compare_model,
         behave=lambda m, X: m.predict(X),
         bad=[
