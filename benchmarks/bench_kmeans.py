@@ -1,4 +1,4 @@
-"""Deletion-efficient k-means benchmarks (issue 3), run on demand:
+"""Deletion-efficient k-means benchmarks, run on demand:
 
     .venv/bin/python benchmarks/bench_kmeans.py [--quick] [--only 12] [--out benchmarks/out]
 

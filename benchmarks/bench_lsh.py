@@ -1,4 +1,4 @@
-"""Benchmarks of fair near-neighbour sampling (issue 2): run ``make bench`` or
+"""Benchmarks of fair near-neighbour sampling: run ``make bench`` or
 
     .venv/bin/python benchmarks/bench_lsh.py [--quick] [--skip-scale] [--out benchmarks/out]
 

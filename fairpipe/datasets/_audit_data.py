@@ -222,6 +222,8 @@ def load_audit_csv(path) -> AuditData:
     return _build(Path(path).stem, cols, values["label"])
 
 
+# The repository's parent holds ``shared/data`` (fairpipe/datasets/_audit_data.py -> parents[3]).
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 LOADERS = {
     "adult": (load_audit_adult, ("adult", "adult.data.gz")),
     "german": (load_audit_german, ("german", "german.data")),
@@ -239,7 +241,7 @@ def load_audit_data(name_or_path: str, data_dir: str | Path | None = None) -> Au
         if sep:
             return loader(path)
         base = (
-            Path(data_dir) if data_dir else Path(__file__).resolve().parents[2] / "shared" / "data"
+            Path(data_dir) if data_dir else DEFAULT_DATA_DIR
         )
         return loader(base.joinpath(*parts))
     return load_audit_csv(name_or_path)

@@ -422,3 +422,14 @@ def test_global_generation_without_a_generator_draws_fresh_moves():
 
     assert generated(np.random.default_rng(3)) == generated(np.random.default_rng(3))
     assert generated(None) != generated(None)
+
+
+@pytest.mark.data
+def test_named_data_sets_are_found_beside_the_repository_by_default():
+    """``fairpipe audit --dataset german`` without --data-dir reads the shared data folder."""
+    from fairpipe.datasets._audit_data import DEFAULT_DATA_DIR
+    from tests.conftest import SHARED_DATA
+
+    assert DEFAULT_DATA_DIR == SHARED_DATA.resolve()
+    data = load_audit_data("german")
+    assert data.X.shape == (1000, 20)
