@@ -149,7 +149,7 @@ def online(name, X, y, k, dc_params, q_params, n_del, refits, results, q3=False)
         t1 = time.perf_counter()
         for g in gone:
             rep = model.delete([g])
-            certified += getattr(rep, "certified", 0)
+            certified += rep.certified or 0
             cum.append(time.perf_counter() - t1)
         total = train + cum[-1]
         ratio, ratios, sil, nmi = quality(model, make, X[keep], ids[keep], y[keep], k, best)
@@ -187,7 +187,7 @@ def batch(n, k, trees, n_del, results):
     report("scikit-learn refit on the remaining data, s", f"{refit:.2f}")
     results["batch"] = {"n": n, "refit_s": refit, "trees": []}
     for params in trees:
-        tag = f"{params['width']} x {params['height']}, n_init {params['n_init']}"
+        tag = f"{params['fanout']} x {params['height']}, n_init {params['n_init']}"
         t0 = time.perf_counter()
         model = DCKMeans(n_clusters=k, **params).fit(X, ids=ids)
         train = time.perf_counter() - t0

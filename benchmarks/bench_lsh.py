@@ -61,8 +61,8 @@ def best_of(fn, repeat: int = 3) -> float:
 def naive_hash(X: np.ndarray, lsh: E2LSH) -> np.ndarray:
     """The textbook formula in plain numpy: float64 projections, then a sum of key * multiplier."""
     proj = X.astype(np.float64) @ lsh.projections_.astype(np.float64)
-    cells = np.floor((proj + lsh.offsets_) / lsh.width).astype(np.int64).view(np.uint64)
-    return (cells.reshape(X.shape[0], lsh.n_tables, lsh.k) * lsh.multipliers_).sum(axis=2)
+    cells = np.floor((proj + lsh.offsets_) / lsh.bucket_width).astype(np.int64).view(np.uint64)
+    return (cells.reshape(X.shape[0], lsh.n_tables, lsh.n_hashes) * lsh.multipliers_).sum(axis=2)
 
 
 def bench_hashing(n: int) -> None:

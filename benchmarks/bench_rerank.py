@@ -26,7 +26,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 DATA = ROOT.parent / "shared" / "data"
 OUT = ROOT / "benchmarks" / "out"
 
@@ -73,7 +72,7 @@ def simulate(n_groups: int, n_lists: int, seed: int, chunk: int = 20_000) -> dic
 
 
 def throughput(n_groups: int, n_lists: int = 50_000) -> dict:
-    from test_reranking import reference  # the tests' plain-Python transcription
+    from tests.ranking.test_reranking import reference  # the tests' plain-Python transcription
 
     rng = np.random.default_rng(n_groups)
     scores = rng.random((n_lists, 100))
