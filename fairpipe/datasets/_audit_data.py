@@ -240,8 +240,6 @@ def load_audit_data(name_or_path: str, data_dir: str | Path | None = None) -> Au
         loader, parts = LOADERS[name]
         if sep:
             return loader(path)
-        base = (
-            Path(data_dir) if data_dir else DEFAULT_DATA_DIR
-        )
+        base = Path(data_dir) if data_dir else DEFAULT_DATA_DIR
         return loader(base.joinpath(*parts))
     return load_audit_csv(name_or_path)
