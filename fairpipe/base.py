@@ -156,11 +156,6 @@ def rows_from_arrays(arrays: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
     return {name: np.asarray(arrays[name]) for name in DATA_ARRAYS if name in arrays}
 
 
-def model_arrays(arrays: dict[str, np.ndarray], data: bool) -> dict[str, np.ndarray]:
-    """``arrays`` without the data arrays unless ``data``."""
-    return {k: v for k, v in arrays.items() if data or k not in DATA_ARRAYS}
-
-
 def _same(a: Any, b: Any) -> bool:
     try:
         return bool(a == b) and type(a) is type(b)

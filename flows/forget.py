@@ -20,16 +20,15 @@ import numpy as np
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from fairpipe.cluster import DCKMeans, QKMeans, recompute_ancestors
+from fairpipe.cluster import DCKMeans, QKMeans
 from fairpipe.datasets import NO_IDS
 from fairpipe.errors import FairpipeInputError
-from fairpipe.tree import leaf_of
 from fairpipe.validation import IdLookup, deletion_request
 from flows.fit import solve_leaf_group, solve_leaves_task, solve_parents_task
-from flows.runtime import default_task_runner, read_leaf_rows, run_flow
+from flows.runtime import default_task_runner, reached_leaves, read_leaf_rows, run_flow
 from flows.summarize import update_summary_after_forget
 from storage.index import erase_rows, read_all_live, remove_from_index
-from storage.models import model_params, read_model, write_model, write_tree_nodes
+from storage.models import read_model, write_model, write_tree_nodes
 from storage.store import FairpipeStore, read_array
 
 ALL_UNKNOWN = "None of the {n} ids to forget is in the store {url} (first: {first})."
@@ -113,17 +112,17 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
             )  # fmt: skip
             timings["lsh_index"] = time.perf_counter() - t0
             result["buckets_per_table"] = float(counts.mean())
+            alive_after = alive.copy()
+            alive_after[rows] = False
             t0 = time.perf_counter()
             if kind == "dc":
-                result.update(_forget_dc(txn, all_ids, alive, rows, n_rows, chunk_rows))
+                result.update(_forget_dc(txn, all_ids, alive_after, rows, n_rows, chunk_rows))
             elif kind == "q":
                 model, report = forget_q_task.submit(q_session, all_ids[rows]).result()
                 write_model(txn.root, model)
                 result.update(report)
             timings["model"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            alive_after = alive.copy()
-            alive_after[rows] = False
             summary = update_summary_after_forget(
                 txn, all_ids, alive_after, rows, n_rows, chunk_rows, LOCAL_LEAF_ROWS
             )
@@ -139,18 +138,14 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
     return {"store": store.url, "commit": txn.commit_id, **result, "timings": timings}
 
 
-def _forget_dc(txn, all_ids, alive_before, rows, n_rows, chunk_rows) -> dict:
-    params = model_params(txn.session, "dc")
+def _forget_dc(txn, all_ids, alive_after, rows, n_rows, chunk_rows) -> dict:
     model = read_model(txn.session, "dc")
     assert isinstance(model, DCKMeans)
+    params = model.get_params()
     centroids, masses = model.centroids_by_level_, model.masses_by_level_
-    n_leaves = int(params["fanout"]) ** int(params["height"])
-    seed, k, T = int(params["seed"]), int(params["n_clusters"]), int(params["max_iter"])
-    leaf_all = leaf_of(all_ids, seed, n_leaves)
-    leaves = np.unique(leaf_all[rows])
-    alive = alive_before.copy()
-    alive[rows] = False
-    leaf_rows = np.flatnonzero(alive & np.isin(leaf_all, leaves))
+    n_leaves, seed = model.n_leaves_, int(params["seed"])
+    k, T = int(params["n_clusters"]), int(params["max_iter"])
+    leaves, leaf_rows = reached_leaves(all_ids, alive_after, rows, seed, n_leaves)
     local = leaf_rows.size <= LOCAL_LEAF_ROWS
     if local:
         # Same functions as the Dask path (so the same bits), without its round trips.
@@ -168,10 +163,7 @@ def _forget_dc(txn, all_ids, alive_before, rows, n_rows, chunk_rows) -> dict:
     masses[0][leaves] = 0.0
     centroids[0][got], masses[0][got] = c, m
     if local:
-        changed = recompute_ancestors(
-            centroids, masses, leaves, fanout=int(params["fanout"]), n_clusters=k, max_iter=T,
-            n_init=int(params["n_init"]), seed=seed,
-        )  # fmt: skip
+        centroids, masses, changed = solve_parents_task.fn(params, centroids, masses, leaves)
     else:
         centroids, masses, changed = solve_parents_task.submit(
             params, centroids, masses, leaves

@@ -179,6 +179,14 @@ def gather_parts(d: int, given) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))  # type: ignore[return-value]
 
 
+def reached_leaves(all_ids, alive_after, rows, seed: int, n_leaves: int):
+    """(the leaves holding the deleted ``rows`` (sorted), the live rows left in them): what a
+    deletion batch makes a tree recompute."""
+    leaf_all = leaf_of(all_ids, seed, n_leaves)
+    leaves = np.unique(leaf_all[rows])
+    return leaves, np.flatnonzero(alive_after & np.isin(leaf_all, leaves))
+
+
 def read_leaf_rows(session, rows: np.ndarray, chunk_rows: int, n_rows: int, seed: int,
                    n_leaves: int, d: int):  # fmt: skip
     """(X, ids, leaf, groups) of the stored ``rows`` read in this process, chunk by chunk: the

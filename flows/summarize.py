@@ -34,12 +34,13 @@ from fairpipe.summary import (
     resolve_bounds,
     root_figures,
     summarize_leaves,
+    summary_arrays,
 )
-from fairpipe.tree import leaf_of
 from fairpipe.validation import IdLookup
 from flows.runtime import (
     default_task_runner,
     gather_parts,
+    reached_leaves,
     read_leaf_rows,
     run_flow,
     shuffle_by_leaf,
@@ -158,11 +159,8 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         root = levels[-1][0]
         lookup = IdLookup(read_array(txn.session, "ids"))
         figures = root_figures(root, params, names, lambda ids: groups[lookup.rows(ids)[0]])
-        arrays = {}
-        for j, level in enumerate(levels):
-            nodes = level_arrays([level[i] for i in sorted(level)], params)
-            arrays.update({f"level_{j}/{name}": v for name, v in nodes.items()})
-        arrays["summary_ids"] = np.asarray(figures["ids"], dtype=np.int64)
+        in_order = [[level[i] for i in sorted(level)] for level in levels]
+        arrays = summary_arrays(in_order, params, np.asarray(figures["ids"]))
         summary = {k: v for k, v in figures.items() if k != "ids"}
         store_attrs = summary_store_attrs(params, o.width, o.height)
         write_summary(txn.root, {**store_attrs, "group_names": names, **summary}, arrays)
@@ -194,9 +192,7 @@ def update_summary_after_forget(txn, all_ids, alive_after, rows, n_rows, chunk_r
     params, fanout, height, a = summary_tree(txn.session)
     n_leaves = fanout**height
     d = n_features(txn.session)
-    leaf_all = leaf_of(all_ids, params.seed, n_leaves)
-    leaves = np.unique(leaf_all[rows])
-    leaf_rows = np.flatnonzero(alive_after & np.isin(leaf_all, leaves))
+    leaves, leaf_rows = reached_leaves(all_ids, alive_after, rows, params.seed, n_leaves)
     if leaf_rows.size <= local_rows:  # the same functions as the Dask path, without round trips
         parts = read_leaf_rows(txn.session, leaf_rows, chunk_rows, n_rows, params.seed, n_leaves, d)
         got = dict(summarize_leaf_group(leaves, params, d, parts))

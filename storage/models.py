@@ -72,10 +72,6 @@ def write_tree_nodes(root, level: int, nodes: np.ndarray, centroids, masses) -> 
     open_array(root, f"tree/level_{level}/masses", mode="r+")[nodes] = masses
 
 
-def model_kind(attrs: dict) -> str | None:
-    return attrs.get("model")
-
-
 def require_model(attrs: dict, url: str) -> str:
     kind = attrs.get("model")
     if kind is None:
@@ -91,11 +87,11 @@ def model_params(session, kind: str) -> dict:
 def read_model(session, kind: str, rows: dict | None = None) -> DCKMeans | QKMeans:
     """The stored model as its estimator; ``rows`` (``points``, ``ids``, ``alive``) makes it
     able to delete."""
+    params = model_params(session, kind)
     if kind == "dc":
-        params = model_params(session, kind)
         names = [f"level_{j}/{a}" for j in range(int(params["height"]) + 1)
                  for a in ("centroids", "masses")]  # fmt: skip
     else:
-        params, names = model_params(session, kind), list(Q_STATE)
+        names = list(Q_STATE)
     arrays = {name: read_array(session, f"{GROUP[kind]}/{name}") for name in names}
     return ESTIMATOR[kind].from_arrays({**arrays, **(rows or {})}, **params)

@@ -37,6 +37,7 @@ from fairpipe.summary._fair_summary import (
     root_figures,
     solve_node,
     summarize_leaves,
+    summary_arrays,
 )
 from fairpipe.summary._utilities import UTILITIES, Utility
 
@@ -46,5 +47,5 @@ __all__ = [
     "check_bounds", "check_groups", "fair_greedy", "fair_stream", "level_arrays",
     "load_bounds_file", "merge_ancestors", "merge_children", "merge_many", "msm_stream",
     "nodes_from_arrays", "padded", "random_subset", "resolve_bounds", "root_figures",
-    "solve_node", "stream_kernel", "summarize_leaves",
+    "solve_node", "stream_kernel", "summarize_leaves", "summary_arrays",
 ]  # fmt: skip

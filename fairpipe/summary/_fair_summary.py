@@ -256,6 +256,17 @@ def level_arrays(outputs: list[NodeOutput], params: SummaryParams) -> dict[str, 
     }
 
 
+def summary_arrays(levels: list[list[NodeOutput]], params: SummaryParams,
+                summary_ids: np.ndarray) -> dict[str, np.ndarray]:  # fmt: skip
+    """A whole summary tree as :meth:`FairSummary.to_arrays` names it (without the rows):
+    ``level_<j>/...`` for every level (leaves first, nodes in order) and ``summary_ids``."""
+    out = {}
+    for j, level in enumerate(levels):
+        out.update({f"level_{j}/{name}": v for name, v in level_arrays(level, params).items()})
+    out["summary_ids"] = np.asarray(summary_ids, dtype=np.int64)
+    return out
+
+
 def nodes_from_arrays(candidates: np.ndarray, evaluation: np.ndarray, fetch,
                       value=None, calls=None) -> list[NodeOutput]:  # fmt: skip
     """Nodes back from :func:`level_arrays` rows; ``fetch(ids)`` gives (points float64, groups)
@@ -402,11 +413,7 @@ class FairSummary(BaseEstimator):
         root's summary, sorted); with ``data`` the rows (``points``, ``ids``, ``alive``,
         ``groups``)."""
         self._check_fitted()
-        out = {}
-        for j, level in enumerate(self.nodes_):
-            arrays = level_arrays(level, self.params_)
-            out.update({f"level_{j}/{name}": v for name, v in arrays.items()})
-        out["summary_ids"] = self.summary_ids_
+        out = summary_arrays(self.nodes_, self.params_, self.summary_ids_)
         if data:
             out.update(self._row_arrays(True), groups=self.groups_)
         return out
