@@ -214,11 +214,12 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         counts = rebuild_index(txn, L, n_total)
         timings["bucket_index"] = time.perf_counter() - t0
 
-        per_group = live_group_counts(txn.session, len(group_names))
+        per_group = live_group_counts(txn.session, len(group_names))  # every live row has a group
         if appending:  # the radius suggested for the first rows stays
             radius_hint = attrs.get("suggested_radius", lsh.bucket_width / WIDTH_PER_RADIUS)
         meta = write_dataset_attrs(
-            txn.root, attrs, n=n_total, d=plan.d, seed=seed, chunk_rows=chunk_rows,
+            txn.root, attrs, n=n_total, n_alive=sum(per_group), d=plan.d, seed=seed,
+            chunk_rows=chunk_rows,
             group_names=group_names, lsh=lsh, suggested_radius=radius_hint, source=source,
         )  # fmt: skip
     timings["total"] = time.perf_counter() - t_start

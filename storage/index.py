@@ -121,14 +121,14 @@ def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
             write_rows(session, name, a, block)
 
 
-def write_dataset_attrs(root, before: dict, *, n: int, d: int, seed: int, chunk_rows: int,
-                        group_names: list[str], lsh: E2LSH, suggested_radius: float,
-                        source: str) -> dict:  # fmt: skip
+def write_dataset_attrs(root, before: dict, *, n: int, n_alive: int, d: int, seed: int,
+                        chunk_rows: int, group_names: list[str], lsh: E2LSH,
+                        suggested_radius: float, source: str) -> dict:  # fmt: skip
     """The root attributes after an ingest (``before``: those it started from); returns them."""
     meta = {
         "fairpipe_format": FORMAT,
         "n": n,
-        "n_alive": int(read_array(root, "alive").sum()),
+        "n_alive": n_alive,
         "d": d,
         "seed": seed,
         "chunk_rows": chunk_rows,
