@@ -11,19 +11,59 @@ This package holds the algorithms only, on numpy arrays, one sub-package per cap
 
 Every estimator keeps one contract (:mod:`fairpipe.base`). The package imports neither Zarr, Dask
 nor Prefect: persistence lives in ``storage`` and orchestration in ``flows``.
+
+The names below are imported from their sub-package on first use, so that importing one small
+module (``fairpipe.errors``, as the command line does before it knows the command) does not
+compile-load every capability.
 """
 
-from fairpipe.audit import adf_search, aequitas_search
-from fairpipe.base import BaseEstimator, DeletionReport, NotFittedError
-from fairpipe.cluster import DCKMeans, QKMeans, choose_model
-from fairpipe.errors import FairpipeInputError
-from fairpipe.neighbors import E2LSH, FairNN
-from fairpipe.ranking import ranking_metrics, rerank
-from fairpipe.summary import FairSummary, fair_stream
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Each public name and the sub-package that defines it.
+_EXPORTS = {
+    "E2LSH": "fairpipe.neighbors",
+    "FairNN": "fairpipe.neighbors",
+    "DCKMeans": "fairpipe.cluster",
+    "QKMeans": "fairpipe.cluster",
+    "choose_model": "fairpipe.cluster",
+    "FairSummary": "fairpipe.summary",
+    "fair_stream": "fairpipe.summary",
+    "rerank": "fairpipe.ranking",
+    "ranking_metrics": "fairpipe.ranking",
+    "adf_search": "fairpipe.audit",
+    "aequitas_search": "fairpipe.audit",
+    "BaseEstimator": "fairpipe.base",
+    "DeletionReport": "fairpipe.base",
+    "NotFittedError": "fairpipe.base",
+    "FairpipeInputError": "fairpipe.errors",
+}
 __all__ = [
     "E2LSH", "BaseEstimator", "DCKMeans", "DeletionReport", "FairNN", "FairSummary",
     "FairpipeInputError", "NotFittedError", "QKMeans", "adf_search", "aequitas_search",
     "choose_model", "fair_stream", "ranking_metrics", "rerank",
 ]  # fmt: skip
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from fairpipe.audit import adf_search, aequitas_search
+    from fairpipe.base import BaseEstimator, DeletionReport, NotFittedError
+    from fairpipe.cluster import DCKMeans, QKMeans, choose_model
+    from fairpipe.errors import FairpipeInputError
+    from fairpipe.neighbors import E2LSH, FairNN
+    from fairpipe.ranking import ranking_metrics, rerank
+    from fairpipe.summary import FairSummary, fair_stream
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'fairpipe' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -122,6 +122,16 @@ def deletion_request(ids, lookup: IdLookup, alive: np.ndarray):
     return ids, known, rows, alive[rows]
 
 
+def load_npy(path, bad: str, **options) -> np.ndarray:
+    """The array in the .npy file ``path`` (``options`` go to ``numpy.load``; pickled objects are
+    refused). Raises ``bad`` (a message; ``{why}`` in it becomes the reason) when the file is not
+    a .npy array numpy can read."""
+    try:
+        return np.load(path, allow_pickle=False, **options)
+    except (ValueError, OSError) as exc:  # not a .npy, a truncated one, or pickled objects
+        raise FairpipeInputError(bad.replace("{why}", str(exc))) from None
+
+
 def read_json_object(path: str, missing: str, bad: str) -> dict:
     """The JSON object in the file ``path``. Raises ``missing`` (a message) when there is no such
     file, and ``bad`` (a template with ``{problem}``) when it is not valid JSON or not an object."""

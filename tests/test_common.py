@@ -313,3 +313,20 @@ def test_models_rebuilt_without_their_rows_predict_but_cannot_delete():
         assert np.array_equal(light.predict(X), model.predict(X))
         with pytest.raises(NotFittedError, match="rebuilt without its rows"):
             light.delete(ids[:1])
+
+
+def test_the_top_level_names_are_the_sub_packages_and_load_nothing_until_used():
+    """``from fairpipe import X`` gives the sub-package's object; importing a small module (as the
+    command line does before it knows its command) does not load every capability."""
+    import subprocess
+    import sys
+
+    import fairpipe
+
+    assert sorted(fairpipe.__all__) == sorted(fairpipe._EXPORTS)
+    for name in fairpipe.__all__:
+        module = __import__(fairpipe._EXPORTS[name], fromlist=[name])
+        assert getattr(fairpipe, name) is getattr(module, name)
+    code = "import sys, fairpipe.errors; print('fairpipe.cluster' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

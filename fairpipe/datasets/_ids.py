@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
+from fairpipe.validation import load_npy
 
 NO_IDS = "No ids to forget: give --ids 1,2,3 or --ids-file FILE."
 BAD_ID = "Id {value!r} in {where} is not an integer."
@@ -31,10 +32,7 @@ def read_ids(text: str | None = None, path: str | None = None) -> np.ndarray:
         if not p.is_file():
             raise FairpipeInputError(NO_FILE.format(path=path))
         if p.suffix == ".npy":
-            try:
-                arr = np.load(p, allow_pickle=False)
-            except (ValueError, OSError):  # not a .npy file, or one holding pickled objects
-                raise FairpipeInputError(NOT_NPY.format(path=path)) from None
+            arr = load_npy(p, NOT_NPY.format(path=path))
             if arr.size and arr.dtype.kind not in "iu":
                 raise FairpipeInputError(BAD_ID.format(value=arr.ravel()[0].item(), where=path))
             ids = arr.ravel().astype(np.int64)

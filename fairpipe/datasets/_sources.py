@@ -17,7 +17,7 @@ import numpy as np
 
 from fairpipe.datasets import _loaders as loaders
 from fairpipe.errors import FairpipeInputError
-from fairpipe.validation import EMPTY, check_points, check_unique_ids
+from fairpipe.validation import EMPTY, check_points, check_unique_ids, load_npy
 
 BUILTINS = ("digits", "gaussian")
 NAMED_LOADERS = ("mnist", "word2vec", "adult", "bank", "census-kdd")
@@ -145,10 +145,7 @@ def plan_source(
 
 
 def _plan_npy(path: Path, groups_file: str | None, ids_file: str | None) -> SourcePlan:
-    try:
-        X = np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as exc:
-        raise FairpipeInputError(f"{path} is not a numeric .npy matrix ({exc}).") from None
+    X = load_npy(path, f"{path} is not a numeric .npy matrix ({{why}}).", mmap_mode="r")
     where = path.name
     if X.ndim != 2:
         raise FairpipeInputError(f"{where} must hold a 2-dimensional matrix. Got shape {X.shape}.")
@@ -168,10 +165,7 @@ def _plan_npy(path: Path, groups_file: str | None, ids_file: str | None) -> Sour
 
 def _load_column(path: str, what: str, n: int) -> np.ndarray:
     """A .npy file of one value per row of the points file, or an error naming it."""
-    try:
-        values = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise FairpipeInputError(f"{what} {path} is not a .npy array ({exc}).") from None
+    values = load_npy(path, f"{what} {path} is not a .npy array ({{why}}).")
     if values.shape != (n,):
         got = values.shape[0] if values.ndim else 0
         raise FairpipeInputError(LENGTH_MISMATCH.format(what=what, path=path, got=got, n=n))

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
+from fairpipe.validation import load_npy
 
 Store = Annotated[
     str,
@@ -48,13 +49,8 @@ BAD_QUERY_FILE = "Query file {path!r} is not a .npy array (save the queries with
 
 def read_query_file(path: Path | None):
     """The points of a ``--query-file``, or None without one."""
-    import numpy as np
-
     if path is None:
         return None
     if not path.exists():
         raise FairpipeInputError(MISSING_QUERY_FILE.format(path=str(path)))
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError):  # not a .npy, or one holding pickled objects
-        raise FairpipeInputError(BAD_QUERY_FILE.format(path=str(path))) from None
+    return load_npy(path, BAD_QUERY_FILE.format(path=str(path)))
