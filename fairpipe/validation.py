@@ -128,7 +128,7 @@ def load_npy(path, bad: str, **options) -> np.ndarray:
     a .npy array numpy can read."""
     try:
         return np.load(path, allow_pickle=False, **options)
-    except (ValueError, OSError) as exc:  # not a .npy, a truncated one, or pickled objects
+    except (ValueError, OSError, EOFError) as exc:  # not a .npy, cut short, empty, or pickled
         raise FairpipeInputError(bad.replace("{why}", str(exc))) from None
 
 

@@ -106,6 +106,19 @@ def test_ids_files_that_are_not_ids_are_named(tmp_path):
     (tmp_path / "broken.npy").write_bytes(b"not numpy at all")
     with pytest.raises(FairpipeInputError, match="broken.npy is not a numeric .npy array"):
         read_ids(path=str(tmp_path / "broken.npy"))
+    (tmp_path / "empty.npy").write_bytes(b"")
+    with pytest.raises(FairpipeInputError, match="empty.npy is not a numeric .npy array"):
+        read_ids(path=str(tmp_path / "empty.npy"))
+    from fairpipe.datasets import plan_source
+
+    np.save(tmp_path / "points.npy", np.zeros((5, 2)))
+    cut = (tmp_path / "points.npy").read_bytes()[:100]
+    (tmp_path / "cut.npy").write_bytes(cut)
+    with pytest.raises(FairpipeInputError, match="cut.npy is not a numeric .npy matrix"):
+        plan_source(str(tmp_path / "cut.npy"))
+    (tmp_path / "none.npy").write_bytes(b"")
+    with pytest.raises(FairpipeInputError, match="Groups file .*none.npy is not a .npy array"):
+        plan_source(str(tmp_path / "points.npy"), groups_file=str(tmp_path / "none.npy"))
     np.save(tmp_path / "floats.npy", np.array([1.5, 2.0]))
     with pytest.raises(FairpipeInputError, match="Id 1.5 in .*floats.npy is not an integer"):
         read_ids(path=str(tmp_path / "floats.npy"))
