@@ -31,12 +31,12 @@ def leaf_of(ids: np.ndarray, seed: int, n_leaves: int) -> np.ndarray:
     return (stable_hash(int(seed), ids, salt=LEAF_SALT) % np.uint64(n_leaves)).astype(np.int64)
 
 
-def check_tree(fanout, height, owner: str, min_height: int = 0) -> int:
-    """Validate the tree's shape; returns its number of leaves."""
+def check_tree(fanout, height, owner: str, needs_root_above_leaves: bool = False) -> int:
+    """Validate the tree's shape (``height`` >= 1 when ``needs_root_above_leaves``, else >= 0);
+    returns its number of leaves."""
     fanout = check_positive_int(fanout, "fanout", owner)
-    height = check_non_negative_int(height, "height", owner)
-    if height < min_height:
-        check_positive_int(height, "height", owner)
+    check_height = check_positive_int if needs_root_above_leaves else check_non_negative_int
+    height = check_height(height, "height", owner)
     leaves = fanout**height
     if leaves > MAX_LEAVES:
         raise FairpipeInputError(

@@ -166,7 +166,7 @@ class DCKMeans(KMeansParameters):
     def _check_params(self) -> int:
         """Validate the parameters; returns the number of leaves."""
         self._check_kmeans_params()
-        return check_tree(self.fanout, self.height, "DCKMeans", min_height=1)
+        return check_tree(self.fanout, self.height, "DCKMeans", needs_root_above_leaves=True)
 
     def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> DCKMeans:
         n_leaves = self._check_params()
