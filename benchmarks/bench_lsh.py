@@ -10,8 +10,11 @@ Every figure is printed next to a plain-numpy baseline measured in the same proc
    sqrt(1/(2 pi S)) (targets: exact <= 1.1 x floor, approx <= 1.3 x exact), and a bar plot (PNG);
 3. sampling speed at n=1M, d=128: accepted samples/s batched (target >= 3M/s), single-query median
    latency (target <= 50 us), exact cost / approx cost (target <= 1.2);
-4. a scale run of the ingest flow (1M and 2M x 128 points): points/s and peak RSS, which must not
-   grow when n doubles.
+4. scale runs at 100k and 1M x 128 points (``--ten-million``: also 10M): the ingest flow against
+   numpy hashing the same points (target <= 3x), peak RSS of every process (target < 4 GB), index
+   bytes per point beyond the points (target <= 800 at L = 100), a cold one-query
+   ``fairpipe sample`` against ``fairpipe --help`` (target <= 2.5x wall, <= 1 GB RSS), and a
+   one-id ``fairpipe forget`` (target <= 1 s in the flow, <= 2x its 100k time).
 """
 
 from __future__ import annotations
@@ -234,55 +237,88 @@ print(json.dumps({"result": json.loads(proc.stdout), "peak_rss_mb": usage.ru_max
 """
 
 
+def run_peak(args: list[str], env: dict) -> tuple[dict | None, float, float]:
+    """(the command's --json result, its peak RSS in MB (the largest process), wall seconds)."""
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", PEAK, *args], capture_output=True, text=True,
+                         env=env)  # fmt: skip
+    wall = time.perf_counter() - t0
+    if out.returncode:
+        print(out.stdout, out.stderr)
+        raise SystemExit(f"{args[1:3]} failed")
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    return info["result"], info["peak_rss_mb"], wall
+
+
+def numpy_hash_seconds(n: int, d: int, seed: int) -> float:
+    """Baseline: numpy hashing the same points (d x L*k float32 product, floored), blocks of
+    the generator's rows generated outside the timed part."""
+    from fairpipe.datasets import GAUSSIAN_BLOCK, gaussian_block
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(d, 1500)).astype(np.float32)
+    b = rng.uniform(0, 40, size=1500).astype(np.float32)
+    total = 0.0
+    for block in range(-(-n // GAUSSIAN_BLOCK)):
+        X, _ = gaussian_block(seed, block, n, d, 16, 4)
+        t0 = time.perf_counter()
+        np.floor((X @ A + b) / np.float32(40.0))
+        total += time.perf_counter() - t0
+    return total
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
 def bench_scale(sizes: list[int], chunk_rows: int) -> None:
     print(
         f"\n[4] scale run: fairpipe ingest gaussian, d=128, k=15 L=100, chunk {chunk_rows:,} rows"
     )
     exe = str(Path(sys.executable).with_name("fairpipe"))
-    base_rss = None
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [
-                sys.executable,
-                "-c",
-                PEAK,
-                exe,
-                "ingest",
-                "gaussian",
-                "--gaussian-n",
-                str(n),
-                "--gaussian-d",
-                "128",
-                "--gaussian-clusters",
-                "16",
-                "--chunk-rows",
-                str(chunk_rows),
-                "--lsh-width",
-                "40",
-                "--store",
-                f"{tmp}/store",
-                "--json",
-            ]
             env = dict(os.environ, PREFECT_HOME=f"{tmp}/prefect")
-            t0 = time.perf_counter()
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            wall = time.perf_counter() - t0
-            if out.returncode:
-                print(out.stdout, out.stderr)
-                raise SystemExit(f"ingest of {n} points failed")
-            info = json.loads(out.stdout.strip().splitlines()[-1])
-            res, rss = info["result"], info["peak_rss_mb"]
-            base_rss = base_rss or rss
+            store = f"{tmp}/store"
+            res, rss, wall = run_peak(
+                [exe, "ingest", "gaussian", "--gaussian-n", str(n), "--gaussian-d", "128",
+                 "--gaussian-clusters", "16", "--chunk-rows", str(chunk_rows), "--lsh-width", "40",
+                 "--store", store, "--json"], env)  # fmt: skip
+            assert res is not None
+            hashing = numpy_hash_seconds(n, 128, 0)
+            flow = res["timings"]["total"]
+            report(f"ingest n={n:,}: flow seconds (points/s {n / flow:,.0f})", f"{flow:,.1f}",
+                   f"{hashing:,.1f}", f"{flow / hashing:.2f}x")  # fmt: skip
             report(
-                f"ingest n={n:,}: points/s (flow total {res['timings']['total']:.0f} s)",
-                f"{n / res['timings']['total']:,.0f}",
+                f"ingest n={n:,}: peak RSS of one process, MB (wall {wall:.0f} s)", f"{rss:,.0f}"
             )
-            report(
-                f"ingest n={n:,}: peak RSS of one process, MB (wall {wall:.0f} s)",
-                f"{rss:,.0f}",
-                f"{base_rss:,.0f}",
-                f"{rss / base_rss:.2f}x",
-            )
+            total = folder_bytes(Path(store))
+            index = total - n * 128 * 4  # beyond the points (raw float32; they hardly compress)
+            report(f"store n={n:,}: bytes per point beyond the points (L = 100)",
+                   f"{index / n:,.0f}", f"{total / 2**30:.2f} GiB")  # fmt: skip
+            _, help_rss, help_wall = run_peak([sys.executable, "-c", HELP_JSON], env)
+            for i in range(2):
+                res, rss, wall = run_peak(
+                    [exe, "sample", "--store", store, "--query-row", str(12345 + i),
+                     "--samples", "10", "--json"], env)  # fmt: skip
+            assert res is not None
+            report(f"cold sample n={n:,}: wall s (baseline: fairpipe --help)", f"{wall:.2f}",
+                   f"{help_wall:.2f}", f"{wall / help_wall:.2f}x")  # fmt: skip
+            report(f"cold sample n={n:,}: peak RSS MB, |M(q)| {res['neighbourhood_size']}",
+                   f"{rss:,.0f}", f"{help_rss:,.0f}")  # fmt: skip
+            res, rss, wall = run_peak(
+                [exe, "forget", "--store", store, "--ids", "777", "--json"], env)  # fmt: skip
+            assert res is not None
+            report(f"forget 1 id n={n:,}: in-flow s (command wall {wall:.1f} s)",
+                   f"{res['timings']['total']:.3f}", f"{res['timings']['lsh_index']:.3f} index")  # fmt: skip
+
+
+# `fairpipe --help` as a JSON-printing command (so run_peak can wrap it).
+HELP_JSON = (
+    "import subprocess, sys, json; "
+    "subprocess.run([sys.executable.replace('python', 'fairpipe'), '--help'], "
+    "capture_output=True); print(json.dumps({}))"
+)
 
 
 def main() -> None:
@@ -291,6 +327,7 @@ def main() -> None:
     ap.add_argument("--skip-scale", action="store_true", help="skip the ingest scale run")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
     ap.add_argument("--only", default="1234", help="sections to run, e.g. 34")
+    ap.add_argument("--ten-million", action="store_true", help="also ingest 10M x 128 (~25 min)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -304,7 +341,9 @@ def main() -> None:
     if "3" in args.only:
         bench_sampling(200_000 if quick else 1_000_000, 50 if quick else 200)
     if "4" in args.only and not args.skip_scale:
-        sizes = [250_000, 500_000] if quick else [1_000_000, 2_000_000]
+        sizes = [100_000, 250_000] if quick else [100_000, 1_000_000]
+        if args.ten_million:
+            sizes.append(10_000_000)
         bench_scale(sizes, chunk_rows=32_768)
     (out / "summary.json").write_text(json.dumps(ROWS, indent=1))
 

@@ -39,11 +39,14 @@ _EXPORTS = {
     "DeletionReport": "fairpipe.base",
     "NotFittedError": "fairpipe.base",
     "FairpipeInputError": "fairpipe.errors",
+    # The one name served from another layer: a reader over a stored index (storage imports
+    # fairpipe, never the reverse; the lookup happens at first use).
+    "open_store": "storage.reader",
 }
 __all__ = [
     "E2LSH", "BaseEstimator", "DCKMeans", "DeletionReport", "FairNN", "FairSummary",
     "FairpipeInputError", "NotFittedError", "QKMeans", "adf_search", "aequitas_search",
-    "choose_model", "fair_stream", "ranking_metrics", "rerank",
+    "choose_model", "fair_stream", "open_store", "ranking_metrics", "rerank",
 ]  # fmt: skip
 __version__ = "0.1.0"
 
@@ -55,6 +58,7 @@ if TYPE_CHECKING:
     from fairpipe.neighbors import E2LSH, FairNN
     from fairpipe.ranking import ranking_metrics, rerank
     from fairpipe.summary import FairSummary, fair_stream
+    from storage.reader import open_store
 
 
 def __getattr__(name: str) -> Any:

@@ -63,6 +63,9 @@ def check_points(
     return X32
 
 
+NEGATIVE_ID = "Id {id} (row {row}) of {where} is negative; ids must be integers >= 0."
+
+
 def check_unique_ids(ids: np.ndarray, where: str) -> np.ndarray:
     """Return ``ids`` as int64, or raise naming a duplicated id and its rows."""
     ids = np.asarray(ids)
@@ -71,6 +74,10 @@ def check_unique_ids(ids: np.ndarray, where: str) -> np.ndarray:
             f"Ids in {where} must be integers. Got values of type {ids.dtype}."
         )
     ids = ids.astype(np.int64, copy=False)
+    if ids.size and ids.min() < 0:
+        # Negative ids are refused everywhere: stored trees pad their id arrays with -1.
+        row = int(np.argmin(ids))
+        raise FairpipeInputError(NEGATIVE_ID.format(id=int(ids[row]), row=row, where=where))
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
     dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])

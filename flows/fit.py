@@ -68,6 +68,25 @@ class FitOptions:
         )  # fmt: skip
 
 
+# Q-k-means' Lloyd steps run over every live point in one process (n x d float64): it is refused
+# above this many bytes of points (DC-k-means has no such limit: each job holds one leaf group).
+Q_MEMORY_LIMIT = 4 << 30
+Q_TOO_LARGE = (
+    "Q-k-means holds every live point in one process: the store {url} has {n} x {d} "
+    "(= {gb:.1f} GB as float64), above its limit of {limit:.0f} GB. Use --model dc (no such "
+    "limit), or a store with fewer points."
+)
+
+
+def check_q_size(n_alive: int, d: int, url: str) -> None:
+    """Refuse a Q-k-means model whose points would not fit its one-process limit."""
+    if n_alive * d * 8 > Q_MEMORY_LIMIT:
+        raise FairpipeInputError(
+            Q_TOO_LARGE.format(url=url, n=n_alive, d=d, gb=n_alive * d * 8 / 2**30,
+                               limit=Q_MEMORY_LIMIT / 2**30)
+        )  # fmt: skip
+
+
 # -- Dask jobs ------------------------------------------------------------------------------------
 def solve_leaf_group(leaves, k, max_iter, seed, d, *given):
     """A leaf group's job: gather its rows from the chunk jobs' parts and solve its leaves."""
@@ -121,18 +140,23 @@ def fit_q_task(session, params: dict) -> QKMeans:
 
 
 # -- the flow -------------------------------------------------------------------------------------
-def check_request(store_url: str, o: FitOptions) -> tuple[FairpipeStore, str]:
-    """The store and the model kind, every option checked before anything is read or written."""
+def check_request(store_url: str, o: FitOptions, attrs: dict | None = None):
+    """The store and the model kind, every option checked before anything is read or written
+    (against ``attrs``, default the tip's: the flow checks again inside the writer lock)."""
     model = check_one_of(o.model, ("dc", "q", "auto"), "model", "fit")
     store = FairpipeStore.open(store_url)
-    attrs = store.require_data()
+    tip = store.require_data()
+    attrs = tip if attrs is None else attrs
     n_alive, d = int(attrs["n_alive"]), int(attrs["d"])
     if model == "auto":
         model = choose_model(n_alive, d, o.k)
+        if model == "q" and n_alive * d * 8 > Q_MEMORY_LIMIT:
+            model = "dc"
     if model == "dc":
         DCKMeans(**o.dc_params()).check_params()
     else:
         QKMeans(**o.q_params()).check_params()
+        check_q_size(n_alive, d, store.url)
     if o.k > n_alive:
         raise FairpipeInputError(
             K_TOO_LARGE.format(
@@ -147,10 +171,13 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
     """Fit the clustering model of the store at ``store_url``: one commit."""
     o = options or FitOptions()
     t_start = time.perf_counter()
-    store, model = check_request(store_url, o)
+    store, _ = check_request(store_url, o)
     timings: dict[str, float] = {}
-    with store.transaction(f"fit {model} k={o.k}", lock_timeout=o.lock_timeout) as txn:
+    with store.transaction(f"fit {o.model} k={o.k}", lock_timeout=o.lock_timeout) as txn:
+        # n, the chunks and the model kind are read inside the lock (a concurrent ingest may
+        # have committed since the first check).
         attrs = store.attrs(txn.session)
+        _, model = check_request(store_url, o, attrs)
         n_rows, chunk_rows, n_alive = (
             int(attrs["n"]),
             int(attrs["chunk_rows"]),

@@ -1,9 +1,12 @@
-"""Ingest flow: source -> validated row chunks -> points, ids, groups, LSH keys -> bucket index.
+"""Ingest flow: source -> validated row chunks -> points, ids, groups -> LSH bucket index.
 
 Prefect tasks are coarse (about 0.1 s each on Dask); the fine-grained work (one job per row chunk,
-one per block of tables) is mapped on the Dask cluster from inside them. Everything is written
-inside one store transaction, published as one commit at the end: an error anywhere leaves the
-store as it was.
+one per block of tables) is mapped on the Dask cluster from inside them. The chunk jobs hash
+their rows and stage the keys in a scratch array outside the store; the table jobs build their
+tables' segments from them. A small append patches only the segments its rows fall in; a larger
+one rebuilds the tables from their entries and the staged keys. An append also brings the model
+and the summary up to date (:mod:`flows.update`). Everything is written inside one store
+transaction, published as one commit at the end: an error anywhere leaves the store as it was.
 """
 
 from __future__ import annotations
@@ -29,23 +32,32 @@ from fairpipe.neighbors import (
     E2LSH,
     WIDTH_PER_RADIUS,
     estimate_bucket_width,
+    partition_bits,
     width_sample_rows,
 )
 from flows.runtime import dask_map, default_task_runner, run_flow
+from flows.update import update_after_append
 from storage.index import (
+    Staging,
     choose_chunk_rows,
+    create_index,
     create_layout,
     grow,
     index_tables,
     live_group_counts,
     load_lsh,
     row_chunks,
+    store_format,
     table_blocks,
+    update_index,
+    upgrade_format1,
     write_bucket_counts,
     write_dataset_attrs,
     write_new_rows,
+    write_segment_lengths,
 )
 from storage.store import FairpipeStore, read_array
+from storage.summary import has_summary
 from storage.urls import parse_store_url
 
 DIM_MISMATCH = (
@@ -54,31 +66,65 @@ DIM_MISMATCH = (
 ID_CLASH = "Id {id} of {where} is already in the store {url}; ids must be unique."
 
 
+NO_GROUPS = (
+    "The store {url} has groups ({names}); {where} has none. Name its group labels with "
+    "--group-column (CSV, Parquet) or --groups-file (.npy)."
+)
+UNGROUPED_STORE = (
+    "{where} has groups ({names}); the store {url} has none, so its rows could not be told "
+    "apart. Ingest into a new store, or leave out --group-column / --groups-file."
+)
+NEW_GROUP_WITH_SUMMARY = (
+    "{where} brings the group(s) {new}, which the summary of the store {url} has no bounds for. "
+    "Append without them, or give every group bounds: ingest into a new store and summarize it."
+)
+APPEND_CONFLICT = (
+    "{flag} {given} contradicts the store {url}, built with {flag} {stored}. An append keeps "
+    "the store's settings: leave {flag} out, or ingest into a new store."
+)
+DEFAULTS = {"seed": 0, "lsh_k": 15, "lsh_tables": 100}
+# An append of at most (segments per table / SMALL_APPEND) rows patches the segments it reaches;
+# a larger one rebuilds the tables (it would rewrite most segments anyway).
+SMALL_APPEND = 8
+
+
 @dataclass
 class IngestOptions:
-    seed: int = 0
+    """The ingest flow's parameters, named as the command line's flags. ``None`` means: the
+    store's setting when appending, else the default (seed 0, lsh_k 15, lsh_tables 100, width
+    estimated from the data, about 16 MB of points per chunk). An append given a setting that
+    differs from the store's is refused."""
+
+    seed: int | None = None
     group_column: str | None = None
     id_column: str | None = None
     groups_file: str | None = None
     ids_file: str | None = None
-    lsh_k: int = 15  # hash functions per table (E2LSH's n_hashes)
-    lsh_tables: int = 100
-    lsh_width: float | None = None  # the bucket width; None: estimated from the data
+    lsh_k: int | None = None  # hash functions per table (E2LSH's n_hashes)
+    lsh_tables: int | None = None
+    lsh_width: float | None = None  # the bucket width
     chunk_rows: int | None = None
+
+    def get(self, name: str):
+        value = getattr(self, name)
+        return DEFAULTS.get(name) if value is None else value
+
     gaussian: dict = field(default_factory=dict)
     lock_timeout: float = 0.0
 
 
 # -- Dask jobs (plain functions: no Prefect overhead per chunk) ---------------------------------
-def _ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int, ids, codes):
+def _ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int, ids, codes,
+                  staging: Staging):  # fmt: skip
     t0 = time.perf_counter()
     X = read_source_rows(plan, a, b)
-    write_new_rows(fork, base + a, X, ids, codes, lsh.hash_validated(X))
+    write_new_rows(fork, base + a, X, ids, codes)
+    staging.write(base + a, lsh.hash_validated(X))
     return fork, {"rows": b - a, "seconds": time.perf_counter() - t0}
 
 
-def _index_job(fork, t0: int, t1: int):
-    return fork, index_tables(fork, t0, t1)
+def _index_job(fork, staging: Staging, t0: int, t1: int, bits: int, keep_old: bool):
+    return fork, index_tables(fork, staging, t0, t1, bits, keep_old)
 
 
 # -- Prefect tasks --------------------------------------------------------------------------------
@@ -91,38 +137,53 @@ def plan_source_task(source: str, options: IngestOptions) -> SourcePlan:
         groups_file=options.groups_file,
         ids_file=options.ids_file,
         gaussian=options.gaussian,
-        seed=options.seed,
+        seed=options.get("seed"),
     )
 
 
 @task(name="hash-and-write-rows", cache_policy=NO_CACHE)
-def write_rows_task(fork, plan, lsh, chunks, base, ids, codes):
+def write_rows_task(fork, plan, lsh, chunks, base, ids, codes, staging):
     n = len(chunks)
     return dask_map(
         _ingest_chunk, [fork] * n, [plan] * n, [lsh] * n, [a for a, _ in chunks],
         [b for _, b in chunks], [base] * n, [ids[a:b] for a, b in chunks],
-        [codes[a:b] for a, b in chunks],
+        [codes[a:b] for a, b in chunks], [staging] * n,
     )  # fmt: skip
 
 
 @task(name="build-bucket-index", cache_policy=NO_CACHE)
-def build_index_task(fork, n_tables: int, n_rows: int):
+def build_index_task(fork, staging, n_tables: int, n_rows: int, bits: int, keep_old: bool):
     blocks = table_blocks(n_tables, n_rows)
     n = len(blocks)
-    return dask_map(_index_job, [fork] * n, [a for a, _ in blocks], [b for _, b in blocks])
+    return dask_map(_index_job, [fork] * n, [staging] * n, [a for a, _ in blocks],
+                    [b for _, b in blocks], [bits] * n, [keep_old] * n)  # fmt: skip
 
 
-def rebuild_index(txn, n_tables: int, n_rows: int) -> np.ndarray:
-    """Rebuild every table's bucket index from the keys of the live rows (Dask jobs over blocks
-    of tables, merged into ``txn``); returns the bucket count of each table."""
-    index_results = build_index_task.submit(txn.fork(), n_tables, n_rows).result()
-    txn.merge([fork for fork, _ in index_results])
+def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int, old_bits: int | None):
+    """Put the staged new rows in the index: patch the segments they fall in when they are few
+    (an append of a handful of rows), else rebuild every table (Dask jobs over blocks of tables,
+    merged into ``txn``) with the segment count the live rows call for. Returns (segment bits,
+    segments written)."""
+    bits = partition_bits(n_alive)
+    n_new = staging.n_total - staging.base
+    if old_bits is not None and bits == old_bits and n_new * SMALL_APPEND <= (1 << bits):
+        added = staging.read(0, n_tables)
+        rows = np.arange(staging.base, staging.n_total, dtype=np.int64)
+        return bits, update_index(txn.session, txn.root, bits, added_rows=rows, added_keys=added)
+    if old_bits is None:
+        create_index(txn.root, n_tables)
+    results = build_index_task.submit(
+        txn.fork(), staging, n_tables, n_alive, bits, old_bits is not None
+    ).result()
+    txn.merge([fork for fork, _ in results])
+    lengths = np.zeros((n_tables, 1 << bits), dtype=np.int32)
     counts = np.zeros(n_tables, dtype=np.int64)
-    for _, c in index_results:
-        for t, v in c.items():
-            counts[t] = v
+    for _, part in results:
+        for t, (v, c) in part.items():
+            lengths[t], counts[t] = v, c
+    write_segment_lengths(txn.root, lengths)
     write_bucket_counts(txn.root, counts)
-    return counts
+    return bits, n_tables << bits
 
 
 # -- the flow -------------------------------------------------------------------------------------
@@ -132,8 +193,8 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     options = options or IngestOptions()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
-    check_positive_int(options.lsh_k, "lsh_k", "ingest")
-    check_positive_int(options.lsh_tables, "lsh_tables", "ingest")
+    check_positive_int(options.get("lsh_k"), "lsh_k", "ingest")
+    check_positive_int(options.get("lsh_tables"), "lsh_tables", "ingest")
     if options.lsh_width is not None:
         check_positive_float(options.lsh_width, "lsh_width", "ingest")
     if options.chunk_rows is not None:
@@ -173,12 +234,13 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                 raise FairpipeInputError(
                     DIM_MISMATCH.format(where=plan.where, got=plan.d, url=store.url, d=attrs["d"])
                 )
+            check_append_options(options, attrs, store.url)
             chunk_rows = int(attrs["chunk_rows"])
             lsh = load_lsh(txn.session, attrs)
             seed = int(attrs["seed"])
         else:
             chunk_rows = options.chunk_rows or choose_chunk_rows(plan.d)
-            seed = options.seed
+            seed = options.get("seed")
         ids = plan.ids if plan.ids is not None else np.arange(base, base + plan.n, dtype=np.int64)
         if appending:
             clash = np.intersect1d(read_array(txn.session, "ids"), ids)
@@ -186,7 +248,11 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                 raise FairpipeInputError(
                     ID_CLASH.format(id=int(clash[0]), where=plan.where, url=store.url)
                 )
-        codes, group_names = remap_groups(plan, attrs.get("group_names", []))
+        stored_names = list(attrs.get("group_names", []))
+        if appending:
+            check_append_groups(plan, stored_names, store.url, has_summary(txn.session))
+        codes, group_names = remap_groups(plan, stored_names)
+        new_groups = group_names[len(stored_names) :] if appending else []
 
         if not appending:
             t0 = time.perf_counter()
@@ -197,30 +263,49 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                 width = float(options.lsh_width)
                 radius_hint = width / WIDTH_PER_RADIUS
             timings["estimate_width"] = time.perf_counter() - t0
-            lsh = E2LSH(n_hashes=options.lsh_k, n_tables=options.lsh_tables, bucket_width=width,
-                        seed=seed).fit(plan.d)  # fmt: skip
+            lsh = E2LSH(n_hashes=options.get("lsh_k"), n_tables=options.get("lsh_tables"),
+                        bucket_width=width, seed=seed).fit(plan.d)  # fmt: skip
             create_layout(txn.root, plan.d, lsh, chunk_rows)
+        if appending and store_format(attrs) == 1:
+            upgrade_format1(txn.session, txn.root, attrs)
+            attrs = store.attrs(txn.session)
         n_total = base + plan.n
         L = lsh.n_tables
-        grow(txn.root, n_total, L)
+        grow(txn.root, n_total)
 
         chunks = row_chunks(base, n_total, chunk_rows)
-        t0 = time.perf_counter()
-        results = write_rows_task.submit(txn.fork(), plan, lsh, chunks, base, ids, codes).result()
-        txn.merge([fork for fork, _ in results])
-        timings["hash_and_write"] = time.perf_counter() - t0
+        staging = Staging(store.spec.local_dir, base, n_total, L, chunk_rows)
+        try:
+            t0 = time.perf_counter()
+            results = write_rows_task.submit(
+                txn.fork(), plan, lsh, chunks, base, ids, codes, staging
+            ).result()
+            txn.merge([fork for fork, _ in results])
+            timings["hash_and_write"] = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        counts = rebuild_index(txn, L, n_total)
-        timings["bucket_index"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            n_alive = int(attrs.get("n_alive", 0)) + plan.n
+            old_bits = int(attrs["lsh"]["segment_bits"]) if appending else None
+            bits, written = index_new_rows(txn, staging, L, n_alive, old_bits)
+            timings["bucket_index"] = time.perf_counter() - t0
+        finally:
+            staging.remove()
 
+        updated: dict = {}
+        if appending:  # the model and summary take the new rows in (their leaves and ancestors)
+            t0 = time.perf_counter()
+            updated = update_after_append(txn, base, n_total, chunk_rows)
+            if updated:
+                timings["models"] = time.perf_counter() - t0
         per_group = live_group_counts(txn.session, len(group_names))  # every live row has a group
+        buckets = float(read_array(txn.session, "lsh/bucket_counts").mean())
         if appending:  # the radius suggested for the first rows stays
             radius_hint = attrs.get("suggested_radius", lsh.bucket_width / WIDTH_PER_RADIUS)
         meta = write_dataset_attrs(
             txn.root, attrs, n=n_total, n_alive=sum(per_group), d=plan.d, seed=seed,
             chunk_rows=chunk_rows,
-            group_names=group_names, lsh=lsh, suggested_radius=radius_hint, source=source,
+            group_names=group_names, lsh=lsh, segment_bits=bits, suggested_radius=radius_hint,
+            source=source,
         )  # fmt: skip
     timings["total"] = time.perf_counter() - t_start
     rows_s = plan.n / timings["hash_and_write"] if timings["hash_and_write"] > 0 else math.inf
@@ -234,10 +319,51 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         "lsh": meta["lsh"],
         "suggested_radius": meta["suggested_radius"],
         "chunks": len(chunks),
-        "buckets_per_table": float(counts.mean()),
+        "buckets_per_table": buckets,
+        "segments_written": written,
+        "new_groups": new_groups,
+        **updated,
         "rows_per_second": rows_s,
         "timings": timings,
     }
+
+
+def check_append_options(options: IngestOptions, attrs: dict, url: str) -> None:
+    """Refuse settings given for an append that differ from the store's."""
+    stored = {
+        "--seed": attrs["seed"],
+        "--lsh-k": attrs["lsh"]["k"],
+        "--lsh-tables": attrs["lsh"]["n_tables"],
+        "--lsh-width": attrs["lsh"]["width"],
+        "--chunk-rows": attrs["chunk_rows"],
+    }
+    given = {
+        "--seed": options.seed,
+        "--lsh-k": options.lsh_k,
+        "--lsh-tables": options.lsh_tables,
+        "--lsh-width": options.lsh_width,
+        "--chunk-rows": options.chunk_rows,
+    }
+    for flag, value in given.items():
+        if value is not None and value != stored[flag]:
+            raise FairpipeInputError(
+                APPEND_CONFLICT.format(flag=flag, given=value, url=url, stored=stored[flag])
+            )
+
+
+def check_append_groups(plan: SourcePlan, stored: list[str], url: str, summary: bool) -> None:
+    """A source without groups into a grouped store (or the reverse) is refused; so is a new
+    group when the store has a summary (its bounds name every group)."""
+    if stored and not plan.group_names:
+        raise FairpipeInputError(NO_GROUPS.format(url=url, names=", ".join(stored),
+                                                  where=plan.where))  # fmt: skip
+    if plan.group_names and not stored:
+        raise FairpipeInputError(
+            UNGROUPED_STORE.format(where=plan.where, names=", ".join(plan.group_names), url=url)
+        )
+    new = [name for name in plan.group_names if name not in stored]
+    if new and summary:
+        raise FairpipeInputError(NEW_GROUP_WITH_SUMMARY.format(where=plan.where, new=new, url=url))
 
 
 def run_ingest(source: str, store_url: str, options: IngestOptions | None = None,

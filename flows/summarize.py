@@ -4,10 +4,10 @@ Each leaf of the tree (a hash of (seed, id), as DC-k-means' tree) streams its li
 the fair selector, as a Dask job per run of leaves (the same shuffle by leaf as the fit flow);
 parents stream their children's candidates, bottom-up, in the flow (each holds at most
 fanout * (k + sum l) elements); the root's summary is committed with every node's candidates and
-evaluation ids, so that a deletion recomputes only the deleted rows' leaves and their ancestors
-(:func:`update_summary_after_forget`, called by the forget flow). The nodes are computed by the
-same functions as :class:`fairpipe.summary.FairSummary` in memory, so the stored arrays are its
-arrays.
+evaluation ids, so that a deletion or an append recomputes only the leaves its rows reach and
+their ancestors (:func:`flows.update.update_summary_tree`, called by the forget and ingest flows).
+The nodes are computed by the same functions as :class:`fairpipe.summary.FairSummary` in memory,
+so the stored arrays are its arrays.
 
 Bounds are given as fractions of k for every group (l_c = floor(lower * k), u_c = ceil(upper * k))
 or per group name in a JSON file: ``{"female": [3, 6], "male": {"lower": 3, "upper": 6}}``.
@@ -29,7 +29,6 @@ from fairpipe.summary import (
     NodeOutput,
     SummaryParams,
     check_bounds,
-    level_arrays,
     merge_ancestors,
     resolve_bounds,
     root_figures,
@@ -40,20 +39,12 @@ from fairpipe.validation import IdLookup
 from flows.runtime import (
     default_task_runner,
     gather_parts,
-    reached_leaves,
-    read_leaf_rows,
     run_flow,
     shuffle_by_leaf,
 )
-from storage.index import n_features
 from storage.store import FairpipeStore, read_array
 from storage.summary import (
-    has_summary,
-    node_loader,
     summary_store_attrs,
-    summary_tree,
-    update_summary,
-    write_root,
     write_summary,
 )
 
@@ -104,18 +95,20 @@ def summarize_leaf_group(leaves, params: SummaryParams, d, *given) -> list[tuple
     return list(zip(leaves.tolist(), out))
 
 
-def check_request(store_url: str, o: SummarizeOptions):
-    """Every option checked against the store, before anything is written: (store, its attrs,
-    group names, params, groups of every row)."""
+def check_request(store_url: str, o: SummarizeOptions, session=None):
+    """Every option checked against the store (at ``session``, default its tip), before anything
+    is written: (store, its attrs, group names, params, groups of every row). The flow checks
+    twice: before a cluster starts, and again inside the writer lock, on what it will read."""
     store = FairpipeStore.open(store_url)
-    attrs = store.require_data()
+    store.require_data()
+    session = session if session is not None else store.readonly_session()
+    attrs = store.attrs(session)
     names = _names(attrs)
     params = summary_params(o, names)
     n_alive = int(attrs["n_alive"])
     if params.k > n_alive:
         what = f"elements of the store {store.url}"
         raise FairpipeInputError(K_TOO_LARGE.format(name="k", k=params.k, n=n_alive, what=what))
-    session = store.readonly_session()
     alive, groups = read_array(session, "alive"), read_array(session, "groups")
     check_bounds(
         params.k, params.lower, params.upper,
@@ -138,11 +131,14 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
     """Summarize the live points of the store at ``store_url``: one commit."""
     o = options or SummarizeOptions()
     t_start = time.perf_counter()
-    store, attrs, names, params, groups = check_request(store_url, o)
-    n_alive, d = int(attrs["n_alive"]), int(attrs["d"])
+    store, *_ = check_request(store_url, o)
     timings: dict[str, float] = {}
     n_leaves = int(o.width) ** int(o.height)
-    with store.transaction(f"summarize k={params.k}", lock_timeout=o.lock_timeout) as txn:
+    with store.transaction(f"summarize k={o.k}", lock_timeout=o.lock_timeout) as txn:
+        # What the summary is built from is read inside the lock (a concurrent ingest may have
+        # committed since the first check).
+        _, attrs, names, params, groups = check_request(store_url, o, txn.session)
+        n_alive, d = int(attrs["n_alive"]), int(attrs["d"])
         t0 = time.perf_counter()
         fork = txn.fork()
         leaves = summarize_leaves_task.submit(
@@ -179,48 +175,6 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         "leaves": n_leaves,
         "elements_per_second": n_alive / timings["total"],
         "timings": timings,
-    }
-
-
-# -- deletions ------------------------------------------------------------------------------------
-def update_summary_after_forget(txn, all_ids, alive_after, rows, n_rows, chunk_rows, local_rows):
-    """Recompute the summary nodes the erased ``rows`` reach: their leaves from the remaining
-    points (in this process when they hold at most ``local_rows`` rows, else on Dask), then those
-    leaves' ancestors. Call after the rows are erased (groups and alive)."""
-    if not has_summary(txn.session):
-        return {}
-    params, fanout, height, a = summary_tree(txn.session)
-    n_leaves = fanout**height
-    d = n_features(txn.session)
-    leaves, leaf_rows = reached_leaves(all_ids, alive_after, rows, params.seed, n_leaves)
-    if leaf_rows.size <= local_rows:  # the same functions as the Dask path, without round trips
-        parts = read_leaf_rows(txn.session, leaf_rows, chunk_rows, n_rows, params.seed, n_leaves, d)
-        got = dict(summarize_leaf_group(leaves, params, d, parts))
-    else:
-        fork = txn.fork()
-        got = summarize_leaves_task.submit(
-            fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows
-        ).result()
-        txn.merge([fork])  # read only
-    levels: list = [{int(j): got.get(int(j), NodeOutput.empty(d)) for j in leaves}] + [
-        {} for _ in range(height)
-    ]
-    lookup = IdLookup(all_ids)
-    changed = merge_ancestors(levels, leaves, fanout, params, node_loader(txn.session, lookup))
-    for level, nodes in enumerate(changed):
-        outs = [levels[level][int(j)] for j in nodes]
-        update_summary(txn.root, level, nodes, level_arrays(outs, params))
-    groups = read_array(txn.session, "groups")
-    names = list(a["group_names"])
-    figures = root_figures(levels[-1][0], params, names, lambda ids: groups[lookup.rows(ids)[0]])
-    write_root(
-        txn.root,
-        {k: v for k, v in figures.items() if k != "ids"},
-        np.asarray(figures["ids"], dtype=np.int64),
-    )
-    return {
-        "summary_nodes_recomputed": int(sum(n.size for n in changed)),
-        "summary_error": figures["error"],
     }
 
 

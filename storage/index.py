@@ -1,35 +1,61 @@
 """The rows of a dataset and their LSH bucket index in the store.
 
-Layout (store format 1):
+Layout (store format 2):
 
-- ``points`` float32 (n, d), ``ids`` int64 (n,), ``groups`` int32 (n,), ``alive`` bool (n,), all
-  chunked by rows (``chunk_rows``); group names and parameters in the root attributes;
-- ``lsh/keys`` uint64 (n, L): each point's bucket key per table (row chunks);
+- ``points`` float32 (n, d) in shards of ``chunk_rows`` rows (the unit one writer owns) made of
+  small inner chunks (``POINT_BLOCK`` rows), so a query reads the few rows it needs; ``ids``
+  int64 (n,), ``groups`` int32 (n,), ``alive`` bool (n,), chunked by ``chunk_rows``; group names
+  and parameters in the root attributes;
 - ``lsh/projections`` (d, L*k), ``lsh/offsets`` (L*k,), ``lsh/multipliers`` (k,): the hash
   functions (:meth:`fairpipe.neighbors.E2LSH.to_arrays`); their parameters in the root attribute
-  ``lsh`` as ``{"k", "n_tables", "width", "seed"}`` (the library's ``n_hashes`` and
-  ``bucket_width`` are stored as ``k`` and ``width``);
-- ``lsh/members`` int64 (L, n): per table, the rows sorted by key (padded with -1 past the alive
-  rows); ``lsh/bucket_keys`` uint64 (L, n) and ``lsh/bucket_starts`` int64 (L, n + 1): per table
-  its sorted distinct keys and where each bucket starts in ``members`` (padded);
-  ``lsh/bucket_counts`` int64 (L,): how many buckets each table has. One table per chunk row, so
-  tables are written in parallel without sharing a chunk.
+  ``lsh`` as ``{"k", "n_tables", "width", "seed", "segment_bits"}`` (the library's ``n_hashes``
+  and ``bucket_width`` are stored as ``k`` and ``width``);
+- ``lsh/segments`` int32 (L, 2**segment_bits, S): each table's buckets cut into segments by a
+  hash of their key (:mod:`fairpipe.neighbors._segments`), one segment per (table, segment) row,
+  in chunks of ``SEGMENT_CHUNK`` entries; ``lsh/segment_lengths`` int32 (L, 2**segment_bits):
+  the used length of each. A deletion or a small append rewrites the segments it changes; a query
+  reads one segment per table. Nothing is stored per (row, table) beyond the member entry itself
+  (about 4 bytes, plus 12 per bucket): a row's keys are recomputed from its point when needed.
 
-A forgotten row keeps its place (row numbers are stable) but is erased: points zeroed, keys set to
-``ERASED_KEY``, group -1, ``alive`` false, and it leaves every bucket.
+A forgotten row keeps its place (row numbers are stable) but is erased: points zeroed, group -1,
+``alive`` false, and it leaves every bucket. Format 1 stores (uint64 ``lsh/keys`` and (L, n)
+padded index arrays) are read as they are and upgraded to format 2 by the next write.
 """
 
 from __future__ import annotations
 
+import math
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
 import numpy as np
 
-from fairpipe.neighbors import E2LSH, ROW_BLOCK, BucketIndex, FairNN, build_table, remove_rows
-from storage.store import FORMAT, read_array, read_rows_at, write_rows, write_table_rows
+from fairpipe.neighbors import (
+    E2LSH,
+    ROW_BLOCK,
+    BucketIndex,
+    FairNN,
+    build_segments,
+    decode,
+    entries,
+    mix,
+    pack,
+    partition_bits,
+    patch,
+    segment_of,
+    unmix,
+)
+from storage.store import FORMAT, open_array, read_array, read_rows_at, write_rows
 
 TARGET_CHUNK_BYTES = 16 << 20
 EMPTY_KEY = np.iinfo(np.uint64).max
-ERASED_KEY = EMPTY_KEY
-INDEX_BLOCK_BYTES = 256 << 20  # index arrays one job holds at most
+POINT_BLOCK = 64  # rows per inner chunk of points: what a query reads to get one row
+SEGMENT_CHUNK = 4096  # int32 entries per chunk of a segment
+SEGMENT_CAPACITY = 1 << 34  # the segments' last dimension: larger than any segment can be
+MAX_SEGMENTS = 1 << 20  # segments per table at most (2**31 rows at 2048 rows per segment)
+INDEX_BLOCK_BYTES = 256 << 20  # index entries one job holds at most
 # The library's names of E2LSH's parameters -> their names in the store's ``lsh`` attribute.
 LSH_STORE_NAMES = {"n_hashes": "k", "n_tables": "n_tables", "bucket_width": "width", "seed": "seed"}
 
@@ -40,11 +66,16 @@ def choose_chunk_rows(d: int) -> int:
     return int(min(max(rows // ROW_BLOCK * ROW_BLOCK, ROW_BLOCK), 65536))
 
 
+def store_format(attrs: dict) -> int:
+    return int(attrs.get("fairpipe_format", FORMAT))
+
+
 # -- the hash functions ---------------------------------------------------------------------------
-def lsh_attrs(lsh: E2LSH) -> dict:
+def lsh_attrs(lsh: E2LSH, segment_bits: int) -> dict:
     """The ``lsh`` root attribute of a store for these hash functions."""
     params = lsh.get_params()
-    return {store: params[name] for name, store in LSH_STORE_NAMES.items()}
+    return {**{store: params[name] for name, store in LSH_STORE_NAMES.items()},
+            "segment_bits": int(segment_bits)}  # fmt: skip
 
 
 def load_lsh(session, attrs: dict) -> E2LSH:
@@ -58,33 +89,22 @@ def load_lsh(session, attrs: dict) -> E2LSH:
 # -- writing rows ---------------------------------------------------------------------------------
 def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
     """The empty arrays of a new store, and its hash functions."""
-    L = lsh.n_tables
-    root.create_array("points", shape=(0, d), chunks=(chunk_rows, d), dtype="float32")
+    inner = math.gcd(chunk_rows, POINT_BLOCK)
+    root.create_array("points", shape=(0, d), chunks=(inner, d), shards=(chunk_rows, d),
+                      dtype="float32")  # fmt: skip
     root.create_array("ids", shape=(0,), chunks=(chunk_rows,), dtype="int64")
     root.create_array("groups", shape=(0,), chunks=(chunk_rows,), dtype="int32")
     root.create_array("alive", shape=(0,), chunks=(chunk_rows,), dtype="bool")
     root.create_group("lsh")
-    root.create_array("lsh/keys", shape=(0, L), chunks=(chunk_rows, L), dtype="uint64")
     for name, arr in lsh.to_arrays().items():
         root.create_array(f"lsh/{name}", shape=arr.shape, dtype=arr.dtype)[...] = arr
 
 
-def grow(root, n_total: int, n_tables: int) -> None:
-    """Make room for ``n_total`` rows: the row arrays grow; the index arrays are made anew,
-    empty, at the new size (the index is rebuilt after the rows are written)."""
-    for name in ("points", "ids", "groups", "alive", "lsh/keys"):
+def grow(root, n_total: int) -> None:
+    """Make room for ``n_total`` rows."""
+    for name in ("points", "ids", "groups", "alive"):
         arr = root[name]
         arr.resize((n_total, *arr.shape[1:]))
-    index_chunk = min(max(n_total, 1), 1 << 22)
-    for name, extra, fill, dtype in (
-        ("lsh/members", 0, -1, "int64"),
-        ("lsh/bucket_keys", 0, EMPTY_KEY, "uint64"),
-        ("lsh/bucket_starts", 1, 0, "int64"),
-    ):
-        if name in root:
-            del root[name]
-        root.create_array(name, shape=(n_tables, n_total + extra), chunks=(1, index_chunk + extra),
-                          dtype=dtype, fill_value=fill)  # fmt: skip
 
 
 def row_chunks(base: int, n_total: int, chunk_rows: int) -> list[tuple[int, int]]:
@@ -98,20 +118,21 @@ def row_chunks(base: int, n_total: int, chunk_rows: int) -> list[tuple[int, int]
     return [(a - base, b - base) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def write_new_rows(session, start: int, points, ids, groups, keys) -> None:
-    """Write new (live) rows at ``start``: points, ids, groups and LSH keys."""
+def write_new_rows(session, start: int, points, ids, groups) -> None:
+    """Write new (live) rows at ``start``: points, ids and groups."""
     write_rows(session, "points", start, points)
     write_rows(session, "ids", start, ids)
     write_rows(session, "groups", start, groups)
     write_rows(session, "alive", start, np.ones(points.shape[0], dtype=bool))
-    write_rows(session, "lsh/keys", start, keys)
 
 
 def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
-    """Erase the live ``rows`` (sorted) in place, chunk by chunk: points zeroed, keys
-    overwritten, groups -1, alive false; the root's ``n_alive`` drops by their number."""
+    """Erase the live ``rows`` (sorted) in place, chunk by chunk: points zeroed, groups -1,
+    alive false; the root's ``n_alive`` drops by their number."""
     root.attrs["n_alive"] = int(root.attrs["n_alive"]) - int(rows.size)
-    erased = (("points", 0.0), ("lsh/keys", ERASED_KEY), ("groups", -1), ("alive", False))
+    erased: list[tuple[str, object]] = [("points", 0.0), ("groups", -1), ("alive", False)]
+    if "keys" in root["lsh"]:  # a format 1 store not yet upgraded
+        erased.append(("lsh/keys", EMPTY_KEY))
     for c in np.unique(rows // chunk_rows):
         a = int(c) * chunk_rows
         sel = rows[(rows >= a) & (rows < a + chunk_rows)] - a
@@ -122,7 +143,7 @@ def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
 
 
 def write_dataset_attrs(root, before: dict, *, n: int, n_alive: int, d: int, seed: int,
-                        chunk_rows: int, group_names: list[str], lsh: E2LSH,
+                        chunk_rows: int, group_names: list[str], lsh: E2LSH, segment_bits: int,
                         suggested_radius: float, source: str) -> dict:  # fmt: skip
     """The root attributes after an ingest (``before``: those it started from); returns them."""
     meta = {
@@ -133,12 +154,50 @@ def write_dataset_attrs(root, before: dict, *, n: int, n_alive: int, d: int, see
         "seed": seed,
         "chunk_rows": chunk_rows,
         "group_names": group_names,
-        "lsh": lsh_attrs(lsh),
+        "lsh": lsh_attrs(lsh, segment_bits),
         "suggested_radius": suggested_radius,
         "sources": [*before.get("sources", []), source],
     }
     root.attrs.update(meta)
     return meta
+
+
+# -- staging: the keys of new rows, between the hashing jobs and the index jobs -------------------
+class Staging:
+    """A scratch Zarr array of the new rows' keys (n_new, L), outside the repository (so no
+    object of it outlives the ingest): beside a local store, else in the temporary folder (which
+    the workers must share). Row r of the store is staging row ``r - origin``, where ``origin``
+    is the start of the chunk holding the first new row, so writers own whole chunks here too."""
+
+    def __init__(self, local_dir: Path | None, base: int, n_total: int, n_tables: int,
+                 chunk_rows: int):  # fmt: skip
+        parent = local_dir.parent if local_dir is not None else None
+        self.path = Path(tempfile.mkdtemp(prefix=f".fairpipe-staging-{uuid.uuid4().hex[:6]}-",
+                                          dir=parent))  # fmt: skip
+        self.origin = base // chunk_rows * chunk_rows
+        self.base, self.n_total = base, n_total
+        import zarr
+
+        # One table per chunk column: a table job reads its tables' keys only. Uncompressed:
+        # the keys are hashes (they would not compress) and live for one ingest.
+        zarr.create_array(str(self.path), shape=(n_total - self.origin, n_tables),
+                          chunks=(chunk_rows, 1), dtype="uint64", compressors=None)  # fmt: skip
+
+    def write(self, start: int, keys: np.ndarray) -> None:
+        import zarr
+
+        arr = zarr.open_array(str(self.path), mode="r+")
+        arr[start - self.origin : start - self.origin + keys.shape[0]] = keys
+
+    def read(self, t0: int, t1: int) -> np.ndarray:
+        """Keys of tables [t0, t1) of every new row."""
+        import zarr
+
+        arr = zarr.open_array(str(self.path), mode="r")
+        return np.asarray(arr[self.base - self.origin :, t0:t1])
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 # -- the bucket index -----------------------------------------------------------------------------
@@ -150,65 +209,156 @@ def table_blocks(n_tables: int, n_rows: int) -> list[tuple[int, int]]:
     return [(t, min(t + per_job, n_tables)) for t in range(0, n_tables, per_job)]
 
 
-def index_tables(session, t0: int, t1: int) -> dict[int, int]:
-    """Index tables [t0, t1) from the keys of the live rows: one read of their key columns, one
-    write per index array. Returns each table's bucket count."""
-    alive = read_array(session, "alive")
-    keys = read_array(session, "lsh/keys", (slice(None), slice(t0, t1)))
-    n = alive.shape[0]
-    bkeys = np.full((t1 - t0, n), EMPTY_KEY, dtype=np.uint64)
-    bstarts = np.zeros((t1 - t0, n + 1), dtype=np.int64)
-    members = np.full((t1 - t0, n), -1, dtype=np.int64)
-    counts = {}
-    for j in range(t1 - t0):
-        k, s, m = build_table(keys[:, j], alive)
-        bkeys[j, : k.shape[0]] = k
-        bstarts[j, : s.shape[0]] = s
-        members[j, : m.shape[0]] = m
-        counts[t0 + j] = k.shape[0]
-    write_table_rows(session, "lsh/bucket_keys", t0, bkeys)
-    write_table_rows(session, "lsh/bucket_starts", t0, bstarts)
-    write_table_rows(session, "lsh/members", t0, members)
-    return counts
+def create_index(root, n_tables: int) -> None:
+    """An empty segment array (replacing any index there). Its shape is the largest any store
+    needs; only the chunks written exist."""
+    for name in ("segments", "segment_lengths", "keys", "members", "bucket_keys",
+                 "bucket_starts"):  # fmt: skip
+        if name in root["lsh"]:
+            del root[f"lsh/{name}"]
+    root.create_array("lsh/segments", shape=(n_tables, MAX_SEGMENTS, SEGMENT_CAPACITY),
+                      chunks=(1, 1, SEGMENT_CHUNK), dtype="int32", fill_value=0)  # fmt: skip
 
 
 def write_bucket_counts(root, counts: np.ndarray) -> None:
-    if "lsh/bucket_counts" in root:
+    """Buckets per table (``lsh/bucket_counts`` int64 (L,))."""
+    if "bucket_counts" in root["lsh"]:
         del root["lsh/bucket_counts"]
-    root.create_array("lsh/bucket_counts", shape=counts.shape, dtype="int64")[:] = counts
+    root.create_array("lsh/bucket_counts", shape=counts.shape, dtype="int64")[...] = counts
 
 
-def remove_from_index(session, root, rows: np.ndarray, n_tables: int, n_rows: int,
-                      n_indexed: int) -> np.ndarray:  # fmt: skip
-    """Drop ``rows`` from every table's buckets in place, in blocks of tables of bounded memory:
-    one pass over each table and no sort (:func:`fairpipe.neighbors.remove_rows`), giving the
-    arrays a rebuild would. ``n_indexed`` rows are in each table now (the live rows before the
-    deletion). Returns the new bucket count of each table."""
-    dead = np.zeros(n_rows, dtype=bool)
-    dead[rows] = True
-    counts = read_array(session, "lsh/bucket_counts").astype(np.int64)
-    per_block = int(max(1, min(n_tables, INDEX_BLOCK_BYTES // max(24 * n_rows, 1))))
-    for t0 in range(0, n_tables, per_block):
-        t1 = min(t0 + per_block, n_tables)
-        block = (slice(t0, t1), slice(None))
-        K = read_array(session, "lsh/bucket_keys", block)
-        S = read_array(session, "lsh/bucket_starts", block)
-        M = read_array(session, "lsh/members", block)
-        for j in range(t1 - t0):
-            c = int(counts[t0 + j])
-            k, st, m = remove_rows(K[j, :c], S[j, : c + 1], M[j, :n_indexed], dead)
-            K[j], S[j], M[j] = EMPTY_KEY, 0, -1
-            K[j, : k.shape[0]], S[j, : st.shape[0]], M[j, : m.shape[0]] = k, st, m
-            counts[t0 + j] = k.shape[0]
-        write_table_rows(session, "lsh/bucket_keys", t0, K)
-        write_table_rows(session, "lsh/bucket_starts", t0, S)
-        write_table_rows(session, "lsh/members", t0, M)
-    root["lsh/bucket_counts"][:] = counts
-    return counts
+def write_segment_lengths(root, lengths: np.ndarray) -> None:
+    """The used length of every segment (replacing the array: the segment count may change)."""
+    if "segment_lengths" in root["lsh"]:
+        del root["lsh/segment_lengths"]
+    root.create_array("lsh/segment_lengths", shape=lengths.shape, chunks=lengths.shape,
+                      dtype="int32", fill_value=0)[...] = lengths  # fmt: skip
 
 
-def load_index(session, n_alive: int) -> BucketIndex:
-    """Every table's buckets, unpadded and concatenated."""
+def _padded(length: int) -> int:
+    return -(-length // SEGMENT_CHUNK) * SEGMENT_CHUNK
+
+
+def read_table_entries(session, t: int, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mixed keys, rows) of every entry of table ``t`` (``lengths``: its segment lengths)."""
+    width = int(lengths.max()) if lengths.size else 0
+    if width == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    block = read_array(session, "lsh/segments", (t, slice(0, lengths.shape[0]), slice(0, width)))
+    parts = [entries(block[p, : int(lengths[p])]) for p in np.flatnonzero(lengths)]
+    return np.concatenate([h for h, _ in parts]), np.concatenate([r for _, r in parts])
+
+
+def write_table(session, t: int, flat: np.ndarray, offsets: np.ndarray, old_lengths) -> np.ndarray:
+    """Write table ``t``'s segments (``flat``/``offsets`` from :func:`pack`) over the old ones
+    (their ``old_lengths``, zeroed where the new ones are shorter); returns the new lengths."""
+    lengths = np.diff(offsets).astype(np.int32)
+    width = _padded(int(max(lengths.max(initial=0), np.max(old_lengths, initial=0))))
+    if width == 0:
+        return lengths
+    block = np.zeros((max(lengths.shape[0], len(old_lengths)), width), dtype=np.int32)
+    for p in np.flatnonzero(lengths):
+        block[p, : lengths[p]] = flat[offsets[p] : offsets[p + 1]]
+    open_array(session, "lsh/segments", mode="r+")[t, : block.shape[0], :width] = block
+    return lengths
+
+
+def index_tables(session, staging: Staging | None, t0: int, t1: int, bits: int,
+                 keep_old: bool) -> dict[int, tuple[np.ndarray, int]]:  # fmt: skip
+    """Build tables [t0, t1) with ``2**bits`` segments from the staged keys of the new rows and
+    (``keep_old``) the entries already indexed. Returns each table's segment lengths and bucket
+    count."""
+    new_keys = staging.read(t0, t1) if staging is not None else None
+    old_lengths = (read_array(session, "lsh/segment_lengths", slice(t0, t1)) if keep_old
+                   else None)  # fmt: skip
+    out = {}
+    for j, t in enumerate(range(t0, t1)):
+        hs, rows = [], []
+        if old_lengths is not None:
+            h, r = read_table_entries(session, t, old_lengths[j])
+            hs.append(h)
+            rows.append(r)
+        if new_keys is not None:
+            assert staging is not None
+            hs.append(mix(new_keys[:, j]))
+            rows.append(np.arange(staging.base, staging.n_total, dtype=np.int64))
+        h, r = np.concatenate(hs), np.concatenate(rows)
+        if old_lengths is None:
+            flat, offsets = pack(h, r, bits, sorted_rows=True)
+        else:
+            flat, offsets = pack(h, r, bits)
+        old = old_lengths[j] if old_lengths is not None else np.zeros(0, np.int32)
+        out[t] = (write_table(session, t, flat, offsets, old), int(flat[offsets[:-1]].sum()))
+    return out
+
+
+def update_index(session, root, bits: int, removed_rows=None, removed_keys=None,
+                 added_rows=None, added_keys=None) -> int:  # fmt: skip
+    """Remove ``removed_rows`` (their keys (r, L) given) from their buckets and add
+    ``added_rows`` (keys (a, L)) to theirs, rewriting only the segments holding them. Gives the
+    segments a fresh build on the resulting rows gives. Returns the segments rewritten."""
+    lengths = read_array(session, "lsh/segment_lengths")
+    counts = read_array(session, "lsh/bucket_counts")
+    n_tables = lengths.shape[0]
+    segs = open_array(session, "lsh/segments", mode="r+")
+    rewritten = 0
+    rem_h = mix(removed_keys) if removed_keys is not None else np.zeros((0, n_tables), np.uint64)
+    add_h = mix(added_keys) if added_keys is not None else np.zeros((0, n_tables), np.uint64)
+    rem_rows = np.asarray(removed_rows if removed_rows is not None else [], np.int64)
+    add_rows = np.asarray(added_rows if added_rows is not None else [], np.int64)
+    for t in range(n_tables):
+        rem_seg, add_seg = segment_of(rem_h[:, t], bits), segment_of(add_h[:, t], bits)
+        for p in np.union1d(rem_seg, add_seg):
+            old = int(lengths[t, p])
+            seg = np.asarray(segs[t, p, :old]) if old else np.zeros(0, np.int32)
+            mine = add_seg == p
+            new = patch(seg, bits, rem_rows[rem_seg == p], add_h[mine, t], add_rows[mine])
+            counts[t] += (int(new[0]) if new.size else 0) - (int(seg[0]) if seg.size else 0)
+            width = _padded(max(old, new.shape[0]))
+            out = np.zeros(width, dtype=np.int32)
+            out[: new.shape[0]] = new
+            segs[t, p, :width] = out
+            lengths[t, p] = new.shape[0]
+            rewritten += 1
+    write_segment_lengths(root, lengths)
+    root["lsh/bucket_counts"][...] = counts
+    return rewritten
+
+
+def keys_of_rows(session, lsh: E2LSH, rows: np.ndarray) -> np.ndarray:
+    """The bucket keys (r, L) of stored ``rows`` (sorted), recomputed from their points."""
+    X = read_rows_at(session, "points", rows)
+    return lsh.hash_validated(X) if rows.size else np.zeros((0, lsh.n_tables), np.uint64)
+
+
+def load_index(session, attrs: dict) -> BucketIndex:
+    """Every table's buckets, concatenated (a table's buckets in segment order)."""
+    if store_format(attrs) == 1:
+        return _load_format1_index(session, int(attrs["n_alive"]))
+    lengths = read_array(session, "lsh/segment_lengths")
+    tables = []
+    for t in range(lengths.shape[0]):
+        width = int(lengths[t].max(initial=0))
+        block = read_array(session, "lsh/segments",
+                           (t, slice(0, lengths.shape[1]), slice(0, width)))  # fmt: skip
+        hs, ends, members = [], [], []
+        base = 0
+        for p in np.flatnonzero(lengths[t]):
+            h, e, m = decode(block[p, : int(lengths[t, p])])
+            hs.append(h)
+            ends.append(e.astype(np.int64) + base)
+            members.append(m)
+            base += m.shape[0]
+        if not hs:
+            tables.append((np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.int64)))
+            continue
+        ends_all = np.concatenate(ends)
+        tables.append((unmix(np.concatenate(hs)), np.concatenate([[0], ends_all]),
+                       np.concatenate(members).astype(np.int64)))  # fmt: skip
+    return BucketIndex.from_tables(tables)
+
+
+def _load_format1_index(session, n_alive: int) -> BucketIndex:
     counts = read_array(session, "lsh/bucket_counts")
     keys = read_array(session, "lsh/bucket_keys")
     starts = read_array(session, "lsh/bucket_starts")
@@ -220,21 +370,73 @@ def load_index(session, n_alive: int) -> BucketIndex:
     return BucketIndex.from_tables(tables)
 
 
+def upgrade_format1(session, root, attrs: dict) -> None:
+    """Rebuild a format 1 store's index as segments (from its stored keys) and drop the old
+    arrays, in the caller's transaction."""
+    keys = read_array(session, "lsh/keys")
+    alive = read_array(session, "alive")
+    rows = np.flatnonzero(alive)
+    n_tables = keys.shape[1]
+    bits = partition_bits(rows.shape[0])
+    create_index(root, n_tables)  # drops keys, members, bucket_* as well
+    lengths = np.zeros((n_tables, 1 << bits), dtype=np.int32)
+    counts = np.zeros(n_tables, dtype=np.int64)
+    for t in range(n_tables):
+        flat, offsets = build_segments(keys[rows, t], rows, bits)
+        lengths[t] = write_table(session, t, flat, offsets, np.zeros(0, np.int32))
+        counts[t] = int(flat[offsets[:-1]].sum())
+    write_segment_lengths(root, lengths)
+    write_bucket_counts(root, counts)
+    root.attrs.update({"fairpipe_format": FORMAT, "lsh": {**attrs["lsh"], "segment_bits": bits}})
+
+
 def load_sampler(session, attrs: dict) -> FairNN:
-    """A :class:`FairNN` over the store's rows and index (everything read into memory)."""
+    """A :class:`FairNN` over the store's rows and index, everything read into memory (the hot
+    path of a long-lived process; memory about n x (d + 2L) x 4 bytes)."""
     lsh = load_lsh(session, attrs)
-    index = load_index(session, int(attrs["n_alive"]))
+    index = load_index(session, attrs)
+    n_rows = int(attrs["n"])
+    alive = read_array(session, "alive")
+    keys = np.full((n_rows, lsh.n_tables), EMPTY_KEY, dtype=np.uint64)
+    tables = index.table_of_key(index.bucket_keys)
+    first = np.searchsorted(tables, np.arange(lsh.n_tables + 1))
+    for t in range(lsh.n_tables):
+        b0, b1 = int(first[t]), int(first[t + 1])
+        e0, e1 = int(index.starts[b0]), int(index.starts[b1])
+        keys[index.members[e0:e1], t] = np.repeat(index.bucket_keys[b0:b1],
+                                                  np.diff(index.starts[b0 : b1 + 1]))  # fmt: skip
     arrays = {
         **lsh.to_arrays(),
         "points": read_array(session, "points"),
         "ids": read_array(session, "ids"),
-        "alive": read_array(session, "alive"),
-        "keys": read_array(session, "lsh/keys"),
+        "alive": alive,
+        "keys": keys,
         "bucket_keys": index.bucket_keys,
         "bucket_starts": index.starts,
         "members": index.members,
     }
     return FairNN.from_arrays(arrays, **lsh.get_params())
+
+
+def index_entries(session) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every table's (bucket keys, member ids) pairs sorted by (key, id): the index's content
+    independent of row numbers and layout (what a fresh build on the live rows must equal)."""
+    from storage.store import open_group
+
+    attrs = dict(open_group(session).attrs)
+    index = load_index(session, attrs)
+    ids = read_array(session, "ids")
+    out = []
+    tables = index.table_of_key(index.bucket_keys)
+    first = np.searchsorted(tables, np.arange(int(attrs["lsh"]["n_tables"]) + 1))
+    for t in range(first.shape[0] - 1):
+        b0, b1 = int(first[t]), int(first[t + 1])
+        e0, e1 = int(index.starts[b0]), int(index.starts[b1])
+        k = np.repeat(index.bucket_keys[b0:b1], np.diff(index.starts[b0 : b1 + 1]))
+        i = ids[index.members[e0:e1]]
+        order = np.lexsort((i, k))
+        out.append((k[order], i[order]))
+    return out
 
 
 # -- reading rows ---------------------------------------------------------------------------------
@@ -276,3 +478,12 @@ def live_group_counts(session, n_groups: int) -> list[int]:
     """Live rows per group (a forgotten row's group is -1)."""
     groups = read_array(session, "groups")[read_array(session, "alive")]
     return np.bincount(groups, minlength=max(n_groups, 1)).tolist()
+
+
+def read_segments(session) -> tuple[np.ndarray, np.ndarray]:
+    """(segment lengths (L, P), every segment (L, P, longest)): the stored index as arrays."""
+    lengths = read_array(session, "lsh/segment_lengths")
+    width = int(lengths.max(initial=0))
+    return lengths, read_array(
+        session, "lsh/segments", (slice(None), slice(0, lengths.shape[1]), slice(0, width))
+    )

@@ -18,7 +18,7 @@ from fairpipe.errors import FairpipeInputError
 from storage.lock import StoreBusyError, WriterLock, lock_path_for
 from storage.urls import make_storage, parse_store_url
 
-FORMAT = 1
+FORMAT = 2
 TXN_PREFIX = "fairpipe-txn-"
 INTERNAL = "fairpipe_checkpoint"  # commit metadata key of a transaction's checkpoints
 CHECKPOINT = "checkpoint before distributed writes"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fairpipe.datasets import _loaders as loaders
-from fairpipe.errors import FairpipeInputError
+from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.validation import EMPTY, check_points, check_unique_ids, load_npy
 
 BUILTINS = ("digits", "gaussian")
@@ -44,6 +44,32 @@ class SourcePlan:
     feature_columns: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     points: np.ndarray | None = None  # in-memory sources only
+    columns: list[str] = field(default_factory=list)  # a table's columns, in file order
+    # A plain CSV: the byte offset of every OFFSET_STRIDE-th data row, so that a chunk job seeks
+    # to its rows instead of parsing the file from the top (each byte is parsed once).
+    row_offsets: np.ndarray | None = None
+
+
+OFFSET_STRIDE = 4096
+SCAN_BYTES = 64 << 20
+
+
+def csv_row_offsets(path: Path) -> np.ndarray:
+    """Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV (one pass over its
+    bytes looking for line ends; quoted fields holding line breaks are not supported here: the
+    chunk jobs' row counts would then disagree, which they report)."""
+    offsets, line, pos = [], 0, 0
+    with open(path, "rb") as f:
+        while block := f.read(SCAN_BYTES):
+            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + pos + 1
+            # Line i (0 = the header) ends at ends[i - line]; data row r starts after line r.
+            first = line  # the line whose end is ends[0]
+            rows = np.arange(first, first + ends.size)  # data row (line index) starting there
+            pick = rows % OFFSET_STRIDE == 0
+            offsets.append(ends[pick])
+            line += ends.size
+            pos += len(block)
+    return np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
 
 
 def _codes(values: np.ndarray, where: str, col: str) -> tuple[np.ndarray, list[str]]:
@@ -93,6 +119,8 @@ def plan_source(
     if source in BUILTINS or (name in NAMED_LOADERS and arg):
         if source == "gaussian":
             params = {"n": 20_000, "d": 16, "clusters": 8, "groups": 4, **(gaussian or {})}
+            for key in ("n", "d", "clusters", "groups"):  # named as the command line's flags
+                check_positive_int(params[key], f"--gaussian-{key}", "the gaussian data set")
             params["seed"] = int(params.get("seed", seed))
             ds = loaders.Dataset(
                 points=np.zeros((0, 0)),
@@ -219,8 +247,11 @@ def _plan_table(
     if n == 0:
         raise FairpipeInputError(EMPTY.format(where=where))
     plan = SourcePlan(
-        kind=kind, where=where, n=n, d=len(features), path=str(path), feature_columns=features
-    )
+        kind=kind, where=where, n=n, d=len(features), path=str(path), feature_columns=features,
+        columns=columns,
+    )  # fmt: skip
+    if kind == "csv" and path.suffix != ".gz":
+        plan.row_offsets = csv_row_offsets(path)
     if group_column is not None:
         plan.groups, plan.group_names = _codes(meta[group_column].to_numpy(), where, group_column)
     if id_column is not None:
@@ -241,9 +272,12 @@ def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
         X = _gaussian_rows(plan, a, b, 0)
     else:
         assert plan.path is not None
-        frame = _read_table(
-            Path(plan.path), plan.kind, columns=plan.feature_columns, skip=a, nrows=b - a
-        )
+        if plan.row_offsets is not None and a // OFFSET_STRIDE < plan.row_offsets.shape[0]:
+            frame = _read_csv_at(plan, a, b)
+        else:
+            frame = _read_table(
+                Path(plan.path), plan.kind, columns=plan.feature_columns, skip=a, nrows=b - a
+            )
         if len(frame) != b - a:
             raise FairpipeInputError(
                 f"{plan.where} changed while it was read: rows {a}..{b} missing."
@@ -263,6 +297,18 @@ def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
         X = frame.to_numpy(dtype=np.float64)
         names = list(plan.feature_columns)
     return check_points(X, where=plan.where, n_features=plan.d, row_offset=a, column_names=names)
+
+
+def _read_csv_at(plan: SourcePlan, a: int, b: int):
+    """Rows [a, b) of a plain CSV, parsed from the nearest stored offset at or before row a."""
+    import pandas as pd
+
+    assert plan.path is not None and plan.row_offsets is not None
+    j = a // OFFSET_STRIDE
+    with open(plan.path, "rb") as f:
+        f.seek(int(plan.row_offsets[j]))
+        return pd.read_csv(f, header=None, names=plan.columns, usecols=plan.feature_columns,
+                           skiprows=a - j * OFFSET_STRIDE, nrows=b - a)  # fmt: skip
 
 
 def _gaussian_rows(plan: SourcePlan, a: int, b: int, part: int) -> np.ndarray:

@@ -2,6 +2,8 @@
 
 - :class:`E2LSH`: the hash functions and the bucket keys of points.
 - :class:`BucketIndex` (with :class:`KeyDirectory`): every table's buckets, found per key.
+- :func:`build_segments`, :func:`patch`, :func:`bucket_members`: the buckets cut into segments
+  that change independently (the stored index's layout).
 - :class:`FairNN`: fit, sample (``exact``, ``approx``, ``rank``, ``uniform``, ``weighted``
   samplers over ``buckets``, ``approximate`` or ``exact`` neighbourhoods) and delete.
 - :func:`evaluate_tv`, :func:`tv_to_uniform`, :func:`noise_floor`: how fair the samples are.
@@ -33,15 +35,28 @@ from fairpipe.neighbors._evaluation import (
     plot_tv,
     tv_to_uniform,
 )
-from fairpipe.neighbors._fair_nn import FairNN, SampleResult
+from fairpipe.neighbors._fair_nn import FairNN, SampleResult, check_sample_options, query_generator
 from fairpipe.neighbors._key_directory import KeyDirectory
 from fairpipe.neighbors._lsh import E2LSH, ROW_BLOCK
 from fairpipe.neighbors._rank_sampling import RankState
+from fairpipe.neighbors._segments import (
+    bucket_members,
+    build_segments,
+    decode,
+    entries,
+    mix,
+    pack,
+    partition_bits,
+    patch,
+    segment_of,
+    unmix,
+)
 
 __all__ = [
     "E2LSH", "EVALUATED_SAMPLERS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
     "BucketIndex", "FairNN", "KeyDirectory", "QueryStats", "RankState", "SampleResult",
     "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",
     "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",
-    "sample_query", "tv_to_uniform", "width_sample_rows",
+    "sample_query", "tv_to_uniform", "width_sample_rows", "build_segments", "bucket_members",
+    "check_sample_options", "query_generator", "decode", "entries", "mix", "pack", "partition_bits", "patch", "segment_of", "unmix",
 ]  # fmt: skip

@@ -59,6 +59,36 @@ def _seed_state(seed: int) -> Any:
     return np.random.PCG64(np.random.SeedSequence([seed, 7])).state
 
 
+def check_sample_options(owner, radius, n_samples, sampler, mode, c, failure_prob, path):
+    """:meth:`FairNN.sample`'s options, checked (shared with the store's lazy sampler)."""
+    radius = check_positive_float(radius, "radius", owner)
+    n_samples = check_positive_int(n_samples, "n_samples", owner)
+    sampler = check_one_of(sampler, SAMPLERS, "sampler", owner)
+    mode = check_one_of(mode, MODES, "mode", owner)
+    c = check_positive_float(c, "c", owner)
+    if c < 1.0:
+        raise FairpipeInputError(f"The 'c' parameter of {owner} must be at least 1. Got {c}.")
+    failure_prob = check_positive_float(failure_prob, "failure_prob", owner)
+    if failure_prob >= 1.0:
+        raise FairpipeInputError(
+            f"The 'failure_prob' parameter of {owner} must be below 1. Got {failure_prob}."
+        )
+    return (
+        radius,
+        n_samples,
+        sampler,
+        mode,
+        c,
+        failure_prob,
+        check_one_of(path, PATHS, "path", owner),
+    )
+
+
+def query_generator(seed: int | None) -> np.random.Generator:
+    """The generator a sampling call draws from: fresh entropy for ``seed=None``."""
+    return np.random.default_rng() if seed is None else _generator(int(seed))
+
+
 def _generator(seed: int) -> np.random.Generator:
     """``default_rng(SeedSequence([seed, 7]))``, without re-hashing the seed on every query.
 
@@ -249,24 +279,13 @@ class FairNN(LSHParameters):
         entries); all three have the same output distribution.
         """
         self._check_fitted()
-        owner = "FairNN.sample"
-        radius = check_positive_float(radius, "radius", owner)
-        n_samples = check_positive_int(n_samples, "n_samples", owner)
-        sampler = check_one_of(sampler, SAMPLERS, "sampler", owner)
-        mode = check_one_of(mode, MODES, "mode", owner)
-        c = check_positive_float(c, "c", owner)
-        if c < 1.0:
-            raise FairpipeInputError(f"The 'c' parameter of {owner} must be at least 1. Got {c}.")
-        failure_prob = check_positive_float(failure_prob, "failure_prob", owner)
-        if failure_prob >= 1.0:
-            raise FairpipeInputError(
-                f"The 'failure_prob' parameter of {owner} must be below 1. Got {failure_prob}."
-            )
-        path = check_one_of(path, PATHS, "path", owner)
+        radius, n_samples, sampler, mode, c, failure_prob, path = check_sample_options(
+            "FairNN.sample", radius, n_samples, sampler, mode, c, failure_prob, path
+        )
         if max_outliers is None:
             max_outliers = 3 * self.lsh_.n_tables
         Q, QB = self._resolve_queries(queries, query_rows)
-        rng = np.random.default_rng() if seed is None else _generator(int(seed))
+        rng = query_generator(seed)
         rows = np.empty((Q.shape[0], n_samples), dtype=np.int64)
         rows.fill(-1)
         short = False

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from flows.cli._options import Seed, Store
+from flows.cli._options import Store
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 # E2LSH's parameters, as its error messages name them.
@@ -42,7 +42,14 @@ def ingest(
         ),
     ],
     store: Store,
-    seed: Seed = 0,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            help="Seed of the hash functions and leaves (a new store: 0).",
+            show_default=False,
+        ),
+    ] = None,
     group_column: Annotated[
         str | None, typer.Option("--group-column", help="The column of group labels.")
     ] = None,
@@ -55,8 +62,12 @@ def ingest(
     ids_file: Annotated[
         str | None, typer.Option("--ids-file", help="Ids (.npy) for a .npy source.")
     ] = None,
-    lsh_k: Annotated[int, typer.Option("--lsh-k", help="Hash functions per table.")] = 15,
-    lsh_tables: Annotated[int, typer.Option("--lsh-tables", help="Number of tables L.")] = 100,
+    lsh_k: Annotated[
+        int | None, typer.Option("--lsh-k", help="Hash functions per table (a new store: 15).")
+    ] = None,
+    lsh_tables: Annotated[
+        int | None, typer.Option("--lsh-tables", help="Number of tables L (a new store: 100).")
+    ] = None,
     lsh_width: Annotated[
         float | None,
         typer.Option(

@@ -7,13 +7,13 @@ from zarr.errors import ArrayNotFoundError
 
 from fairpipe.cluster import DCKMeans, QKMeans
 from fairpipe.datasets import read_ids
-from fairpipe.neighbors import build_table
+from fairpipe.neighbors import build_segments
 from flows.fit import FitOptions, run_fit
 from flows.forget import ForgetOptions, run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.predict import predict_store
 from flows.sample import load_sampler
-from storage.index import ERASED_KEY
+from storage.index import load_lsh, read_segments
 from storage.lock import StoreBusyError, WriterLock, lock_path_for
 from storage.models import read_model
 from storage.store import FairpipeStore
@@ -78,40 +78,44 @@ def test_fit_then_forget_equal_the_in_memory_tree_and_erase_the_rows(
     st = FairpipeStore.open(str(path))
     rows = [3, 700, 701]
     assert not st.read("alive")[rows].any() and (st.read("points")[rows] == 0).all()
-    assert (st.read("lsh/keys")[rows] == ERASED_KEY).all()
-    assert_index_is_a_fresh_build(path)
+    assert_index_is_a_fresh_build(path, X)
     assert st.attrs()["n_alive"] == X.shape[0] - 3
     nn, _ = load_sampler(str(path))
     assert not np.isin(rows, nn.index_.members).any()
     res = nn.sample(query_rows=[4], radius=50.0, n_samples=500, mode="buckets")
     assert not np.isin(np.asarray(gone[:3]), res.ids).any()
     # A larger batch goes to Dask (forced here): the same tree as the in-process path.
-    import flows.forget
+    import flows.update
 
-    monkeypatch.setattr(flows.forget, "LOCAL_LEAF_ROWS", 0)
+    monkeypatch.setattr(flows.update, "LOCAL_LEAF_ROWS", 0)
     res = run_forget(str(path), [ids[50], ids[900]])
     report = model.delete([ids[50], ids[900]])
     assert res["leaves_recomputed"] == report.leaves_recomputed
     assert_tree_equals(path, model)
-    assert_index_is_a_fresh_build(path)
+    assert_index_is_a_fresh_build(path, X)
     monkeypatch.undo()
     # Forgetting the same ids again is a no-op: no new commit.
     again = run_forget(str(path), gone[:3])
     assert again["deleted"] == [] and again["commit"] == res_commit(path)
 
 
-def assert_index_is_a_fresh_build(path):
-    """The stored bucket index (updated in place by forget) equals building it from scratch."""
+def assert_index_is_a_fresh_build(path, X):
+    """The stored segments (patched in place by forget) equal a build from scratch on the live
+    rows, bit for bit, with nothing left past any segment's end."""
     st = FairpipeStore.open(str(path))
-    keys, alive = st.read("lsh/keys"), st.read("alive")
-    K, S, M = (st.read(f"lsh/{n}") for n in ("bucket_keys", "bucket_starts", "members"))
+    s = st.readonly_session()
+    attrs = st.attrs(s)
+    rows = np.flatnonzero(st.read("alive"))
+    keys = load_lsh(s, attrs).hash(X[rows])
+    lengths, block = read_segments(s)
+    bits = int(attrs["lsh"]["segment_bits"])
     counts = st.read("lsh/bucket_counts")
     for t in range(keys.shape[1]):
-        k, s, m = build_table(keys[:, t], alive)
-        assert counts[t] == k.shape[0], t
-        assert np.array_equal(K[t, : k.shape[0]], k) and (K[t, k.shape[0] :] == 2**64 - 1).all()
-        assert np.array_equal(S[t, : s.shape[0]], s) and (S[t, s.shape[0] :] == 0).all()
-        assert np.array_equal(M[t, : m.shape[0]], m) and (M[t, m.shape[0] :] == -1).all()
+        flat, off = build_segments(keys[:, t], rows, bits)
+        for p in range(1 << bits):
+            assert np.array_equal(block[t, p, : lengths[t, p]], flat[off[p] : off[p + 1]]), (t, p)
+            assert not block[t, p, lengths[t, p] :].any(), (t, p)
+        assert counts[t] == flat[off[:-1]].sum(), t
 
 
 def test_purge_history_leaves_no_snapshot_holding_the_forgotten_rows(prefect_server, tmp_path):
@@ -143,7 +147,7 @@ def test_purge_history_leaves_no_snapshot_holding_the_forgotten_rows(prefect_ser
     keep = np.setdiff1d(np.arange(1200), [3, 10])
     assert np.array_equal(st.read("points")[keep], X[keep])
     assert st.read("groups")[[3, 10]].tolist() == [-1, -1]
-    assert_index_is_a_fresh_build(path)
+    assert_index_is_a_fresh_build(path, X)
     nn, _ = load_sampler(str(path))
     assert not np.isin([ids[3], ids[10]], nn.sample(query_rows=[4], radius=50.0, n_samples=300,
                                                     mode="buckets").ids).any()  # fmt: skip
@@ -159,21 +163,23 @@ def test_crash_mid_forget_leaves_the_last_commit_and_a_rerun_finishes(
     path, X, ids = make_store(tmp_path)
     run_fit(str(path), fit_options(), n_workers=1, processes=False)
     st = FairpipeStore.open(str(path))
-    before = {n: st.read(n) for n in ("points", "alive", "lsh/keys", "lsh/members")}
+    before = {n: st.read(n) for n in ("points", "alive", "lsh/segment_lengths")}
+    before["segments"] = read_segments(st.readonly_session())[1]
     history = st.history()
 
-    import flows.forget
+    import flows.update
 
     def boom(*args, **kwargs):
         raise RuntimeError("injected crash after the rows were erased and the index rebuilt")
 
-    monkeypatch.setattr(flows.forget, "write_tree_nodes", boom)
+    monkeypatch.setattr(flows.update, "write_tree_nodes", boom)
     with pytest.raises(Exception, match="injected crash"):
         run_forget(str(path), [ids[5]], n_workers=1, processes=False)
     st = FairpipeStore.open(str(path))
     assert st.history() == history
     for name, arr in before.items():
-        assert np.array_equal(st.read(name), arr), name
+        now = read_segments(st.readonly_session())[1] if name == "segments" else st.read(name)
+        assert np.array_equal(now, arr), name
     monkeypatch.undo()
     run_forget(str(path), [ids[5]], n_workers=1, processes=False)
     assert_tree_equals(path, DCKMeans(**DC).fit(np.delete(X, 5, 0), ids=np.delete(ids, 5)))

@@ -11,16 +11,15 @@ from fairpipe import FairpipeInputError
 from flows.ingest import IngestOptions, run_ingest
 from flows.sample import load_sampler, sample_store
 from storage import NotAStoreError, StoreBusyError, open_store
+from storage.index import index_entries, read_segments
 
 ARRAYS = (
     "points",
     "ids",
     "groups",
     "alive",
-    "lsh/keys",
-    "lsh/members",
-    "lsh/bucket_keys",
-    "lsh/bucket_starts",
+    "lsh/segment_lengths",
+    "lsh/segments",
     "lsh/bucket_counts",
     "lsh/projections",
 )
@@ -28,7 +27,9 @@ ARRAYS = (
 
 def snapshot(path):
     st = open_store(str(path))
-    return {name: st.read(name) for name in ARRAYS}, st.attrs()
+    arrays = {name: st.read(name) for name in ARRAYS if name != "lsh/segments"}
+    arrays["lsh/segments"] = read_segments(st.readonly_session())[1]
+    return arrays, st.attrs()
 
 
 def assert_same_store(a, b):
@@ -51,13 +52,20 @@ def test_digits_store_round_trip(digits_store):
     assert np.array_equal(arrays["points"], load_digits().data.astype(np.float32))
     assert np.array_equal(arrays["ids"], np.arange(1797))
     assert attrs["group_names"] == [str(i) for i in range(10)]
-    nn, _ = load_sampler(str(path))
-    # The stored index equals one rebuilt in memory from the stored keys.
-    from fairpipe.neighbors import BucketIndex
+    # The stored index holds what FairNN builds in memory from the same points.
+    from fairpipe.neighbors import FairNN
 
-    rebuilt = BucketIndex.build(arrays["lsh/keys"])
-    assert np.array_equal(rebuilt.bucket_keys, nn.index_.bucket_keys)
-    assert np.array_equal(rebuilt.members, nn.index_.members)
+    st = open_store(str(path))
+    fresh = FairNN(n_hashes=8, n_tables=20, bucket_width=attrs["lsh"]["width"], seed=3)
+    fresh.fit(arrays["points"])
+    keys = fresh.keys_
+    for t, (k, ids) in enumerate(index_entries(st.readonly_session())):
+        order = np.lexsort((np.arange(1797), keys[:, t]))
+        assert np.array_equal(k, keys[order, t]) and np.array_equal(ids, order), t
+    nn, _ = load_sampler(str(path))
+    got = nn.sample(query_rows=[5, 900], radius=30.0, n_samples=40, seed=1)
+    want = fresh.sample(query_rows=[5, 900], radius=30.0, n_samples=40, seed=1)
+    assert np.array_equal(got.ids, want.ids)
 
 
 def test_one_and_two_worker_processes_and_chunk_sizes_give_identical_stores(

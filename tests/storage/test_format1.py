@@ -3,7 +3,8 @@
 ``tests/data/format1`` holds two small stores written by the release before the sub-packages
 (``fairpipe ingest gaussian``, ``fit`` and ``summarize``; a DC tree with a summary, and a
 Q-k-means model). Their arrays must be exactly what today's estimators compute in memory from the
-same rows, and today's forget flow must update them as it updates a store it wrote itself.
+same rows, and today's forget flow must update them as it updates a store it wrote itself (its
+first write upgrades the index to format 2's segments).
 """
 
 from __future__ import annotations
@@ -79,8 +80,15 @@ def test_a_format_1_store_holds_what_todays_estimators_compute(prefect_server, t
     after = store.readonly_session()
     same(read_model(after, "dc").to_arrays(data=False), fresh.to_arrays(data=False))
     same(stored_summary(after, height), summary.to_arrays(data=False))
-    assert not np.isin(load_sampler(after, store.attrs(after)).index_.members,
-                       np.flatnonzero(np.isin(ids, gone))).any()  # fmt: skip
+    assert store.attrs(after)["fairpipe_format"] == 2  # the write upgraded the index
+    upgraded = load_sampler(after, store.attrs(after))
+    assert not np.isin(upgraded.index_.members, np.flatnonzero(np.isin(ids, gone))).any()
+    fresh_nn.delete(gone)
+    radius = float(attrs["suggested_radius"])
+    for q in ([3], [40, 41]):
+        got = upgraded.sample(query_rows=q, radius=radius, n_samples=30, seed=1, mode="buckets")
+        want = fresh_nn.sample(query_rows=q, radius=radius, n_samples=30, seed=1, mode="buckets")
+        assert np.array_equal(got.ids, want.ids)
 
 
 def test_a_format_1_q_model_predicts_as_todays_estimator(tmp_path):

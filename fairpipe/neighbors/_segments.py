@@ -1,0 +1,134 @@
+"""A table's buckets cut into segments that change independently (the stored index's layout).
+
+Each bucket key is mixed by a bijection, ``h = key * GOLDEN mod 2**64`` (Fibonacci hashing), and
+a table's buckets are split into ``2**bits`` segments by the top ``bits`` bits of h: about the
+same number of rows in each, whatever the data. A deletion or an append rewrites only the segments
+holding the rows it changes, and a query reads one segment per table.
+
+A segment is one int32 array::
+
+    [nb, h of bucket 0..nb-1 (2 int32 each), end of bucket 0..nb-1 (cumulative sizes), members]
+
+buckets in increasing h, each bucket's members (int32 row numbers) in increasing row order: the
+members of bucket j are ``members[ends[j - 1]:ends[j]]``. Packing everything in one array makes a
+segment one read; int32 rows cap a store at 2**31 - 1 rows.
+
+>>> keys = np.array([5, 3, 5, 9], dtype=np.uint64)
+>>> flat, offsets = build_segments(keys, np.arange(4), bits=0)
+>>> h, ends, members = decode(flat[offsets[0]:offsets[1]])
+>>> sorted(unmix(h).tolist()), int(ends[-1])
+([3, 5, 9], 4)
+>>> bucket_members(flat, mix(np.uint64(5))).tolist()
+[0, 2]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+GOLDEN = np.uint64(0x9E37_79B9_7F4A_7C15)
+GOLDEN_INVERSE = np.uint64(pow(0x9E37_79B9_7F4A_7C15, -1, 1 << 64))
+TARGET_SEGMENT_ROWS = 2048  # rows per segment the partition bits aim for
+MAX_ROWS = 2**31 - 1
+
+
+def mix(keys) -> np.ndarray:
+    """The bijection of bucket keys that orders and partitions segments."""
+    with np.errstate(over="ignore"):
+        return np.asarray(keys, dtype=np.uint64) * GOLDEN
+
+
+def unmix(h) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.asarray(h, dtype=np.uint64) * GOLDEN_INVERSE
+
+
+def partition_bits(n_rows: int) -> int:
+    """Segment bits for a table of ``n_rows`` rows: about TARGET_SEGMENT_ROWS rows per segment."""
+    return max(0, int(np.ceil(np.log2(max(n_rows, 1) / TARGET_SEGMENT_ROWS))))
+
+
+def segment_of(h: np.ndarray, bits: int) -> np.ndarray:
+    """Segment number of each mixed key."""
+    if bits == 0:
+        return np.zeros(np.shape(h), dtype=np.int64)
+    return (np.asarray(h, dtype=np.uint64) >> np.uint64(64 - bits)).astype(np.int64)
+
+
+def build_segments(keys: np.ndarray, rows: np.ndarray, bits: int):
+    """Pack one table: ``keys`` (m,) uint64 bucket keys of ``rows`` (m,) (ascending). Returns
+    (flat int32, offsets (2**bits + 1,)): segment p is ``flat[offsets[p]:offsets[p + 1]]``."""
+    return pack(mix(keys), np.asarray(rows, dtype=np.int64), bits, sorted_rows=True)
+
+
+def pack(h: np.ndarray, rows: np.ndarray, bits: int, sorted_rows: bool = False):
+    """Segments of entries (mixed key h, row), in any order unless ``sorted_rows``."""
+    n_seg = 1 << bits
+    order = np.argsort(h, kind="stable") if sorted_rows else np.lexsort((rows, h))
+    h, rows = h[order], rows[order]
+    m = h.shape[0]
+    new = np.ones(m, dtype=bool)
+    if m:
+        np.not_equal(h[1:], h[:-1], out=new[1:])
+    starts = np.flatnonzero(new)  # first entry of each bucket
+    bucket_h = h[starts]
+    bucket_seg = segment_of(bucket_h, bits)
+    entry_seg = segment_of(h, bits)
+    nb = np.bincount(bucket_seg, minlength=n_seg)
+    ns = np.bincount(entry_seg, minlength=n_seg)
+    lengths = 1 + 3 * nb + ns
+    offsets = np.zeros(n_seg + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.empty(int(offsets[-1]), dtype=np.int32)
+    flat[offsets[:-1]] = nb
+    first_bucket = np.zeros(n_seg + 1, dtype=np.int64)
+    np.cumsum(nb, out=first_bucket[1:])
+    first_entry = np.zeros(n_seg + 1, dtype=np.int64)
+    np.cumsum(ns, out=first_entry[1:])
+    local_b = np.arange(starts.shape[0]) - first_bucket[bucket_seg]  # bucket's place in segment
+    key_at = offsets[bucket_seg] + 1 + 2 * local_b
+    words = bucket_h.view(np.int32).reshape(-1, 2)
+    flat[key_at], flat[key_at + 1] = words[:, 0], words[:, 1]
+    ends = np.append(starts[1:], m) - first_entry[bucket_seg]  # cumulative within the segment
+    flat[offsets[bucket_seg] + 1 + 2 * nb[bucket_seg] + local_b] = ends
+    local_e = np.arange(m) - first_entry[entry_seg]
+    flat[offsets[entry_seg] + 1 + 3 * nb[entry_seg] + local_e] = rows
+    return flat, offsets
+
+
+def decode(seg: np.ndarray):
+    """(mixed keys (nb,) uint64, ends (nb,), members) of one segment (empty: all empty)."""
+    if seg.shape[0] == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int32), np.zeros(0, np.int32)
+    nb = int(seg[0])
+    h = np.ascontiguousarray(seg[1 : 1 + 2 * nb]).view(np.uint64)
+    return h, seg[1 + 2 * nb : 1 + 3 * nb], seg[1 + 3 * nb :]
+
+
+def entries(seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mixed key, row) of every member of one segment."""
+    h, ends, members = decode(seg)
+    return np.repeat(h, np.diff(ends, prepend=0)), members.astype(np.int64)
+
+
+def bucket_members(seg: np.ndarray, hq) -> np.ndarray:
+    """The members of the bucket with mixed key ``hq`` in this segment (empty if none)."""
+    h, ends, members = decode(seg)
+    j = int(np.searchsorted(h, np.uint64(hq)))
+    if j == h.shape[0] or h[j] != np.uint64(hq):
+        return members[:0]
+    return members[(int(ends[j - 1]) if j else 0) : int(ends[j])]
+
+
+def patch(seg: np.ndarray, bits: int, removed=None, added_h=None, added_rows=None) -> np.ndarray:
+    """The segment without the rows ``removed`` and with the entries (``added_h``,
+    ``added_rows``): the segment a fresh build on the resulting rows gives."""
+    h, rows = entries(seg)
+    if removed is not None and len(removed):
+        keep = ~np.isin(rows, removed)
+        h, rows = h[keep], rows[keep]
+    if added_h is not None and len(added_h):
+        h = np.concatenate([h, np.asarray(added_h, np.uint64)])
+        rows = np.concatenate([rows, np.asarray(added_rows, np.int64)])
+    flat, _ = pack(h, rows, 0)  # an emptied segment is [0], as a fresh build gives
+    return flat

@@ -1,0 +1,160 @@
+"""Keep every model exact after a batch of changed rows: insertion is the mirror of deletion.
+
+A batch (rows erased by the forget flow, or rows appended by the ingest flow) reaches the tree
+leaves that hold its ids (a leaf is a hash of (seed, id)). Only those leaves are recomputed, from
+the live rows they hold after the batch, then only their ancestors; the rest of the tree is
+untouched. The DC-k-means tree and the fair summary are updated so; a Q-k-means model certifies
+deletions from its metadata (retraining when one is not certified) and retrains on an append.
+Every artifact then equals a fresh build on the live rows with the same seed, bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from fairpipe.cluster import DCKMeans, QKMeans
+from fairpipe.summary import NodeOutput, level_arrays, merge_ancestors, root_figures
+from fairpipe.validation import IdLookup
+from flows.fit import fit_q_task, solve_leaf_group, solve_leaves_task, solve_parents_task
+from flows.runtime import reached_leaves, read_leaf_rows
+from flows.summarize import summarize_leaf_group, summarize_leaves_task
+from storage.index import n_features, read_all_live
+from storage.models import model_params, read_model, write_model, write_tree_nodes
+from storage.store import read_array
+from storage.summary import has_summary, node_loader, summary_tree, update_summary, write_root
+
+# Up to this many rows in the leaves a batch reaches, the leaves and their ancestors are solved
+# in the flow process: a Dask round trip (task, nested shuffle) costs seconds, the kernel
+# milliseconds. Larger batches go to Dask.
+LOCAL_LEAF_ROWS = 200_000
+
+
+def update_dc(txn, all_ids, alive_after, rows, n_rows, chunk_rows, local_rows) -> dict:
+    """Recompute the DC-k-means leaves holding ``rows`` (from the live rows after the batch),
+    then their ancestors; writes only the changed nodes."""
+    model = read_model(txn.session, "dc")
+    assert isinstance(model, DCKMeans)
+    params = model.get_params()
+    centroids, masses = model.centroids_by_level_, model.masses_by_level_
+    n_leaves, seed = model.n_leaves_, int(params["seed"])
+    k, T = int(params["n_clusters"]), int(params["max_iter"])
+    leaves, leaf_rows = reached_leaves(all_ids, alive_after, rows, seed, n_leaves)
+    local = leaf_rows.size <= local_rows
+    if local:
+        # Same functions as the Dask path (so the same bits), without its round trips.
+        d = int(centroids[0].shape[2])
+        parts = read_leaf_rows(txn.session, leaf_rows, chunk_rows, n_rows, seed, n_leaves, d)
+        got, c, m = solve_leaf_group(leaves, k, T, seed, d, parts)
+    else:
+        fork = txn.fork()
+        got, c, m = solve_leaves_task.submit(
+            fork, n_rows, chunk_rows, params, leaves, leaf_rows
+        ).result()
+        txn.merge([fork])  # read only
+    # Leaves left with no live row at all get no part: they become empty (zero mass).
+    centroids[0][leaves] = 0.0
+    masses[0][leaves] = 0.0
+    centroids[0][got], masses[0][got] = c, m
+    if local:
+        centroids, masses, changed = solve_parents_task.fn(params, centroids, masses, leaves)
+    else:
+        centroids, masses, changed = solve_parents_task.submit(
+            params, centroids, masses, leaves
+        ).result()
+    for level, nodes in enumerate(changed):
+        write_tree_nodes(txn.root, level, nodes, centroids[level][nodes], masses[level][nodes])
+    return {
+        "leaves_recomputed": int(leaves.size),
+        "nodes_recomputed": int(sum(n.size for n in changed)),
+    }
+
+
+@task(name="update-q-kmeans", cache_policy=NO_CACHE)
+def forget_q_task(session, ids_to_delete: np.ndarray) -> tuple[QKMeans, dict]:
+    """Delete from the Q model (``session``: the store before the rows were erased, as the
+    model was fitted on)."""
+    X, ids = read_all_live(session)
+    rows = {"points": X, "ids": ids, "alive": np.ones(ids.shape[0], bool)}
+    model = read_model(session, "q", rows)
+    assert isinstance(model, QKMeans)
+    report = model.delete(ids_to_delete)
+    return model, {
+        "certified": report.certified,
+        "certified_fraction": report.certified_fraction,
+        "retrained": report.retrained,
+    }
+
+
+def refit_q(txn) -> dict:
+    """An append reaches every Q-k-means centroid: retrain it on the live rows (the model a
+    fresh fit gives)."""
+    fork = txn.fork()
+    model = fit_q_task.submit(fork, model_params(txn.session, "q")).result()
+    txn.merge([fork])  # read only
+    write_model(txn.root, model)
+    return {"retrained": True}
+
+
+def update_summary_tree(txn, all_ids, alive_after, rows, n_rows, chunk_rows, local_rows) -> dict:
+    """Recompute the summary nodes the changed ``rows`` reach: their leaves from the live points
+    after the batch (in this process when they hold at most ``local_rows`` rows, else on Dask),
+    then those leaves' ancestors. Call once the batch is written (groups and alive)."""
+    if not has_summary(txn.session):
+        return {}
+    params, fanout, height, a = summary_tree(txn.session)
+    n_leaves = fanout**height
+    d = n_features(txn.session)
+    leaves, leaf_rows = reached_leaves(all_ids, alive_after, rows, params.seed, n_leaves)
+    if leaf_rows.size <= local_rows:  # the same functions as the Dask path, without round trips
+        parts = read_leaf_rows(txn.session, leaf_rows, chunk_rows, n_rows, params.seed, n_leaves, d)
+        got = dict(summarize_leaf_group(leaves, params, d, parts))
+    else:
+        fork = txn.fork()
+        got = summarize_leaves_task.submit(
+            fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows
+        ).result()
+        txn.merge([fork])  # read only
+    levels: list = [{int(j): got.get(int(j), NodeOutput.empty(d)) for j in leaves}] + [
+        {} for _ in range(height)
+    ]
+    lookup = IdLookup(all_ids)
+    changed = merge_ancestors(levels, leaves, fanout, params, node_loader(txn.session, lookup))
+    for level, nodes in enumerate(changed):
+        outs = [levels[level][int(j)] for j in nodes]
+        update_summary(txn.root, level, nodes, level_arrays(outs, params))
+    groups = read_array(txn.session, "groups")
+    names = list(a["group_names"])
+    figures = root_figures(levels[-1][0], params, names, lambda ids: groups[lookup.rows(ids)[0]])
+    write_root(
+        txn.root,
+        {k: v for k, v in figures.items() if k != "ids"},
+        np.asarray(figures["ids"], dtype=np.int64),
+    )
+    return {
+        "summary_nodes_recomputed": int(sum(n.size for n in changed)),
+        "summary_error": figures["error"],
+    }
+
+
+def update_after_append(txn, base: int, n_total: int, chunk_rows: int) -> dict:
+    """Bring the store's model and summary up to date with the rows [base, n_total) just
+    appended (in the same transaction): the leaves they fall in and their ancestors."""
+    kind = txn.root.attrs.get("model")
+    summary = has_summary(txn.session)
+    if kind is None and not summary:
+        return {}
+    all_ids = read_array(txn.session, "ids")
+    alive = read_array(txn.session, "alive")
+    rows = np.arange(base, n_total, dtype=np.int64)
+    out: dict = {}
+    if kind == "dc":
+        out.update(update_dc(txn, all_ids, alive, rows, n_total, chunk_rows, LOCAL_LEAF_ROWS))
+    elif kind == "q":
+        out.update(refit_q(txn))
+    if summary:
+        out.update(
+            update_summary_tree(txn, all_ids, alive, rows, n_total, chunk_rows, LOCAL_LEAF_ROWS)
+        )
+    return out

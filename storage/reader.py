@@ -1,0 +1,278 @@
+"""Queries over a committed store that read only what they need.
+
+:func:`open_store` gives a :class:`StoreReader`. Its :meth:`~StoreReader.sample` and
+:meth:`~StoreReader.neighbourhood` read, per query, one segment per LSH table (the one holding the
+query's bucket: :mod:`fairpipe.neighbors._segments`) and the points of the candidates the sampler
+looks at (inner chunks of ``POINT_BLOCK`` rows); :meth:`~StoreReader.predict` reads the model's
+root. Segments and points read are cached for the reader's life. A query runs the same kernel as
+the in-memory :class:`fairpipe.neighbors.FairNN` on a small index made of the query's own
+buckets, so with the same seed it draws exactly what ``FairNN`` draws (the exact sampler stays
+exactly uniform). :meth:`~StoreReader.preload` reads everything once into a ``FairNN`` for the
+hot path of a long-lived process (memory about n x (d + 2L) x 4 bytes); the ``rank`` sampler,
+whose permutation spans every row, always uses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fairpipe.errors import FairpipeInputError
+from fairpipe.neighbors import (
+    E2LSH,
+    FairNN,
+    QueryStats,
+    SampleResult,
+    bucket_members,
+    check_sample_options,
+    mix,
+    neighbourhood,
+    query_generator,
+    sample_query,
+    segment_of,
+)
+from fairpipe.validation import check_points
+from storage.index import load_lsh, load_sampler, store_format
+from storage.store import FairpipeStore, open_array, read_array, read_rows_at
+
+UNKNOWN_ID = "Id {id} is not in the store {url}."
+BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
+DEAD_ROW = "Row {row} (id {id}) of the store {url} has been forgotten; it cannot be a query."
+ONE_QUERY = "Give exactly one of queries, query_rows or query_ids."
+
+
+@dataclass
+class _LocalIndex:
+    """The buckets of one query, as the sampling kernel reads an index: bucket t is the query's
+    bucket in table t, members are positions in the query's candidate list."""
+
+    starts: np.ndarray
+    members: np.ndarray
+
+
+class _RowCache:
+    """``points[local rows]`` for the kernel, read from the store on first use."""
+
+    def __init__(self, reader: StoreReader, rows: np.ndarray):
+        self.reader, self.rows = reader, rows
+        self.values = np.zeros((rows.shape[0], reader.d), dtype=np.float32)
+        self.have = np.zeros(rows.shape[0], dtype=bool)
+
+    def __getitem__(self, local) -> np.ndarray:
+        local = np.asarray(local)
+        missing = np.unique(local[~self.have[local]])
+        if missing.size:
+            self.values[missing] = self.reader.points_at(self.rows[missing])
+            self.have[missing] = True
+        return self.values[local]
+
+
+class StoreReader:
+    """A committed snapshot of a store, for queries. Cheap to open: nothing is read until a
+    query needs it."""
+
+    def __init__(self, url: str, snapshot: str | None = None):
+        self.store = FairpipeStore.open(url)
+        self.url = self.store.url
+        self.attrs = self.store.require_data()
+        self.session = self.store.readonly_session(snapshot)
+        if snapshot is not None:
+            self.attrs = self.store.attrs(self.session)
+        self.n, self.d = int(self.attrs["n"]), int(self.attrs["d"])
+        self.n_tables = int(self.attrs["lsh"]["n_tables"])
+        self._lsh: E2LSH | None = None
+        self._lengths: np.ndarray | None = None
+        self._segments: dict[tuple[int, int], np.ndarray] = {}
+        self._points: dict[int, np.ndarray] = {}
+        self._ids: np.ndarray | None = None
+        self._nn: FairNN | None = None
+
+    # -- what a query reads ------------------------------------------------------------------
+    @property
+    def suggested_radius(self) -> float:
+        return float(self.attrs["suggested_radius"])
+
+    @property
+    def lsh(self) -> E2LSH:
+        if self._lsh is None:
+            self._lsh = load_lsh(self.session, self.attrs)
+        return self._lsh
+
+    def segment(self, t: int, p: int) -> np.ndarray:
+        seg = self._segments.get((t, p))
+        if seg is None:
+            if self._lengths is None:
+                self._lengths = read_array(self.session, "lsh/segment_lengths")
+            length = int(self._lengths[t, p])
+            arr = open_array(self.session, "lsh/segments")
+            seg = np.asarray(arr[t, p, :length]) if length else np.zeros(0, np.int32)
+            self._segments[(t, p)] = seg
+        return seg
+
+    def points_at(self, rows: np.ndarray) -> np.ndarray:
+        """Points of stored ``rows`` (cached)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        missing = np.unique([r for r in rows.tolist() if r not in self._points])
+        if missing.size:
+            for r, x in zip(missing.tolist(), read_rows_at(self.session, "points", missing)):
+                self._points[r] = x
+        if rows.size == 0:
+            return np.zeros((0, self.d), np.float32)
+        return np.stack([self._points[r] for r in rows.tolist()])
+
+    def ids_at(self, rows) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return rows.copy()
+        order = np.argsort(rows)
+        out = np.empty(rows.shape[0], dtype=np.int64)
+        out[order] = read_rows_at(self.session, "ids", rows[order])
+        return out
+
+    def rows_of(self, ids) -> np.ndarray:
+        """Rows of the stored ``ids`` (reads the ids once), or an error naming an unknown one."""
+        ids = np.atleast_1d(np.asarray(ids))
+        if ids.size and ids.dtype.kind not in "iu":
+            raise FairpipeInputError(f"Ids must be integers. Got values of type {ids.dtype}.")
+        if self._ids is None:
+            self._ids = read_array(self.session, "ids")
+        alive = None
+        rows = np.empty(ids.shape[0], dtype=np.int64)
+        for i, x in enumerate(ids.tolist()):
+            hit = np.flatnonzero(self._ids == x)
+            if hit.size == 0:
+                raise FairpipeInputError(UNKNOWN_ID.format(id=x, url=self.url))
+            rows[i] = hit[0]
+            if alive is None:
+                alive = read_array(self.session, "alive")
+            if not alive[hit[0]]:
+                raise FairpipeInputError(UNKNOWN_ID.format(id=x, url=self.url) + " (forgotten)")
+        return rows
+
+    def _check_rows(self, rows) -> np.ndarray:
+        rows = np.atleast_1d(np.asarray(rows))
+        if rows.dtype.kind not in "iu":
+            raise FairpipeInputError(f"Query rows must be integers. Got {rows.dtype}.")
+        rows = rows.astype(np.int64)
+        for r in rows.tolist():
+            if not 0 <= r < self.n:
+                raise FairpipeInputError(BAD_ROW.format(row=r, url=self.url, last=self.n - 1))
+        alive = read_rows_at(self.session, "alive", np.sort(rows))
+        if not alive.all():
+            r = int(np.sort(rows)[np.argmin(alive)])
+            raise FairpipeInputError(
+                DEAD_ROW.format(row=r, id=int(self.ids_at([r])[0]), url=self.url)
+            )
+        return rows
+
+    def _queries(self, queries, query_rows, query_ids) -> tuple[np.ndarray, bool]:
+        """(query points, whether they are live stored rows)."""
+        if sum(x is not None for x in (queries, query_rows, query_ids)) != 1:
+            raise FairpipeInputError(ONE_QUERY)
+        if query_ids is not None:
+            query_rows = self.rows_of(query_ids)
+        if query_rows is not None:
+            return self.points_at(self._check_rows(query_rows)), True
+        Q = np.asarray(queries)
+        Q = check_points(Q[None, :] if Q.ndim == 1 else Q, where="the queries", n_features=self.d)
+        return Q, False
+
+    def _buckets(self, q: np.ndarray):
+        """The query's bucket in every table: (candidate rows, local index, local bucket
+        numbers per candidate (u, L), the query's bucket numbers (L,))."""
+        keys = self.lsh.hash_validated(q[None, :])[0]
+        h = mix(keys)
+        bits = int(self.attrs["lsh"]["segment_bits"])
+        segs = segment_of(h, bits)
+        found = [bucket_members(self.segment(t, int(segs[t])), h[t]) for t in range(self.n_tables)]
+        sizes = np.array([f.shape[0] for f in found], dtype=np.int64)
+        rows = (
+            np.unique(np.concatenate(found)).astype(np.int64)
+            if sizes.sum()
+            else np.zeros(0, np.int64)
+        )
+        local = [np.searchsorted(rows, f) for f in found]
+        starts = np.zeros(self.n_tables + 1, dtype=np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        members = np.concatenate(local).astype(np.int64) if rows.size else np.zeros(0, np.int64)
+        point_buckets = np.full((rows.shape[0], self.n_tables), -2, dtype=np.int64)
+        for t, loc in enumerate(local):
+            point_buckets[loc, t] = t
+        q_buckets = np.where(sizes > 0, np.arange(self.n_tables), -1)
+        return rows, _LocalIndex(starts, members), point_buckets, q_buckets
+
+    # -- the queries -------------------------------------------------------------------------
+    def preload(self) -> FairNN:
+        """Read the whole index and every row into an in-memory :class:`FairNN` (once); later
+        queries use it (the hot path)."""
+        if self._nn is None:
+            self._nn = load_sampler(self.session, self.attrs)
+        return self._nn
+
+    def sample(self, queries=None, *, query_rows=None, query_ids=None, radius=None,
+               n_samples: int = 1, sampler: str = "exact", mode: str = "exact", c: float = 2.0,
+               seed: int | None = None, max_outliers: int | None = None,
+               failure_prob: float = 0.01, with_neighbourhood: bool = False,
+               path: str = "auto") -> SampleResult:  # fmt: skip
+        """:meth:`FairNN.sample` over the store (``radius`` defaults to the store's suggested
+        radius; ``query_ids`` names stored points by id)."""
+        radius = self.suggested_radius if radius is None else radius
+        radius, n_samples, sampler, mode, c, failure_prob, path = check_sample_options(
+            "StoreReader.sample", radius, n_samples, sampler, mode, c, failure_prob, path
+        )
+        if self._nn is not None or sampler == "rank" or store_format(self.attrs) == 1:
+            nn = self.preload()
+            if query_ids is not None:
+                query_rows, query_ids = self.rows_of(query_ids), None
+            return nn.sample(queries, query_rows=query_rows, radius=radius, n_samples=n_samples,
+                             sampler=sampler, mode=mode, c=c, seed=seed,
+                             max_outliers=max_outliers, failure_prob=failure_prob,
+                             with_neighbourhood=with_neighbourhood, path=path)  # fmt: skip
+        Q, stored = self._queries(queries, query_rows, query_ids)
+        max_outliers = 3 * self.n_tables if max_outliers is None else max_outliers
+        rng = query_generator(seed)
+        rows = np.full((Q.shape[0], n_samples), -1, dtype=np.int64)
+        counts = np.zeros(Q.shape[0], dtype=np.int64)
+        sizes = np.zeros(Q.shape[0], dtype=np.int64) if with_neighbourhood else None
+        stats: list[QueryStats] = []
+        for i in range(Q.shape[0]):
+            cand, index, point_buckets, q_buckets = self._buckets(Q[i])
+            points: Any = _RowCache(self, cand)  # indexed as the kernel indexes points
+            if sizes is not None:
+                sizes[i] = neighbourhood(index, points, Q[i], q_buckets, mode, radius, c).shape[0]
+            got, st = sample_query(
+                index, point_buckets, points, Q[i], q_buckets, n_samples, sampler, mode, radius,
+                c, rng, max_outliers, failure_prob, path=path,
+                complete=stored and bool((q_buckets >= 0).all()),
+            )  # fmt: skip
+            rows[i, : got.shape[0]] = cand[got]
+            counts[i] = got.shape[0]
+            stats.append(st)
+        ids = np.full(rows.shape, -1, dtype=np.int64)
+        drawn = rows >= 0
+        ids[drawn] = self.ids_at(rows[drawn])
+        return SampleResult(ids=ids, rows=rows, counts=counts, neighbourhood_sizes=sizes,
+                            stats=stats)  # fmt: skip
+
+    def neighbourhood(self, queries=None, *, query_rows=None, query_ids=None, radius=None,
+                      mode: str = "exact", c: float = 2.0) -> list[np.ndarray]:  # fmt: skip
+        """Ids of each query's found neighbourhood (the union of its buckets, by mode)."""
+        radius = self.suggested_radius if radius is None else radius
+        radius, _, _, mode, c, _, _ = check_sample_options(
+            "StoreReader.neighbourhood", radius, 1, "exact", mode, c, 0.5, "auto"
+        )
+        Q, _ = self._queries(queries, query_rows, query_ids)
+        out = []
+        for i in range(Q.shape[0]):
+            cand, index, _, q_buckets = self._buckets(Q[i])
+            local = neighbourhood(index, _RowCache(self, cand), Q[i], q_buckets, mode, radius, c)
+            out.append(self.ids_at(cand[local]))
+        return out
+
+
+def open_store(url: str, snapshot: str | None = None) -> StoreReader:
+    """A reader over the committed store at ``url`` (at ``snapshot``, default the tip): lazy,
+    cached reads. Raises a clear error for a location that is not a fairpipe store."""
+    return StoreReader(url, snapshot)

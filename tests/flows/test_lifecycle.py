@@ -1,0 +1,221 @@
+"""Appends and deletions in any order leave every artifact equal to a fresh build on the live rows.
+
+The flows run on real Prefect + Dask (threads, to keep hypothesis affordable; the worker-process
+paths are the same functions and are covered by the other flow tests). After each sequence the
+store's DC tree, fair summary, Q model and LSH index are compared exactly with those of a new
+store built from its live rows (same seed, same options).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import make_blobs
+
+from fairpipe.cluster import QKMeans
+from fairpipe.errors import FairpipeInputError
+from flows.fit import FitOptions, run_fit
+from flows.forget import run_forget
+from flows.ingest import IngestOptions, run_ingest
+from flows.summarize import SummarizeOptions, run_summarize
+from storage.index import index_entries
+from storage.models import read_model
+from storage.store import FairpipeStore, read_array
+
+NAMES = np.array(["a", "b", "c"])
+THREADS = dict(n_workers=1, processes=False)
+LSH = dict(lsh_k=3, lsh_tables=4, lsh_width=3.0, chunk_rows=128, seed=4)
+FIT = FitOptions(k=3, width=3, height=2, iterations=4, n_init=2, seed=4)
+
+
+def pool(n=900, seed=1):
+    """Points, ids and group names to draw batches from."""
+    X, _ = make_blobs(n_samples=n, n_features=4, centers=5, random_state=seed)
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(10 * n)[:n].astype(np.int64)
+    return X.astype(np.float32), ids, NAMES[rng.integers(0, 3, size=n)]
+
+
+def write_batch(folder, name, X, ids, labels):
+    for suffix, arr in (("", X), ("_ids", ids), ("_groups", labels)):
+        np.save(folder / f"{name}{suffix}.npy", arr)
+    return str(folder / f"{name}.npy")
+
+
+def ingest(folder, store, name, X, ids, labels, **lsh):
+    src = write_batch(folder, name, X, ids, labels)
+    opts = IngestOptions(ids_file=str(folder / f"{name}_ids.npy"),
+                         groups_file=str(folder / f"{name}_groups.npy"), **lsh)  # fmt: skip
+    return run_ingest(src, str(store), opts, **THREADS)
+
+
+def summarize_options(folder):
+    bounds = folder / "bounds.json"
+    bounds.write_text(json.dumps({name: [1, 4] for name in NAMES}))
+    return SummarizeOptions(k=6, bounds_file=str(bounds), width=3, height=2, eval_size=64, seed=4)
+
+
+def artifacts(path) -> dict:
+    """Every model array of the store, and its index as (key, id) pairs per table."""
+    s = FairpipeStore.open(str(path)).readonly_session()
+    out: dict = {}
+    attrs = dict(FairpipeStore.open(str(path)).attrs(s))
+    kind = attrs.get("model")
+    if kind is not None:
+        model = read_model(s, kind)
+        for name, arr in model.to_arrays(data=False).items():
+            out[f"model/{name}"] = np.asarray(arr)
+    if _has(s, "summary/ids"):
+        out["summary/ids"] = read_array(s, "summary/ids")
+        for level in range(3):
+            for name in ("candidates", "evaluation", "value", "calls"):
+                out[f"summary/{level}/{name}"] = read_array(s, f"summary/level_{level}/{name}")
+    for t, (keys, ids) in enumerate(index_entries(s)):
+        out[f"index/{t}/keys"], out[f"index/{t}/ids"] = keys, ids
+    return out
+
+
+def head(path) -> str:
+    return FairpipeStore.open(str(path)).history()[0]["id"]
+
+
+def _has(session, name) -> bool:
+    try:
+        read_array(session, name)
+    except Exception:
+        return False
+    return True
+
+
+def live_rows(path):
+    st_ = FairpipeStore.open(str(path))
+    s = st_.readonly_session()
+    alive = read_array(s, "alive")
+    names = np.array(st_.attrs(s)["group_names"])
+    return (read_array(s, "points")[alive], read_array(s, "ids")[alive],
+            names[read_array(s, "groups")[alive]])  # fmt: skip
+
+
+def fresh_build(folder, path, model: str, summary: bool):
+    """A new store built from ``path``'s live rows, with the same settings and artifacts."""
+    X, ids, labels = live_rows(path)
+    fresh = folder / f"fresh-{path.name}"
+    ingest(folder, fresh, f"live-{path.name}", X, ids, labels, **LSH)
+    if model:
+        run_fit(str(fresh), FitOptions(**{**FIT.__dict__, "model": model}), **THREADS)
+    if summary:
+        run_summarize(str(fresh), summarize_options(folder), **THREADS)
+    return fresh
+
+
+def assert_same_artifacts(a, b):
+    got, want = artifacts(a), artifacts(b)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+
+
+def run_sequence(folder, ops, model="dc", summary=True):
+    """Ingest the first batch, fit (and summarize), then apply ``ops``: ("append", n) takes the
+    next n rows of the pool, ("forget", fraction) forgets that fraction of the live ids."""
+    X, ids, labels = pool()
+    store = folder / "store"
+    ingest(folder, store, "b0", X[:300], ids[:300], labels[:300], **LSH)
+    if model:
+        run_fit(str(store), FitOptions(**{**FIT.__dict__, "model": model}), **THREADS)
+    if summary:
+        run_summarize(str(store), summarize_options(folder), **THREADS)
+    used, rng = 300, np.random.default_rng(len(ops))
+    for i, (op, amount) in enumerate(ops):
+        if op == "append" and used + amount <= X.shape[0]:
+            sl = slice(used, used + amount)
+            res = ingest(folder, store, f"b{i + 1}", X[sl], ids[sl], labels[sl])
+            used += amount
+            if model == "dc":
+                assert 0 < res["leaves_recomputed"] <= 9
+        elif op == "forget":
+            _, live, _ = live_rows(store)
+            n_gone = max(1, int(amount * live.shape[0]))
+            if live.shape[0] - n_gone >= 60:
+                run_forget(str(store), rng.choice(live, size=n_gone, replace=False), **THREADS)
+    return store
+
+
+def test_appends_and_forgets_equal_a_fresh_build(prefect_server, tmp_path):
+    ops = [("append", 200), ("forget", 0.1), ("append", 7), ("forget", 0.02)]
+    store = run_sequence(tmp_path, ops)
+    assert_same_artifacts(store, fresh_build(tmp_path, store, "dc", True))
+
+
+APPEND = st.tuples(st.just("append"), st.sampled_from([1, 40, 150]))
+FORGET = st.tuples(st.just("forget"), st.sampled_from([0.01, 0.1, 0.3]))
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(ops=st.lists(st.one_of(APPEND, FORGET), min_size=2, max_size=4))
+def test_random_interleavings_equal_a_fresh_build(prefect_server, tmp_path_factory, ops):
+    folder = tmp_path_factory.mktemp("interleaving")
+    store = run_sequence(folder, ops)
+    assert_same_artifacts(store, fresh_build(folder, store, "dc", True))
+
+
+def test_q_model_after_an_append_is_a_fresh_fit_and_forgets_as_the_estimator(
+    prefect_server, tmp_path
+):
+    store = run_sequence(tmp_path, [("append", 150)], model="q", summary=False)
+    fresh = fresh_build(tmp_path, store, "q", False)
+    assert_same_artifacts(store, fresh)
+    X, ids, _ = live_rows(store)
+    model = QKMeans(**read_model(FairpipeStore.open(str(store)).readonly_session(), "q")
+                    .get_params()).fit(X.astype(np.float64), ids=ids)  # fmt: skip
+    run_forget(str(store), ids[:5], **THREADS)
+    model.delete(ids[:5])
+    stored = read_model(FairpipeStore.open(str(store)).readonly_session(), "q")
+    assert np.array_equal(stored.centroids_, model.centroids_)
+
+
+def test_bad_appends_write_nothing(prefect_server, tmp_path):
+    X, ids, labels = pool(400)
+    store = tmp_path / "store"
+    ingest(tmp_path, store, "b0", X[:200], ids[:200], labels[:200], **LSH)
+    run_summarize(str(store), summarize_options(tmp_path), **THREADS)
+    before = head(store)
+
+    def refused(match, **kw):
+        with pytest.raises(FairpipeInputError, match=match):
+            run_ingest(kw.pop("src"), str(store), IngestOptions(**kw), **THREADS)
+        assert head(store) == before
+
+    src = write_batch(tmp_path, "more", X[200:], ids[200:], labels[200:])
+    extra = dict(ids_file=str(tmp_path / "more_ids.npy"))
+    grouped = dict(extra, groups_file=str(tmp_path / "more_groups.npy"))
+    refused("--seed 5 contradicts .* built with --seed 4", src=src, seed=5, **grouped)
+    refused("--lsh-tables 9 contradicts", src=src, lsh_tables=9, **grouped)
+    refused("--lsh-width 1.5 contradicts .* --lsh-width 3.0", src=src, lsh_width=1.5, **grouped)
+    refused("--chunk-rows 64 contradicts", src=src, chunk_rows=64, **grouped)
+    refused("has groups \\(a, b, c\\).*--group-column .*--groups-file", src=src, **extra)
+    np.save(tmp_path / "new_groups.npy", np.where(labels[200:] == "a", "z", labels[200:]))
+    refused("group\\(s\\) \\['z'\\], which the summary", src=src,
+            groups_file=str(tmp_path / "new_groups.npy"), **extra)  # fmt: skip
+    np.save(tmp_path / "wide.npy", np.hstack([X[200:], X[200:, :1]]))
+    refused("holds 5-dimensional points; the store .* holds 4", src=str(tmp_path / "wide.npy"),
+            **grouped)  # fmt: skip
+    # Settings equal to the store's are accepted, and a new group is added and reported (no
+    # summary in this store).
+    plain = tmp_path / "plain"
+    ingest(tmp_path, plain, "p0", X[:200], ids[:200], labels[:200], **LSH)
+    res = run_ingest(src, str(plain), IngestOptions(seed=4, lsh_k=3, lsh_width=3.0,
+                     groups_file=str(tmp_path / "new_groups.npy"), **extra), **THREADS)  # fmt: skip
+    assert res["new_groups"] == ["z"] and res["groups"]["z"] == int((labels[200:] == "a").sum())
+
+
+def test_negative_ids_are_refused_at_ingest(prefect_server, tmp_path):
+    X, ids, labels = pool(50)
+    ids[7] = -3
+    with pytest.raises(FairpipeInputError, match="Id -3 \\(row 7\\) of .* is negative"):
+        ingest(tmp_path, tmp_path / "neg", "n", X, ids, labels, **LSH)
+    assert not (tmp_path / "neg").exists()

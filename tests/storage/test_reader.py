@@ -1,0 +1,88 @@
+"""fairpipe.open_store: lazy queries over a committed store, against the in-memory FairNN."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import chi2
+from sklearn.datasets import make_blobs
+
+import fairpipe
+from fairpipe import FairNN, FairpipeInputError
+from fairpipe.neighbors import MODES, chi_square_uniform
+from flows.forget import run_forget
+from flows.ingest import IngestOptions, run_ingest
+from storage import NotAStoreError
+
+LSH = dict(n_hashes=3, n_tables=6, bucket_width=2.5, seed=3)
+THREADS = dict(n_workers=1, processes=False)
+
+
+@pytest.fixture(scope="module")
+def store(prefect_server, tmp_path_factory):
+    """A store with a forgotten row and an append, and the FairNN holding the same rows."""
+    tmp = tmp_path_factory.mktemp("reader")
+    X, _ = make_blobs(n_samples=3000, n_features=5, centers=3, random_state=2)
+    X = X.astype(np.float32)
+    np.save(tmp / "a.npy", X[:2500])
+    np.save(tmp / "b.npy", X[2500:])
+    opts = IngestOptions(seed=3, lsh_k=3, lsh_tables=6, lsh_width=2.5, chunk_rows=512)
+    run_ingest(str(tmp / "a.npy"), str(tmp / "s"), opts, **THREADS)
+    run_forget(str(tmp / "s"), [10, 2000], **THREADS)
+    run_ingest(str(tmp / "b.npy"), str(tmp / "s"), IngestOptions(), **THREADS)
+    nn = FairNN(**LSH).fit(X)
+    nn.delete([10, 2000])
+    return tmp / "s", nn, X
+
+
+@pytest.mark.parametrize("sampler", ["exact", "approx", "uniform", "weighted", "rank"])
+def test_lazy_queries_draw_exactly_what_fairnn_draws(store, sampler):
+    path, nn, X = store
+    reader = fairpipe.open_store(str(path))
+    for mode in MODES:
+        for rows in ([0], [2700], [5, 11, 2999]):
+            kw = dict(radius=1.5, n_samples=25, seed=4, sampler=sampler, mode=mode,
+                      with_neighbourhood=True)  # fmt: skip
+            got = reader.sample(query_rows=rows, **kw)
+            want = nn.sample(query_rows=rows, **kw)
+            assert np.array_equal(got.ids, want.ids), (mode, rows)
+            assert np.array_equal(got.neighbourhood_sizes, want.neighbourhood_sizes)
+        Q = X[[3, 2600]] + 0.05
+        got, want = reader.sample(Q, radius=1.5, n_samples=9, seed=1, sampler=sampler, mode=mode), \
+            nn.sample(Q, radius=1.5, n_samples=9, seed=1, sampler=sampler, mode=mode)  # fmt: skip
+        assert np.array_equal(got.ids, want.ids)
+    assert reader._nn is None or sampler == "rank"  # the lazy path read no whole array
+
+
+def test_by_id_neighbourhood_and_a_uniform_exact_sampler(store):
+    path, nn, _ = store
+    reader = fairpipe.open_store(str(path))
+    hood = reader.neighbourhood(query_ids=[77], radius=1.5)[0]
+    assert np.array_equal(np.sort(hood), np.sort(nn.neighbourhood(query_rows=[77], radius=1.5)[0]))
+    res = reader.sample(query_ids=[77], radius=1.5, n_samples=20 * hood.size, seed=0)
+    assert np.isin(res.ids[0], hood).all()
+    stat, dof = chi_square_uniform(res.ids[0], hood)
+    assert chi2.sf(stat, dof) > 1e-3  # uniform on the neighbourhood
+
+
+def test_bad_queries_name_what_is_wrong(store, tmp_path):
+    path, _, _ = store
+    reader = fairpipe.open_store(str(path))
+    with pytest.raises(FairpipeInputError, match="Id 10 is not in the store .*forgotten"):
+        reader.sample(query_ids=[10])
+    with pytest.raises(FairpipeInputError, match="Id 123456 is not in the store"):
+        reader.sample(query_ids=[123456])
+    with pytest.raises(FairpipeInputError, match="Row 2000 \\(id 2000\\) .* has been forgotten"):
+        reader.sample(query_rows=[2000])
+    with pytest.raises(FairpipeInputError, match="Query row 3000 is out of range"):
+        reader.sample(query_rows=[3000])
+    with pytest.raises(FairpipeInputError, match="'radius' parameter .* positive float. Got 0"):
+        reader.sample(query_rows=[1], radius=0)
+    with pytest.raises(FairpipeInputError, match="5 features|dimension|features"):
+        reader.sample(np.zeros(4, np.float32))
+    with pytest.raises(FairpipeInputError, match="exactly one of"):
+        reader.sample(query_rows=[1], query_ids=[1])
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "x.txt").write_text("x")
+    with pytest.raises(NotAStoreError):
+        fairpipe.open_store(str(tmp_path / "folder"))
