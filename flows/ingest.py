@@ -85,7 +85,7 @@ APPEND_CONFLICT = (
 DEFAULTS = {"seed": 0, "lsh_k": 15, "lsh_tables": 100}
 # An append of at most (segments per table / SMALL_APPEND) rows patches the segments it reaches;
 # a larger one rebuilds the tables (it would rewrite most segments anyway).
-SMALL_APPEND = 8
+SMALL_APPEND = 2
 
 
 @dataclass

@@ -3,10 +3,9 @@
 :func:`open_store` gives a :class:`StoreReader`. Its :meth:`~StoreReader.sample` and
 :meth:`~StoreReader.neighbourhood` read, per query, one segment per LSH table (the one holding the
 query's bucket: :mod:`fairpipe.neighbors._segments`) and the points of the candidates the sampler
-looks at (inner chunks of ``POINT_BLOCK`` rows); :meth:`~StoreReader.predict` reads the model's
-root. Segments and points read are cached for the reader's life. A query runs the same kernel as
-the in-memory :class:`fairpipe.neighbors.FairNN` on a small index made of the query's own
-buckets, so with the same seed it draws exactly what ``FairNN`` draws (the exact sampler stays
+looks at (chunks of ``POINT_BLOCK`` rows); :meth:`~StoreReader.predict` reads the model's root.
+Segments and points read are cached for the reader's life. A query runs the same kernel as the
+in-memory :class:`fairpipe.neighbors.FairNN` on a small index made of the query's own buckets, so with the same seed it draws exactly what ``FairNN`` draws (the exact sampler stays
 exactly uniform). :meth:`~StoreReader.preload` reads everything once into a ``FairNN`` for the
 hot path of a long-lived process (memory about n x (d + 2L) x 4 bytes); the ``rank`` sampler,
 whose permutation spans every row, always uses it.
@@ -85,9 +84,11 @@ class StoreReader:
         self._lsh: E2LSH | None = None
         self._lengths: np.ndarray | None = None
         self._segments: dict[tuple[int, int], np.ndarray] = {}
+        self._segment_array: Any = None
         self._points: dict[int, np.ndarray] = {}
         self._ids: np.ndarray | None = None
         self._nn: FairNN | None = None
+        self._model: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- what a query reads ------------------------------------------------------------------
     @property
@@ -106,7 +107,9 @@ class StoreReader:
             if self._lengths is None:
                 self._lengths = read_array(self.session, "lsh/segment_lengths")
             length = int(self._lengths[t, p])
-            arr = open_array(self.session, "lsh/segments")
+            if self._segment_array is None:
+                self._segment_array = open_array(self.session, "lsh/segments")
+            arr = self._segment_array
             seg = np.asarray(arr[t, p, :length]) if length else np.zeros(0, np.int32)
             self._segments[(t, p)] = seg
         return seg
@@ -270,6 +273,20 @@ class StoreReader:
             local = neighbourhood(index, _RowCache(self, cand), Q[i], q_buckets, mode, radius, c)
             out.append(self.ids_at(cand[local]))
         return out
+
+    def predict(self, queries=None, *, query_rows=None, query_ids=None) -> np.ndarray:
+        """The nearest root centroid (with mass) of the store's clustering model, per query."""
+        from fairpipe.cluster import DCKMeans, nearest
+        from storage.models import read_model, require_model
+
+        if self._model is None:
+            kind = require_model(self.attrs, self.url)
+            model = read_model(self.session, kind)
+            mass = model.masses_ if isinstance(model, DCKMeans) else model.sizes_[-1]
+            self._model = (model.centroids_, mass)
+        Q, _ = self._queries(queries, query_rows, query_ids)
+        centroids, mass = self._model
+        return nearest(Q, centroids, mass > 0)[0]
 
 
 def open_store(url: str, snapshot: str | None = None) -> StoreReader:

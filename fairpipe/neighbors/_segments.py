@@ -28,7 +28,7 @@ import numpy as np
 
 GOLDEN = np.uint64(0x9E37_79B9_7F4A_7C15)
 GOLDEN_INVERSE = np.uint64(pow(0x9E37_79B9_7F4A_7C15, -1, 1 << 64))
-TARGET_SEGMENT_ROWS = 2048  # rows per segment the partition bits aim for
+TARGET_SEGMENT_ROWS = 16384  # rows per segment the partition bits aim for
 MAX_ROWS = 2**31 - 1
 
 
@@ -120,9 +120,28 @@ def bucket_members(seg: np.ndarray, hq) -> np.ndarray:
     return members[(int(ends[j - 1]) if j else 0) : int(ends[j])]
 
 
+def _without(seg: np.ndarray, removed) -> np.ndarray:
+    """The segment without the rows ``removed``: the (h, row) order is kept, so no sort (the
+    arrays :func:`pack` gives on the remaining entries)."""
+    h, ends, members = decode(seg)
+    keep = ~np.isin(members, np.asarray(removed if removed is not None else [], np.int32))
+    if keep.all():
+        return seg.copy() if seg.size else np.zeros(1, dtype=np.int32)
+    sizes = np.diff(ends, prepend=0)
+    left = np.bincount(np.repeat(np.arange(h.shape[0]), sizes)[keep], minlength=h.shape[0])
+    nonempty = left > 0
+    kept_h = h[nonempty]
+    return np.concatenate([
+        np.array([kept_h.shape[0]], dtype=np.int32), kept_h.view(np.int32),
+        np.cumsum(left[nonempty]).astype(np.int32), members[keep],
+    ])  # fmt: skip
+
+
 def patch(seg: np.ndarray, bits: int, removed=None, added_h=None, added_rows=None) -> np.ndarray:
     """The segment without the rows ``removed`` and with the entries (``added_h``,
     ``added_rows``): the segment a fresh build on the resulting rows gives."""
+    if added_h is None or not len(added_h):
+        return _without(seg, removed)
     h, rows = entries(seg)
     if removed is not None and len(removed):
         keep = ~np.isin(rows, removed)

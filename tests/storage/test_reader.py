@@ -65,6 +65,21 @@ def test_by_id_neighbourhood_and_a_uniform_exact_sampler(store):
     assert chi2.sf(stat, dof) > 1e-3  # uniform on the neighbourhood
 
 
+def test_predict_reads_the_model_root(store, prefect_server):
+    from fairpipe import DCKMeans
+    from flows.fit import FitOptions, run_fit
+
+    path, nn, X = store
+    run_fit(str(path), FitOptions(k=3, width=2, height=1, seed=1), **THREADS)
+    reader = fairpipe.open_store(str(path))
+    alive = np.ones(X.shape[0], bool)
+    alive[[10, 2000]] = False
+    model = DCKMeans(n_clusters=3, fanout=2, height=1, n_init=10, max_iter=10, seed=1)
+    model.fit(X[alive], ids=np.flatnonzero(alive))
+    assert reader.predict(X[:50]).tolist() == model.predict(X[:50]).tolist()
+    assert reader.predict(query_ids=[5]).tolist() == model.predict(X[5:6]).tolist()
+
+
 def test_bad_queries_name_what_is_wrong(store, tmp_path):
     path, _, _ = store
     reader = fairpipe.open_store(str(path))
