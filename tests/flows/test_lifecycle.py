@@ -219,3 +219,16 @@ def test_negative_ids_are_refused_at_ingest(prefect_server, tmp_path):
     with pytest.raises(FairpipeInputError, match="Id -3 \\(row 7\\) of .* is negative"):
         ingest(tmp_path, tmp_path / "neg", "n", X, ids, labels, **LSH)
     assert not (tmp_path / "neg").exists()
+
+
+def test_segmented_index_through_appends_and_forgets(prefect_server, tmp_path, monkeypatch):
+    """With small segments (many per table), the index is re-cut as appends grow the store,
+    patched by small appends and forgets, and always equals a fresh build."""
+    import fairpipe.neighbors._segments as segments
+
+    monkeypatch.setattr(segments, "TARGET_SEGMENT_ROWS", 16)
+    ops = [("append", 400), ("forget", 0.1), ("append", 3), ("append", 150), ("forget", 0.01)]
+    store = run_sequence(tmp_path, ops, model="", summary=False)
+    attrs = FairpipeStore.open(str(store)).attrs()
+    assert attrs["lsh"]["segment_bits"] >= 5
+    assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))
