@@ -32,7 +32,7 @@ OUT = ROOT / "benchmarks" / "out"
 import flows  # noqa: E402,F401  (environment defaults)
 
 
-def folder_bytes(path: Path, prefix: str = "") -> int:
+def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 

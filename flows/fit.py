@@ -78,9 +78,14 @@ Q_TOO_LARGE = (
 )
 
 
+def q_too_large(n_alive: int, d: int) -> bool:
+    """Whether the live points, as float64, exceed Q-k-means' one-process limit."""
+    return n_alive * d * 8 > Q_MEMORY_LIMIT
+
+
 def check_q_size(n_alive: int, d: int, url: str) -> None:
     """Refuse a Q-k-means model whose points would not fit its one-process limit."""
-    if n_alive * d * 8 > Q_MEMORY_LIMIT:
+    if q_too_large(n_alive, d):
         raise FairpipeInputError(
             Q_TOO_LARGE.format(url=url, n=n_alive, d=d, gb=n_alive * d * 8 / 2**30,
                                limit=Q_MEMORY_LIMIT / 2**30)
@@ -150,7 +155,7 @@ def check_request(store_url: str, o: FitOptions, attrs: dict | None = None):
     n_alive, d = int(attrs["n_alive"]), int(attrs["d"])
     if model == "auto":
         model = choose_model(n_alive, d, o.k)
-        if model == "q" and n_alive * d * 8 > Q_MEMORY_LIMIT:
+        if model == "q" and q_too_large(n_alive, d):
             model = "dc"
     if model == "dc":
         DCKMeans(**o.dc_params()).check_params()

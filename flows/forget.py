@@ -1,7 +1,8 @@
 """Forget flow: one deletion batch in one commit.
 
 Erase the rows (points zeroed, groups -1, alive = false), remove them from the LSH buckets (only
-the segments holding them are rewritten; their keys are recomputed from their points), and update the clustering model: for DC-k-means only the deleted rows' leaves are
+the segments holding them are rewritten; their keys are recomputed from their points), and
+update the clustering model: for DC-k-means only the deleted rows' leaves are
 recomputed (from their remaining points), then only those leaves' ancestors; a Q-k-means model
 certifies each deletion from its metadata and retrains only when one is not certified. A fair
 summary, if the store has one, is updated the same way as the DC tree (its leaves, then their
@@ -29,7 +30,6 @@ from storage.index import (
     erase_rows,
     keys_of_rows,
     load_lsh,
-    store_format,
     update_index,
     upgrade_format1,
 )
@@ -88,9 +88,7 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
         q_session = store.readonly_session(txn.base_snapshot) if kind == "q" else None
         if rows.size:
             n_rows, chunk_rows = int(attrs["n"]), int(attrs["chunk_rows"])
-            if store_format(attrs) == 1:
-                upgrade_format1(txn.session, txn.root, attrs)
-                attrs = store.attrs(txn.session)
+            attrs = upgrade_format1(txn.session, txn.root, attrs)
             t0 = time.perf_counter()
             # The rows' bucket keys, from their points (read before they are erased).
             keys = keys_of_rows(txn.session, load_lsh(txn.session, attrs), rows)

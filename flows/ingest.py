@@ -47,7 +47,6 @@ from storage.index import (
     live_group_counts,
     load_lsh,
     row_chunks,
-    store_format,
     table_blocks,
     update_index,
     upgrade_format1,
@@ -266,9 +265,8 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             lsh = E2LSH(n_hashes=options.get("lsh_k"), n_tables=options.get("lsh_tables"),
                         bucket_width=width, seed=seed).fit(plan.d)  # fmt: skip
             create_layout(txn.root, plan.d, lsh, chunk_rows)
-        if appending and store_format(attrs) == 1:
-            upgrade_format1(txn.session, txn.root, attrs)
-            attrs = store.attrs(txn.session)
+        if appending:
+            attrs = upgrade_format1(txn.session, txn.root, attrs)
         n_total = base + plan.n
         L = lsh.n_tables
         grow(txn.root, n_total)

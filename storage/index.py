@@ -47,7 +47,7 @@ from fairpipe.neighbors import (
     segment_of,
     unmix,
 )
-from storage.store import FORMAT, open_array, read_array, read_rows_at, write_rows
+from storage.store import FORMAT, open_array, open_group, read_array, read_rows_at, write_rows
 
 TARGET_CHUNK_BYTES = 16 << 20
 EMPTY_KEY = np.iinfo(np.uint64).max
@@ -237,6 +237,11 @@ def write_segment_lengths(root, lengths: np.ndarray) -> None:
                       dtype="int32", fill_value=0)[...] = lengths  # fmt: skip
 
 
+def bucket_count(flat: np.ndarray, offsets: np.ndarray) -> int:
+    """Buckets in a table packed by :func:`pack` (each segment starts with its count)."""
+    return int(flat[offsets[:-1]].sum())
+
+
 def _padded(length: int) -> int:
     return -(-length // SEGMENT_CHUNK) * SEGMENT_CHUNK
 
@@ -265,32 +270,26 @@ def write_table(session, t: int, flat: np.ndarray, offsets: np.ndarray, old_leng
     return lengths
 
 
-def index_tables(session, staging: Staging | None, t0: int, t1: int, bits: int,
+def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
                  keep_old: bool) -> dict[int, tuple[np.ndarray, int]]:  # fmt: skip
     """Build tables [t0, t1) with ``2**bits`` segments from the staged keys of the new rows and
     (``keep_old``) the entries already indexed. Returns each table's segment lengths and bucket
     count."""
-    new_keys = staging.read(t0, t1) if staging is not None else None
+    new_keys = staging.read(t0, t1)
+    new_rows = np.arange(staging.base, staging.n_total, dtype=np.int64)
     old_lengths = (read_array(session, "lsh/segment_lengths", slice(t0, t1)) if keep_old
                    else None)  # fmt: skip
     out = {}
     for j, t in enumerate(range(t0, t1)):
-        hs, rows = [], []
-        if old_lengths is not None:
-            h, r = read_table_entries(session, t, old_lengths[j])
-            hs.append(h)
-            rows.append(r)
-        if new_keys is not None:
-            assert staging is not None
-            hs.append(mix(new_keys[:, j]))
-            rows.append(np.arange(staging.base, staging.n_total, dtype=np.int64))
-        h, r = np.concatenate(hs), np.concatenate(rows)
-        if old_lengths is None:
-            flat, offsets = pack(h, r, bits, sorted_rows=True)
+        if old_lengths is None:  # a new store: the staged rows only, in row order
+            flat, offsets = pack(mix(new_keys[:, j]), new_rows, bits, sorted_rows=True)
+            old = np.zeros(0, np.int32)
         else:
-            flat, offsets = pack(h, r, bits)
-        old = old_lengths[j] if old_lengths is not None else np.zeros(0, np.int32)
-        out[t] = (write_table(session, t, flat, offsets, old), int(flat[offsets[:-1]].sum()))
+            h, r = read_table_entries(session, t, old_lengths[j])
+            flat, offsets = pack(np.concatenate([h, mix(new_keys[:, j])]),
+                                 np.concatenate([r, new_rows]), bits)  # fmt: skip
+            old = old_lengths[j]
+        out[t] = (write_table(session, t, flat, offsets, old), bucket_count(flat, offsets))
     return out
 
 
@@ -397,9 +396,12 @@ def _load_format1_index(session, n_alive: int) -> BucketIndex:
     return BucketIndex.from_tables(tables)
 
 
-def upgrade_format1(session, root, attrs: dict) -> None:
-    """Rebuild a format 1 store's index as segments (from its stored keys) and drop the old
-    arrays, in the caller's transaction."""
+def upgrade_format1(session, root, attrs: dict) -> dict:
+    """The root attributes of a store whose index is format 2: a format 1 store's index is
+    rebuilt as segments (from its stored keys) and its old arrays dropped, in the caller's
+    transaction (a store already in format 2 is left as it is)."""
+    if store_format(attrs) != 1:
+        return attrs
     keys = read_array(session, "lsh/keys")
     alive = read_array(session, "alive")
     rows = np.flatnonzero(alive)
@@ -411,10 +413,11 @@ def upgrade_format1(session, root, attrs: dict) -> None:
     for t in range(n_tables):
         flat, offsets = build_segments(keys[rows, t], rows, bits)
         lengths[t] = write_table(session, t, flat, offsets, np.zeros(0, np.int32))
-        counts[t] = int(flat[offsets[:-1]].sum())
+        counts[t] = bucket_count(flat, offsets)
     write_segment_lengths(root, lengths)
     write_bucket_counts(root, counts)
     root.attrs.update({"fairpipe_format": FORMAT, "lsh": {**attrs["lsh"], "segment_bits": bits}})
+    return dict(root.attrs)
 
 
 def load_sampler(session, attrs: dict) -> FairNN:
@@ -422,16 +425,11 @@ def load_sampler(session, attrs: dict) -> FairNN:
     path of a long-lived process; memory about n x (d + 2L) x 4 bytes)."""
     lsh = load_lsh(session, attrs)
     index = load_index(session, attrs)
-    n_rows = int(attrs["n"])
     alive = read_array(session, "alive")
-    keys = np.full((n_rows, lsh.n_tables), EMPTY_KEY, dtype=np.uint64)
-    tables = index.table_of_key(index.bucket_keys)
-    first = np.searchsorted(tables, np.arange(lsh.n_tables + 1))
+    keys = np.full((int(attrs["n"]), lsh.n_tables), EMPTY_KEY, dtype=np.uint64)
     for t in range(lsh.n_tables):
-        b0, b1 = int(first[t]), int(first[t + 1])
-        e0, e1 = int(index.starts[b0]), int(index.starts[b1])
-        keys[index.members[e0:e1], t] = np.repeat(index.bucket_keys[b0:b1],
-                                                  np.diff(index.starts[b0 : b1 + 1]))  # fmt: skip
+        member_keys, members = index.table_entries(t)
+        keys[members, t] = member_keys
     arrays = {
         **lsh.to_arrays(),
         "points": read_array(session, "points"),
@@ -448,19 +446,13 @@ def load_sampler(session, attrs: dict) -> FairNN:
 def index_entries(session) -> list[tuple[np.ndarray, np.ndarray]]:
     """Every table's (bucket keys, member ids) pairs sorted by (key, id): the index's content
     independent of row numbers and layout (what a fresh build on the live rows must equal)."""
-    from storage.store import open_group
-
     attrs = dict(open_group(session).attrs)
     index = load_index(session, attrs)
     ids = read_array(session, "ids")
     out = []
-    tables = index.table_of_key(index.bucket_keys)
-    first = np.searchsorted(tables, np.arange(int(attrs["lsh"]["n_tables"]) + 1))
-    for t in range(first.shape[0] - 1):
-        b0, b1 = int(first[t]), int(first[t + 1])
-        e0, e1 = int(index.starts[b0]), int(index.starts[b1])
-        k = np.repeat(index.bucket_keys[b0:b1], np.diff(index.starts[b0 : b1 + 1]))
-        i = ids[index.members[e0:e1]]
+    for t in range(int(attrs["lsh"]["n_tables"])):
+        k, members = index.table_entries(t)
+        i = ids[members]
         order = np.lexsort((i, k))
         out.append((k[order], i[order]))
     return out

@@ -32,7 +32,7 @@ from fairpipe.neighbors import (
     sample_query,
     segment_of,
 )
-from fairpipe.validation import check_points
+from fairpipe.validation import IdLookup, check_points
 from storage.index import load_lsh, load_sampler, store_format
 from storage.store import FairpipeStore, open_array, read_array, read_rows_at
 
@@ -86,7 +86,7 @@ class StoreReader:
         self._segments: dict[tuple[int, int], np.ndarray] = {}
         self._segment_array: Any = None
         self._points: dict[int, np.ndarray] = {}
-        self._ids: np.ndarray | None = None
+        self._lookup: IdLookup | None = None
         self._nn: FairNN | None = None
         self._model: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -135,23 +135,24 @@ class StoreReader:
         return out
 
     def rows_of(self, ids) -> np.ndarray:
-        """Rows of the stored ``ids`` (reads the ids once), or an error naming an unknown one."""
+        """Rows of the stored ``ids`` (reads the ids once), or an error naming the first id that
+        is unknown or forgotten."""
         ids = np.atleast_1d(np.asarray(ids))
         if ids.size and ids.dtype.kind not in "iu":
             raise FairpipeInputError(f"Ids must be integers. Got values of type {ids.dtype}.")
-        if self._ids is None:
-            self._ids = read_array(self.session, "ids")
-        alive = None
-        rows = np.empty(ids.shape[0], dtype=np.int64)
-        for i, x in enumerate(ids.tolist()):
-            hit = np.flatnonzero(self._ids == x)
-            if hit.size == 0:
-                raise FairpipeInputError(UNKNOWN_ID.format(id=x, url=self.url))
-            rows[i] = hit[0]
-            if alive is None:
-                alive = read_array(self.session, "alive")
-            if not alive[hit[0]]:
-                raise FairpipeInputError(UNKNOWN_ID.format(id=x, url=self.url) + " (forgotten)")
+        if self._lookup is None:
+            self._lookup = IdLookup(read_array(self.session, "ids"))
+        found, known = self._lookup.rows(ids)
+        rows = np.full(ids.shape[0], -1, dtype=np.int64)
+        rows[known] = found
+        live = np.zeros(ids.shape[0], dtype=bool)
+        if found.size:
+            order = np.argsort(found)
+            live[np.flatnonzero(known)[order]] = read_rows_at(self.session, "alive", found[order])
+        if not live.all():
+            i = int(np.argmin(live))
+            message = UNKNOWN_ID.format(id=int(ids[i]), url=self.url)
+            raise FairpipeInputError(message + (" (forgotten)" if known[i] else ""))
         return rows
 
     def _check_rows(self, rows) -> np.ndarray:

@@ -75,6 +75,7 @@ class BucketIndex:
     members: np.ndarray  # (sum over tables of table sizes,) int64 row numbers
     n_tables: int
     _directory: KeyDirectory | None = field(default=None, init=False, repr=False, compare=False)
+    _table_starts: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     _lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )
@@ -135,6 +136,22 @@ class BucketIndex:
         """
         return self.bounds(self.find(query_keys))
 
+    def table_starts(self) -> np.ndarray:
+        """(n_tables + 1,) the first bucket number of each table (buckets are grouped by table;
+        computed once)."""
+        if self._table_starts is None:
+            tables = self.table_of_key(self.bucket_keys)
+            self._table_starts = np.searchsorted(tables, np.arange(self.n_tables + 1))
+        return self._table_starts
+
+    def table_entries(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(the key of each member, the members) of table ``t``, bucket by bucket."""
+        first = self.table_starts()
+        b0, b1 = int(first[t]), int(first[t + 1])
+        e0, e1 = int(self.starts[b0]), int(self.starts[b1])
+        sizes = np.diff(self.starts[b0 : b1 + 1])
+        return np.repeat(self.bucket_keys[b0:b1], sizes), self.members[e0:e1]
+
     def point_buckets(self, n_rows: int) -> np.ndarray:
         """(n_rows, L) bucket numbers of every indexed row in each table, -1 for rows left out.
 
@@ -144,8 +161,7 @@ class BucketIndex:
         """
         dtype = np.int32 if self.bucket_keys.shape[0] < 2**31 else np.int64
         by_table = np.full((self.n_tables, n_rows), -1, dtype=dtype)
-        tables = self.table_of_key(self.bucket_keys)
-        first = np.searchsorted(tables, np.arange(self.n_tables + 1))
+        first = self.table_starts()
         for t in range(self.n_tables):
             b0, b1 = int(first[t]), int(first[t + 1])
             e0, e1 = int(self.starts[b0]), int(self.starts[b1])

@@ -25,6 +25,7 @@ from flows.summarize import SummarizeOptions, run_summarize
 from storage.index import index_entries
 from storage.models import read_model
 from storage.store import FairpipeStore, read_array
+from storage.summary import has_summary
 
 NAMES = np.array(["a", "b", "c"])
 THREADS = dict(n_workers=1, processes=False)
@@ -69,7 +70,7 @@ def artifacts(path) -> dict:
         model = read_model(s, kind)
         for name, arr in model.to_arrays(data=False).items():
             out[f"model/{name}"] = np.asarray(arr)
-    if _has(s, "summary/ids"):
+    if has_summary(s):
         out["summary/ids"] = read_array(s, "summary/ids")
         for level in range(3):
             for name in ("candidates", "evaluation", "value", "calls"):
@@ -81,14 +82,6 @@ def artifacts(path) -> dict:
 
 def head(path) -> str:
     return FairpipeStore.open(str(path)).history()[0]["id"]
-
-
-def _has(session, name) -> bool:
-    try:
-        read_array(session, name)
-    except Exception:
-        return False
-    return True
 
 
 def live_rows(path):
