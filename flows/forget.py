@@ -27,6 +27,7 @@ from flows import update
 from flows.runtime import default_task_runner, run_flow
 from flows.update import forget_q_task, update_dc, update_summary_tree
 from storage.index import (
+    buckets_per_table,
     erase_rows,
     keys_of_rows,
     load_lsh,
@@ -95,13 +96,9 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
             erase_rows(txn.session, txn.root, rows, chunk_rows)
             timings["erase"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            result["segments_rewritten"] = update_index(
-                txn.session, txn.root, int(attrs["lsh"]["segment_bits"]), removed_rows=rows,
-                removed_keys=keys,
-            )  # fmt: skip
+            result["segments_rewritten"] = update_index(txn.session, txn.root, attrs, rows, keys)
             timings["lsh_index"] = time.perf_counter() - t0
-            counts = read_array(txn.session, "lsh/bucket_counts")
-            result["buckets_per_table"] = float(counts.mean())
+            result["buckets_per_table"] = buckets_per_table(txn.session)
             alive_after = alive.copy()
             alive_after[rows] = False
             t0 = time.perf_counter()

@@ -38,17 +38,21 @@ from fairpipe.neighbors import (
 from flows.runtime import dask_map, default_task_runner, run_flow
 from flows.update import update_after_append
 from storage.index import (
+    DELTA_SHARE,
+    LAYERS,
     Staging,
+    buckets_per_table,
     choose_chunk_rows,
     create_index,
     create_layout,
+    delta_layout,
+    drop_arrays,
     grow,
     index_tables,
     live_group_counts,
     load_lsh,
     row_chunks,
     table_blocks,
-    update_index,
     upgrade_format1,
     write_bucket_counts,
     write_dataset_attrs,
@@ -82,9 +86,6 @@ APPEND_CONFLICT = (
     "the store's settings: leave {flag} out, or ingest into a new store."
 )
 DEFAULTS = {"seed": 0, "lsh_k": 15, "lsh_tables": 100}
-# An append of at most (segments per table / SMALL_APPEND) rows patches the segments it reaches;
-# a larger one rebuilds the tables (it would rewrite most segments anyway).
-SMALL_APPEND = 2
 
 
 @dataclass
@@ -122,8 +123,8 @@ def _ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
     return fork, {"rows": b - a, "seconds": time.perf_counter() - t0}
 
 
-def _index_job(fork, staging: Staging, t0: int, t1: int, bits: int, keep_old: bool):
-    return fork, index_tables(fork, staging, t0, t1, bits, keep_old)
+def _index_job(fork, staging: Staging, t0: int, t1: int, bits: int, build: str):
+    return fork, index_tables(fork, staging, t0, t1, bits, build)
 
 
 # -- Prefect tasks --------------------------------------------------------------------------------
@@ -151,28 +152,40 @@ def write_rows_task(fork, plan, lsh, chunks, base, ids, codes, staging):
 
 
 @task(name="build-bucket-index", cache_policy=NO_CACHE)
-def build_index_task(fork, staging, n_tables: int, n_rows: int, bits: int, keep_old: bool):
+def build_index_task(fork, staging, n_tables: int, n_rows: int, bits: int, build: str):
     blocks = table_blocks(n_tables, n_rows)
     n = len(blocks)
     return dask_map(_index_job, [fork] * n, [staging] * n, [a for a, _ in blocks],
-                    [b for _, b in blocks], [bits] * n, [keep_old] * n)  # fmt: skip
+                    [b for _, b in blocks], [bits] * n, [build] * n)  # fmt: skip
 
 
-def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int, old_bits: int | None):
-    """Put the staged new rows in the index: patch the segments they fall in when they are few
-    (an append of a handful of rows), else rebuild every table (Dask jobs over blocks of tables,
-    merged into ``txn``) with the segment count the live rows call for. Returns (segment bits,
-    segments written)."""
+def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
+                   before: dict | None) -> tuple[dict, int]:  # fmt: skip
+    """Put the staged new rows in the index (Dask jobs over blocks of tables, merged into
+    ``txn``): a new store's segments; else the delta (its rows and the new ones), while the
+    rows appended since the last build stay within 1/DELTA_SHARE of the live rows; else a
+    rebuild of the segments from both layers and the new rows, with the segment count the live
+    rows call for, and no delta. ``before``: the store's ``lsh`` attribute (None for a new
+    store). Returns (the index layout for the ``lsh`` attribute, segments written)."""
+    build, layer = "new", "main"
     bits = partition_bits(n_alive)
-    n_new = staging.n_total - staging.base
-    if old_bits is not None and bits == old_bits and n_new * SMALL_APPEND <= (1 << bits):
-        added = staging.read(0, n_tables)
-        rows = np.arange(staging.base, staging.n_total, dtype=np.int64)
-        return bits, update_index(txn.session, txn.root, bits, added_rows=rows, added_keys=added)
-    if old_bits is None:
+    layout: dict = {"segment_bits": bits}
+    if before is None:
         create_index(txn.root, n_tables)
+    else:
+        delta = delta_layout({"lsh": before})
+        start = staging.base if delta is None else delta[1]
+        if (staging.n_total - start) * DELTA_SHARE <= n_alive:
+            build, layer = "delta", "delta"
+            bits = partition_bits(staging.n_total - start)
+            layout = {"segment_bits": int(before["segment_bits"]), "delta_bits": bits,
+                      "delta_start": start}  # fmt: skip
+            if delta is None:
+                create_index(txn.root, n_tables, "delta")
+        else:
+            build = "rebuild"
     results = build_index_task.submit(
-        txn.fork(), staging, n_tables, n_alive, bits, old_bits is not None
+        txn.fork(), staging, n_tables, staging.n_total - staging.base, bits, build
     ).result()
     txn.merge([fork for fork, _ in results])
     lengths = np.zeros((n_tables, 1 << bits), dtype=np.int32)
@@ -180,9 +193,11 @@ def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int, old_bits:
     for _, part in results:
         for t, (v, c) in part.items():
             lengths[t], counts[t] = v, c
-    write_segment_lengths(txn.root, lengths)
-    write_bucket_counts(txn.root, counts)
-    return bits, n_tables << bits
+    write_segment_lengths(txn.root, lengths, layer)
+    write_bucket_counts(txn.root, counts, layer)
+    if build == "rebuild":
+        drop_arrays(txn.root, LAYERS["delta"])
+    return layout, n_tables << bits
 
 
 # -- the flow -------------------------------------------------------------------------------------
@@ -283,8 +298,9 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
 
             t0 = time.perf_counter()
             n_alive = int(attrs.get("n_alive", 0)) + plan.n
-            old_bits = int(attrs["lsh"]["segment_bits"]) if appending else None
-            bits, written = index_new_rows(txn, staging, L, n_alive, old_bits)
+            layout, written = index_new_rows(
+                txn, staging, L, n_alive, attrs["lsh"] if appending else None
+            )
             timings["bucket_index"] = time.perf_counter() - t0
         finally:
             staging.remove()
@@ -296,13 +312,13 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             if updated:
                 timings["models"] = time.perf_counter() - t0
         per_group = live_group_counts(txn.session, len(group_names))  # every live row has a group
-        buckets = float(read_array(txn.session, "lsh/bucket_counts").mean())
+        buckets = buckets_per_table(txn.session)
         if appending:  # the radius suggested for the first rows stays
             radius_hint = attrs.get("suggested_radius", lsh.bucket_width / WIDTH_PER_RADIUS)
         meta = write_dataset_attrs(
             txn.root, attrs, n=n_total, n_alive=sum(per_group), d=plan.d, seed=seed,
             chunk_rows=chunk_rows,
-            group_names=group_names, lsh=lsh, segment_bits=bits, suggested_radius=radius_hint,
+            group_names=group_names, lsh=lsh, layout=layout, suggested_radius=radius_hint,
             source=source,
         )  # fmt: skip
     timings["total"] = time.perf_counter() - t_start

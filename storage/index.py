@@ -13,9 +13,16 @@ Layout (store format 2):
 - ``lsh/segments`` int32 (L, 2**segment_bits, S): each table's buckets cut into segments by a
   hash of their key (:mod:`fairpipe.neighbors._segments`), one segment per (table, segment) row,
   in chunks of ``SEGMENT_CHUNK`` entries; ``lsh/segment_lengths`` int32 (L, 2**segment_bits):
-  the used length of each. A deletion or a small append rewrites the segments it changes; a query
-  reads one segment per table. Nothing is stored per (row, table) beyond the member entry itself
-  (about 4 bytes, plus 12 per bucket): a row's keys are recomputed from its point when needed.
+  the used length of each; ``lsh/bucket_counts`` int64 (L,). A deletion rewrites the segments
+  it changes; a query reads one segment per table. Nothing is stored per (row, table) beyond the
+  member entry itself (about 4 bytes, plus 12 per bucket): a row's keys are recomputed from its
+  point when needed.
+- the **delta** (``lsh/delta``, ``lsh/delta_lengths``, ``lsh/delta_bucket_counts``, the same
+  layout with ``delta_bits`` segment bits): the rows appended since the last build, rows
+  ``delta_start`` and up (attributes in ``lsh``; absent when there is no delta). An append
+  rewrites the delta only (a cost that follows the appended rows, not n), as long as the delta
+  holds at most 1/``DELTA_SHARE`` of the live rows; the append that would pass that rebuilds
+  the segments from both layers and drops the delta. A query reads a bucket from both layers.
 
 A forgotten row keeps its place (row numbers are stable) but is erased: points zeroed, group -1,
 ``alive`` false, and it leaves every bucket. Format 1 stores (uint64 ``lsh/keys`` and (L, n)
@@ -38,7 +45,6 @@ from fairpipe.neighbors import (
     BucketIndex,
     FairNN,
     build_segments,
-    decode,
     entries,
     mix,
     pack,
@@ -56,6 +62,12 @@ SEGMENT_CHUNK = 32768  # int32 entries per chunk of a segment: most segments are
 SEGMENT_CAPACITY = 1 << 34  # the segments' last dimension: larger than any segment can be
 MAX_SEGMENTS = 1 << 20  # segments per table at most (2**31 rows at 2048 rows per segment)
 INDEX_BLOCK_BYTES = 256 << 20  # index entries one job holds at most
+DELTA_SHARE = 8  # appended rows stay in the delta while at most 1/8 of the live rows
+# The index's two layers: (segments, their lengths, bucket counts) under ``lsh/``.
+LAYERS = {
+    "main": ("segments", "segment_lengths", "bucket_counts"),
+    "delta": ("delta", "delta_lengths", "delta_bucket_counts"),
+}
 # The library's names of E2LSH's parameters -> their names in the store's ``lsh`` attribute.
 LSH_STORE_NAMES = {"n_hashes": "k", "n_tables": "n_tables", "bucket_width": "width", "seed": "seed"}
 
@@ -71,11 +83,27 @@ def store_format(attrs: dict) -> int:
 
 
 # -- the hash functions ---------------------------------------------------------------------------
-def lsh_attrs(lsh: E2LSH, segment_bits: int) -> dict:
-    """The ``lsh`` root attribute of a store for these hash functions."""
+def lsh_attrs(lsh: E2LSH, layout: dict) -> dict:
+    """The ``lsh`` root attribute of a store for these hash functions and index ``layout``
+    (``segment_bits``, and ``delta_bits``/``delta_start`` when there is a delta)."""
     params = lsh.get_params()
     return {**{store: params[name] for name, store in LSH_STORE_NAMES.items()},
-            "segment_bits": int(segment_bits)}  # fmt: skip
+            **{k: int(v) for k, v in layout.items()}}  # fmt: skip
+
+
+def delta_layout(attrs: dict) -> tuple[int, int] | None:
+    """(delta bits, first row of the delta) of a store with a delta, else None."""
+    lsh = attrs["lsh"]
+    if lsh.get("delta_bits") is None:
+        return None
+    return int(lsh["delta_bits"]), int(lsh["delta_start"])
+
+
+def layer_bits(attrs: dict) -> dict[str, int]:
+    """Segment bits of each layer the store's index has."""
+    delta = delta_layout(attrs)
+    bits = {"main": int(attrs["lsh"]["segment_bits"])}
+    return bits if delta is None else {**bits, "delta": delta[0]}
 
 
 def load_lsh(session, attrs: dict) -> E2LSH:
@@ -145,7 +173,7 @@ def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
 
 
 def write_dataset_attrs(root, before: dict, *, n: int, n_alive: int, d: int, seed: int,
-                        chunk_rows: int, group_names: list[str], lsh: E2LSH, segment_bits: int,
+                        chunk_rows: int, group_names: list[str], lsh: E2LSH, layout: dict,
                         suggested_radius: float, source: str) -> dict:  # fmt: skip
     """The root attributes after an ingest (``before``: those it started from); returns them."""
     meta = {
@@ -156,7 +184,7 @@ def write_dataset_attrs(root, before: dict, *, n: int, n_alive: int, d: int, see
         "seed": seed,
         "chunk_rows": chunk_rows,
         "group_names": group_names,
-        "lsh": lsh_attrs(lsh, segment_bits),
+        "lsh": lsh_attrs(lsh, layout),
         "suggested_radius": suggested_radius,
         "sources": [*before.get("sources", []), source],
     }
@@ -211,30 +239,54 @@ def table_blocks(n_tables: int, n_rows: int) -> list[tuple[int, int]]:
     return [(t, min(t + per_job, n_tables)) for t in range(0, n_tables, per_job)]
 
 
-def create_index(root, n_tables: int) -> None:
-    """An empty segment array (replacing any index there). Its shape is the largest any store
-    needs; only the chunks written exist."""
-    for name in ("segments", "segment_lengths", "keys", "members", "bucket_keys",
-                 "bucket_starts"):  # fmt: skip
-        if name in root["lsh"]:
-            del root[f"lsh/{name}"]
-    root.create_array("lsh/segments", shape=(n_tables, MAX_SEGMENTS, SEGMENT_CAPACITY),
+def create_index(root, n_tables: int, layer: str = "main") -> None:
+    """An empty segment array for ``layer``, replacing any there (a new main layer drops the
+    delta and any format 1 arrays too). Its shape is the largest any store needs; only the
+    chunks written exist."""
+    names = (
+        LAYERS["delta"]
+        if layer == "delta"
+        else (*LAYERS["main"], *LAYERS["delta"], "keys", "members", "bucket_keys", "bucket_starts")
+    )
+    drop_arrays(root, names)
+    root.create_array(f"lsh/{LAYERS[layer][0]}", shape=(n_tables, MAX_SEGMENTS, SEGMENT_CAPACITY),
                       chunks=(1, 1, SEGMENT_CHUNK), dtype="int32", fill_value=0)  # fmt: skip
 
 
-def write_bucket_counts(root, counts: np.ndarray) -> None:
-    """Buckets per table (``lsh/bucket_counts`` int64 (L,))."""
-    if "bucket_counts" in root["lsh"]:
-        del root["lsh/bucket_counts"]
-    root.create_array("lsh/bucket_counts", shape=counts.shape, dtype="int64")[...] = counts
+def drop_arrays(root, names) -> None:
+    for name in names:
+        if name in root["lsh"]:
+            del root[f"lsh/{name}"]
 
 
-def write_segment_lengths(root, lengths: np.ndarray) -> None:
-    """The used length of every segment (replacing the array: the segment count may change)."""
-    if "segment_lengths" in root["lsh"]:
-        del root["lsh/segment_lengths"]
-    root.create_array("lsh/segment_lengths", shape=lengths.shape, chunks=lengths.shape,
+def write_bucket_counts(root, counts: np.ndarray, layer: str = "main") -> None:
+    """Buckets per table of ``layer`` (``lsh/bucket_counts`` int64 (L,) for the main one)."""
+    name = LAYERS[layer][2]
+    drop_arrays(root, [name])
+    root.create_array(f"lsh/{name}", shape=counts.shape, dtype="int64")[...] = counts
+
+
+def write_segment_lengths(root, lengths: np.ndarray, layer: str = "main") -> None:
+    """The used length of every segment of ``layer`` (replacing the array: the segment count
+    may change)."""
+    name = LAYERS[layer][1]
+    drop_arrays(root, [name])
+    root.create_array(f"lsh/{name}", shape=lengths.shape, chunks=lengths.shape,
                       dtype="int32", fill_value=0)[...] = lengths  # fmt: skip
+
+
+def read_lengths(session, layer: str, sel=slice(None)) -> np.ndarray | None:
+    """Segment lengths of ``layer`` (tables ``sel``), None when the store has no such layer."""
+    name = LAYERS[layer][1]
+    return read_array(session, f"lsh/{name}", sel) if name in open_group(session)["lsh"] else None
+
+
+def buckets_per_table(session) -> float:
+    """Mean buckets per table (a bucket with members in both layers counts twice)."""
+    counts = read_array(session, "lsh/bucket_counts")
+    if LAYERS["delta"][2] in open_group(session)["lsh"]:
+        counts = counts + read_array(session, f"lsh/{LAYERS['delta'][2]}")
+    return float(counts.mean())
 
 
 def bucket_count(flat: np.ndarray, offsets: np.ndarray) -> int:
@@ -246,19 +298,24 @@ def _padded(length: int) -> int:
     return -(-length // SEGMENT_CHUNK) * SEGMENT_CHUNK
 
 
-def read_table_entries(session, t: int, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(mixed keys, rows) of every entry of table ``t`` (``lengths``: its segment lengths)."""
+def read_table_entries(session, t: int, lengths: np.ndarray,
+                       layer: str = "main") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(mixed keys, rows) of every entry of table ``t`` in ``layer`` (``lengths``: its segment
+    lengths there)."""
     width = int(lengths.max()) if lengths.size else 0
     if width == 0:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    block = read_array(session, "lsh/segments", (t, slice(0, lengths.shape[0]), slice(0, width)))
+    block = read_array(session, f"lsh/{LAYERS[layer][0]}",
+                       (t, slice(0, lengths.shape[0]), slice(0, width)))  # fmt: skip
     parts = [entries(block[p, : int(lengths[p])]) for p in np.flatnonzero(lengths)]
     return np.concatenate([h for h, _ in parts]), np.concatenate([r for _, r in parts])
 
 
-def write_table(session, t: int, flat: np.ndarray, offsets: np.ndarray, old_lengths) -> np.ndarray:
-    """Write table ``t``'s segments (``flat``/``offsets`` from :func:`pack`) over the old ones
-    (their ``old_lengths``, zeroed where the new ones are shorter); returns the new lengths."""
+def write_table(session, t: int, flat: np.ndarray, offsets: np.ndarray, old_lengths,
+                layer: str = "main") -> np.ndarray:  # fmt: skip
+    """Write table ``t``'s segments of ``layer`` (``flat``/``offsets`` from :func:`pack`) over
+    the old ones (their ``old_lengths``, zeroed where the new ones are shorter); returns the new
+    lengths."""
     lengths = np.diff(offsets).astype(np.int32)
     width = _padded(int(max(lengths.max(initial=0), np.max(old_lengths, initial=0))))
     if width == 0:
@@ -266,50 +323,66 @@ def write_table(session, t: int, flat: np.ndarray, offsets: np.ndarray, old_leng
     block = np.zeros((max(lengths.shape[0], len(old_lengths)), width), dtype=np.int32)
     for p in np.flatnonzero(lengths):
         block[p, : lengths[p]] = flat[offsets[p] : offsets[p + 1]]
-    open_array(session, "lsh/segments", mode="r+")[t, : block.shape[0], :width] = block
+    open_array(session, f"lsh/{LAYERS[layer][0]}", mode="r+")[t, : block.shape[0], :width] = block
     return lengths
 
 
+# What a build reads besides the staged keys, and the layer it writes.
+BUILDS = {
+    "new": ((), "main"),
+    "rebuild": (("main", "delta"), "main"),
+    "delta": (("delta",), "delta"),
+}
+
+
 def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
-                 keep_old: bool) -> dict[int, tuple[np.ndarray, int]]:  # fmt: skip
-    """Build tables [t0, t1) with ``2**bits`` segments from the staged keys of the new rows and
-    (``keep_old``) the entries already indexed. Returns each table's segment lengths and bucket
-    count."""
+                 build: str) -> dict[int, tuple[np.ndarray, int]]:  # fmt: skip
+    """Build tables [t0, t1) with ``2**bits`` segments: ``new`` from the staged keys of the new
+    rows (a new store), ``rebuild`` from them and every entry indexed (both layers) into the
+    main layer, ``delta`` from them and the delta's entries into the delta. Returns each table's
+    segment lengths and bucket count."""
+    sources, layer = BUILDS[build]
     new_keys = staging.read(t0, t1)
     new_rows = np.arange(staging.base, staging.n_total, dtype=np.int64)
-    old_lengths = (read_array(session, "lsh/segment_lengths", slice(t0, t1)) if keep_old
-                   else None)  # fmt: skip
+    old = {name: read_lengths(session, name, slice(t0, t1)) for name in sources}
     out = {}
     for j, t in enumerate(range(t0, t1)):
-        if old_lengths is None:  # a new store: the staged rows only, in row order
-            flat, offsets = pack(mix(new_keys[:, j]), new_rows, bits, sorted_rows=True)
-            old = np.zeros(0, np.int32)
-        else:
-            h, r = read_table_entries(session, t, old_lengths[j])
-            flat, offsets = pack(np.concatenate([h, mix(new_keys[:, j])]),
-                                 np.concatenate([r, new_rows]), bits)  # fmt: skip
-            old = old_lengths[j]
-        out[t] = (write_table(session, t, flat, offsets, old), bucket_count(flat, offsets))
+        parts = [read_table_entries(session, t, lengths[j], name)
+                 for name, lengths in old.items() if lengths is not None]  # fmt: skip
+        h = np.concatenate([*(p[0] for p in parts), mix(new_keys[:, j])])
+        r = np.concatenate([*(p[1] for p in parts), new_rows])
+        flat, offsets = pack(h, r, bits, sorted_rows=not parts)  # staged rows are in row order
+        prior = old.get(layer)
+        before = prior[j] if prior is not None else np.zeros(0, np.int32)
+        out[t] = (write_table(session, t, flat, offsets, before, layer),
+                  bucket_count(flat, offsets))  # fmt: skip
     return out
 
 
-def update_index(session, root, bits: int, removed_rows=None, removed_keys=None,
-                 added_rows=None, added_keys=None) -> int:  # fmt: skip
-    """Remove ``removed_rows`` (their keys (r, L) given) from their buckets and add
-    ``added_rows`` (keys (a, L)) to theirs, rewriting only the segments holding them. Gives the
-    segments a fresh build on the resulting rows gives. Returns the segments rewritten."""
-    lengths = read_array(session, "lsh/segment_lengths")
-    counts = read_array(session, "lsh/bucket_counts")
-    n_tables = lengths.shape[0]
-    segs = open_array(session, "lsh/segments", mode="r+")
+def update_index(session, root, attrs: dict, rows: np.ndarray, keys: np.ndarray) -> int:
+    """Remove the ``rows`` (sorted; their keys (r, L) given) from their buckets, rewriting only
+    the segments holding them (rows from ``delta_start`` on are in the delta, the others in the
+    main layer). Gives the segments a fresh build on the remaining rows gives. Returns the
+    segments rewritten."""
+    delta = delta_layout(attrs)
+    split = int(np.searchsorted(rows, delta[1])) if delta is not None else rows.shape[0]
+    rewritten = _remove_rows(session, root, "main", int(attrs["lsh"]["segment_bits"]),
+                             rows[:split], keys[:split])  # fmt: skip
+    if delta is not None and split < rows.shape[0]:
+        rewritten += _remove_rows(session, root, "delta", delta[0], rows[split:], keys[split:])
+    return rewritten
+
+
+def _remove_rows(session, root, layer: str, bits: int, rows: np.ndarray, keys: np.ndarray) -> int:
+    segments, lengths_name, counts_name = LAYERS[layer]
+    lengths = read_array(session, f"lsh/{lengths_name}")
+    counts = read_array(session, f"lsh/{counts_name}")
+    segs = open_array(session, f"lsh/{segments}", mode="r+")
+    h_all = mix(keys)
     rewritten = 0
-    rem_h = mix(removed_keys) if removed_keys is not None else np.zeros((0, n_tables), np.uint64)
-    add_h = mix(added_keys) if added_keys is not None else np.zeros((0, n_tables), np.uint64)
-    rem_rows = np.asarray(removed_rows if removed_rows is not None else [], np.int64)
-    add_rows = np.asarray(added_rows if added_rows is not None else [], np.int64)
-    for t in range(n_tables):
-        rem_seg, add_seg = segment_of(rem_h[:, t], bits), segment_of(add_h[:, t], bits)
-        touched = np.union1d(rem_seg, add_seg)
+    for t in range(lengths.shape[0]):
+        seg_of = segment_of(h_all[:, t], bits)
+        touched = np.unique(seg_of)
         if touched.size == 0:
             continue
         # Many segments of one table: one read and one write of the table's block instead of
@@ -325,8 +398,7 @@ def update_index(session, root, bits: int, removed_rows=None, removed_keys=None,
                 seg = block[p, :old]
             else:
                 seg = np.asarray(segs[t, p, :old]) if old else np.zeros(0, np.int32)
-            mine = add_seg == p
-            new = patch(seg, bits, rem_rows[rem_seg == p], add_h[mine, t], add_rows[mine])
+            new = patch(seg, bits, rows[seg_of == p])
             counts[t] += (int(new[0]) if new.size else 0) - (int(seg[0]) if seg.size else 0)
             new_segs[int(p)] = new
             rewritten += 1
@@ -346,8 +418,8 @@ def update_index(session, root, bits: int, removed_rows=None, removed_keys=None,
             row[: new.shape[0]] = new
             segs[t, p, :width] = row
             lengths[t, p] = new.shape[0]
-    write_segment_lengths(root, lengths)
-    root["lsh/bucket_counts"][...] = counts
+    write_segment_lengths(root, lengths, layer)
+    root[f"lsh/{counts_name}"][...] = counts
     return rewritten
 
 
@@ -358,29 +430,25 @@ def keys_of_rows(session, lsh: E2LSH, rows: np.ndarray) -> np.ndarray:
 
 
 def load_index(session, attrs: dict) -> BucketIndex:
-    """Every table's buckets, concatenated (a table's buckets in segment order)."""
+    """Every table's buckets, concatenated (a table's buckets in increasing mixed key, the
+    delta's members of a bucket after the main layer's: in row order, as a fresh build)."""
     if store_format(attrs) == 1:
         return _load_format1_index(session, int(attrs["n_alive"]))
     lengths = read_array(session, "lsh/segment_lengths")
+    delta = read_lengths(session, "delta") if delta_layout(attrs) is not None else None
     tables = []
     for t in range(lengths.shape[0]):
-        width = int(lengths[t].max(initial=0))
-        block = read_array(session, "lsh/segments",
-                           (t, slice(0, lengths.shape[1]), slice(0, width)))  # fmt: skip
-        hs, ends, members = [], [], []
-        base = 0
-        for p in np.flatnonzero(lengths[t]):
-            h, e, m = decode(block[p, : int(lengths[t, p])])
-            hs.append(h)
-            ends.append(e.astype(np.int64) + base)
-            members.append(m)
-            base += m.shape[0]
-        if not hs:
-            tables.append((np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.int64)))
-            continue
-        ends_all = np.concatenate(ends)
-        tables.append((unmix(np.concatenate(hs)), np.concatenate([[0], ends_all]),
-                       np.concatenate(members).astype(np.int64)))  # fmt: skip
+        h, r = read_table_entries(session, t, lengths[t])
+        if delta is not None and delta[t].any():
+            dh, dr = read_table_entries(session, t, delta[t], "delta")
+            h, r = np.concatenate([h, dh]), np.concatenate([r, dr])
+            order = np.lexsort((r, h))
+            h, r = h[order], r[order]
+        new = np.ones(h.shape[0], dtype=bool)
+        if h.shape[0]:
+            np.not_equal(h[1:], h[:-1], out=new[1:])
+        starts = np.flatnonzero(new)
+        tables.append((unmix(h[starts]), np.append(starts, h.shape[0]).astype(np.int64), r))
     return BucketIndex.from_tables(tables)
 
 

@@ -33,8 +33,8 @@ from fairpipe.neighbors import (
     segment_of,
 )
 from fairpipe.validation import IdLookup, check_points
-from storage.index import load_lsh, load_sampler, store_format
-from storage.store import FairpipeStore, open_array, read_array, read_rows_at
+from storage.index import LAYERS, layer_bits, load_lsh, load_sampler, store_format
+from storage.store import FairpipeStore, read_array, read_many, read_rows_at
 
 UNKNOWN_ID = "Id {id} is not in the store {url}."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
@@ -82,9 +82,8 @@ class StoreReader:
         self.n, self.d = int(self.attrs["n"]), int(self.attrs["d"])
         self.n_tables = int(self.attrs["lsh"]["n_tables"])
         self._lsh: E2LSH | None = None
-        self._lengths: np.ndarray | None = None
-        self._segments: dict[tuple[int, int], np.ndarray] = {}
-        self._segment_array: Any = None
+        self._lengths: dict[str, np.ndarray] = {}
+        self._segments: dict[tuple[str, int, int], np.ndarray] = {}
         self._points: dict[int, np.ndarray] = {}
         self._lookup: IdLookup | None = None
         self._nn: FairNN | None = None
@@ -101,18 +100,19 @@ class StoreReader:
             self._lsh = load_lsh(self.session, self.attrs)
         return self._lsh
 
-    def segment(self, t: int, p: int) -> np.ndarray:
-        seg = self._segments.get((t, p))
-        if seg is None:
-            if self._lengths is None:
-                self._lengths = read_array(self.session, "lsh/segment_lengths")
-            length = int(self._lengths[t, p])
-            if self._segment_array is None:
-                self._segment_array = open_array(self.session, "lsh/segments")
-            arr = self._segment_array
-            seg = np.asarray(arr[t, p, :length]) if length else np.zeros(0, np.int32)
-            self._segments[(t, p)] = seg
-        return seg
+    def segments(self, wanted: list[tuple[str, int, int]]) -> list[np.ndarray]:
+        """Segments (layer, table, segment) of the index, the missing ones read concurrently."""
+        missing = sorted({w for w in wanted if w not in self._segments})
+        for layer in {w[0] for w in missing}:
+            if layer not in self._lengths:
+                self._lengths[layer] = read_array(self.session, f"lsh/{LAYERS[layer][1]}")
+        sels = [(t, p, slice(0, int(self._lengths[layer][t, p]))) for layer, t, p in missing]
+        for layer in {w[0] for w in missing}:
+            mine = [i for i, w in enumerate(missing) if w[0] == layer]
+            got = read_many(self.session, f"lsh/{LAYERS[layer][0]}", [sels[i] for i in mine])
+            for i, seg in zip(mine, got):
+                self._segments[missing[i]] = seg
+        return [self._segments[w] for w in wanted]
 
     def points_at(self, rows: np.ndarray) -> np.ndarray:
         """Points of stored ``rows`` (cached)."""
@@ -188,9 +188,13 @@ class StoreReader:
         numbers per candidate (u, L), the query's bucket numbers (L,))."""
         keys = self.lsh.hash_validated(q[None, :])[0]
         h = mix(keys)
-        bits = int(self.attrs["lsh"]["segment_bits"])
-        segs = segment_of(h, bits)
-        found = [bucket_members(self.segment(t, int(segs[t])), h[t]) for t in range(self.n_tables)]
+        bits = layer_bits(self.attrs)  # the delta's members of a bucket follow (larger rows)
+        wanted = [(layer, t, int(p)) for layer, b in bits.items()
+                  for t, p in enumerate(segment_of(h, b))]  # fmt: skip
+        segs = self.segments(wanted)
+        found = [np.concatenate([bucket_members(segs[i * self.n_tables + t], h[t])
+                                 for i in range(len(bits))])
+                 for t in range(self.n_tables)]  # fmt: skip
         sizes = np.array([f.shape[0] for f in found], dtype=np.int64)
         rows = (
             np.unique(np.concatenate(found)).astype(np.int64)

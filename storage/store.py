@@ -103,6 +103,20 @@ def read_array(session, name: str, sel=slice(None)) -> np.ndarray:
     return np.asarray(open_array(session, name)[sel])
 
 
+def read_many(session, name: str, selections: list) -> list[np.ndarray]:
+    """``array[selection]`` for each of ``selections`` of array ``name``, read concurrently."""
+    import asyncio
+
+    from zarr.api.asynchronous import open_array as open_async
+    from zarr.core.sync import sync
+
+    async def read() -> list:
+        arr = await open_async(store=session.store, path=name, mode="r")
+        return await asyncio.gather(*(arr.getitem(sel) for sel in selections))
+
+    return [np.asarray(x) for x in sync(read())] if selections else []
+
+
 def read_rows_at(session, name: str, rows: np.ndarray) -> np.ndarray:
     """Rows ``rows`` (sorted or not) of array ``name``: only the chunks holding them are read."""
     arr = open_array(session, name)
@@ -211,6 +225,7 @@ class FairpipeStore:
                 "time": s.written_at.isoformat(),
                 # Stores written before the metadata existed: the checkpoint's fixed message.
                 "internal": bool((s.metadata or {}).get(INTERNAL)) or s.message == CHECKPOINT,
+                "metadata": dict(s.metadata or {}),
             }
             for s in self.repo.ancestry(branch="main")
         ]
@@ -220,8 +235,10 @@ class FairpipeStore:
 
     # -- writing ---------------------------------------------------------------------------
     @contextlib.contextmanager
-    def transaction(self, message: str, lock_timeout: float = 0.0):
-        """Hold the writer lock and yield a :class:`Transaction`; publish it on success.
+    def transaction(self, message: str, lock_timeout: float = 0.0, metadata: dict | None = None):
+        """Hold the writer lock and yield a :class:`Transaction`; publish it on success (with
+        commit ``metadata``, which must hold nothing that identifies a person: Icechunk cannot
+        erase it).
 
         An exception inside the block (or a crash) leaves ``main`` at its last commit. The new
         ``main`` snapshot id is ``txn.commit_id`` afterwards.
@@ -239,7 +256,7 @@ class FairpipeStore:
                 if not txn.session.has_uncommitted_changes:  # nothing written: nothing to publish
                     txn.commit_id = base  # type: ignore[attr-defined]
                     return
-                tip = txn.session.commit(message)
+                tip = txn.session.commit(message, metadata=metadata)
                 self.repo.reset_branch("main", tip, from_snapshot_id=base)
                 txn.commit_id = tip  # type: ignore[attr-defined]
             finally:

@@ -24,7 +24,7 @@ from flows.ingest import IngestOptions, run_ingest
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.index import index_entries
 from storage.models import read_model
-from storage.store import FairpipeStore, read_array
+from storage.store import FairpipeStore, open_group, read_array
 from storage.summary import has_summary
 
 NAMES = np.array(["a", "b", "c"])
@@ -225,3 +225,31 @@ def test_segmented_index_through_appends_and_forgets(prefect_server, tmp_path, m
     attrs = FairpipeStore.open(str(store)).attrs()
     assert attrs["lsh"]["segment_bits"] >= 5
     assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))
+
+
+def test_appends_fill_the_delta_until_one_rebuilds(prefect_server, tmp_path, monkeypatch):
+    """Appends of up to 1/8 of the rows go to the index's delta (only it is written); forgets
+    reach rows in both layers; the append that passes 1/8 merges everything into the segments.
+    Each state equals a fresh build."""
+    import fairpipe.neighbors._segments as segments
+
+    monkeypatch.setattr(segments, "TARGET_SEGMENT_ROWS", 16)
+    X, ids, labels = pool()
+    store = tmp_path / "store"
+    ingest(tmp_path, store, "b0", X[:400], ids[:400], labels[:400], **LSH)
+    res = ingest(tmp_path, store, "b1", X[400:420], ids[400:420], labels[400:420])
+    lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
+    assert (lsh["delta_start"], lsh["delta_bits"]) == (400, 1)  # 20 rows: 2 segments of ~16
+    assert res["segments_written"] == LSH["lsh_tables"] << 1
+    run_forget(str(store), [ids[3], ids[405], ids[419]], **THREADS)  # main and delta rows
+    res = ingest(tmp_path, store, "b2", X[420:445], ids[420:445], labels[420:445])
+    lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
+    assert (lsh["delta_start"], lsh["delta_bits"]) == (400, 2)
+    assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))
+    ingest(tmp_path, store, "b3", X[445:475], ids[445:475], labels[445:475])  # 75 > 472 / 8
+    lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
+    assert "delta_bits" not in lsh and lsh["segment_bits"] == 5
+    lsh_group = open_group(FairpipeStore.open(str(store)).readonly_session())["lsh"]
+    assert not [name for name in lsh_group.array_keys() if name.startswith("delta")]
+    (tmp_path / "later").mkdir()
+    assert_same_artifacts(store, fresh_build(tmp_path / "later", store, "", False))

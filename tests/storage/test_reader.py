@@ -20,18 +20,21 @@ THREADS = dict(n_workers=1, processes=False)
 
 @pytest.fixture(scope="module")
 def store(prefect_server, tmp_path_factory):
-    """A store with a forgotten row and an append, and the FairNN holding the same rows."""
+    """A store with forgotten rows and an append held in the index's delta (one of its rows
+    forgotten too), and the FairNN holding the same rows."""
     tmp = tmp_path_factory.mktemp("reader")
     X, _ = make_blobs(n_samples=3000, n_features=5, centers=3, random_state=2)
     X = X.astype(np.float32)
-    np.save(tmp / "a.npy", X[:2500])
-    np.save(tmp / "b.npy", X[2500:])
+    np.save(tmp / "a.npy", X[:2700])
+    np.save(tmp / "b.npy", X[2700:])
     opts = IngestOptions(seed=3, lsh_k=3, lsh_tables=6, lsh_width=2.5, chunk_rows=512)
     run_ingest(str(tmp / "a.npy"), str(tmp / "s"), opts, **THREADS)
     run_forget(str(tmp / "s"), [10, 2000], **THREADS)
     run_ingest(str(tmp / "b.npy"), str(tmp / "s"), IngestOptions(), **THREADS)
+    run_forget(str(tmp / "s"), [2900], **THREADS)
+    assert fairpipe.open_store(str(tmp / "s")).attrs["lsh"]["delta_start"] == 2700
     nn = FairNN(**LSH).fit(X)
-    nn.delete([10, 2000])
+    nn.delete([10, 2000, 2900])
     return tmp / "s", nn, X
 
 
