@@ -1,5 +1,13 @@
-"""Forget flow: one deletion batch in one commit.
+"""Forget flow: deletion requests drained in batches, one commit per batch.
 
+``forget_flow(store, ids)`` files the ids as a request (:mod:`storage.queue`), then drains the
+queue; ``forget_flow(store)`` only drains. Each batch (whole requests, oldest first, up to
+``max_batch`` ids) is one commit that applies it to every artifact and adds the requests'
+receipts (:mod:`storage.receipts`); a request already receipted is skipped, so a rerun after a
+crash at any point applies each request exactly once. Applied request objects are deleted after
+their commit, and a last small commit writes each receipt's commit id.
+
+In each batch:
 Erase the rows (points zeroed, groups -1, alive = false), remove them from the LSH buckets (only
 the segments holding them are rewritten; their keys are recomputed from their points), and
 update the clustering model: for DC-k-means only the deleted rows' leaves are
@@ -16,12 +24,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 from prefect import flow
 
 from fairpipe.datasets import NO_IDS
-from fairpipe.errors import FairpipeInputError
+from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.validation import IdLookup, deletion_request
 from flows import update
 from flows.runtime import default_task_runner, run_flow
@@ -35,10 +44,17 @@ from storage.index import (
     upgrade_format1,
 )
 from storage.models import write_model
+from storage.queue import Request, delete_requests, file_request, new_request_id, pending
+from storage.queue import read_request as read_queued
+from storage.receipts import REQUESTS_KEY, read_receipts, write_receipts
 from storage.store import FairpipeStore, read_array
+from storage.urls import parse_store_url
 
 ALL_UNKNOWN = "None of the {n} ids to forget is in the store {url} (first: {first})."
 NOT_INTEGER_IDS = "Ids to forget must be integers. Got values of type {dtype}."
+
+
+MAX_BATCH = 10_000
 
 
 @dataclass
@@ -47,6 +63,8 @@ class ForgetOptions:
     # Also drop every earlier snapshot and the objects only they used (storage.purge_history):
     # without it, time travel to an earlier snapshot still reads the erased rows.
     purge_history: bool = False
+    max_batch: int = MAX_BATCH  # ids per batch (a larger request is a batch of its own)
+    reason: str = ""  # kept in the receipt of the request ``ids`` make
 
 
 def _ids_array(ids) -> np.ndarray:
@@ -58,26 +76,135 @@ def _ids_array(ids) -> np.ndarray:
 
 
 @flow(name="fairpipe-forget", log_prints=False, task_runner=default_task_runner())
-def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> dict:
-    """Forget ``ids`` in the store at ``store_url``: one commit (none if nothing changes)."""
+def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) -> dict:
+    """File ``ids`` as a deletion request (if given), then drain the store's queue: one commit
+    per batch. Ids none of which the store holds are an error, and nothing is filed."""
     o = options or ForgetOptions()
+    check_positive_int(o.max_batch, "max_batch", "forget")
     t_start = time.perf_counter()
-    ids = _ids_array(ids)
-    if ids.size == 0:
-        raise FairpipeInputError(NO_IDS)
     store = FairpipeStore.open(store_url)
     store.require_data()
+    extra: list[Request] = []
+    if ids is not None:
+        ids = _ids_array(ids)
+        if ids.size == 0:
+            raise FairpipeInputError(NO_IDS)
+        if not np.isin(ids, store.read("ids")).any():
+            raise FairpipeInputError(
+                ALL_UNKNOWN.format(n=ids.size, url=store.url, first=int(ids[0]))
+            )
+        if parse_store_url(store.url).local_dir is not None:
+            file_request(store.url, ids, o.reason)  # durable: a crash leaves it for a drain
+        else:  # no queue beside an object store yet: applied at once, with its receipt
+            extra.append(Request(new_request_id(), ids, o.reason, _now()))
+    result = drain(store, o, extra)
+    if o.purge_history:
+        t0 = time.perf_counter()
+        result["purged"] = store.purge_history(lock_timeout=o.lock_timeout)
+        result["timings"]["purge"] = time.perf_counter() - t0
+    result["timings"]["total"] = time.perf_counter() - t_start
+    return result
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request]) -> dict:
+    """Apply the pending requests (and ``extra``), oldest first, in batches of whole requests
+    up to ``o.max_batch`` ids; returns the merged result of the batches."""
+    merged: dict = {"store": store.url, "commit": None, "deleted": [], "unknown": [],
+                    "already_deleted": [], "requests": [], "batches": []}  # fmt: skip
+    timings: dict[str, float] = {}
+    while True:
+        applied = {r["request"] for r in read_receipts(store.readonly_session())}
+        delete_requests_if_local(store.url, [rid for rid in pending(store.url) if rid in applied])
+        queue = [read_queued(store.url, rid) for rid in pending(store.url)]
+        queue += [r for r in extra if r.request_id not in applied]
+        if not queue:
+            break
+        batch: list[Request] = []
+        size = 0
+        for req in queue:
+            if batch and size + req.ids.size > o.max_batch:
+                break
+            batch.append(req)
+            size += int(req.ids.size)
+        t0 = time.perf_counter()
+        res = _apply_batch(store, batch, o)
+        done = [r.request_id for r in batch]
+        delete_requests_if_local(store.url, done)
+        extra = [r for r in extra if r.request_id not in done]
+        if res is None:  # another drain applied them first
+            continue
+        for key in ("deleted", "unknown", "already_deleted"):
+            merged[key] += res.pop(key)
+        for key, sec in res.pop("timings").items():
+            timings[key] = timings.get(key, 0.0) + sec
+        requests = res.pop("requests")
+        merged["requests"] += requests
+        merged["batches"].append({"requests": len(requests), "ids": size,
+                                  "commit": res["commit"],
+                                  "seconds": time.perf_counter() - t0})  # fmt: skip
+        merged.update(res)
+    # Also after a crash between a batch's commit and this step (a rerun finds no batch to do).
+    if any(r["commit"] is None for r in read_receipts(store.readonly_session())):
+        _record_commits(store, o)
+    merged["timings"] = timings
+    return merged
+
+
+def delete_requests_if_local(url: str, request_ids: list[str]) -> None:
+    if request_ids and parse_store_url(url).local_dir is not None:
+        delete_requests(url, request_ids)
+
+
+def _record_commits(store: FairpipeStore, o: ForgetOptions) -> None:
+    """Write into each receipt the commit that applied its request (found by the commits'
+    metadata: a commit cannot hold its own id)."""
+    by_request: dict[str, tuple[str, str]] = {}
+    for snap in store.history():
+        for rid in str(snap["metadata"].get(REQUESTS_KEY, "")).split(","):
+            if rid:
+                by_request.setdefault(rid, (snap["id"], snap["time"]))
+    with store.transaction("receipts", lock_timeout=o.lock_timeout) as txn:
+        receipts = read_receipts(txn.session)
+        changed = False
+        for r in receipts:
+            if r["commit"] is None and r["request"] in by_request:
+                r["commit"], r["applied_at"] = by_request[r["request"]]
+                changed = True
+        if changed:
+            write_receipts(txn.root, receipts)
+
+
+def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -> dict | None:
+    """One commit: the batch's ids erased from every artifact, and the requests' receipts."""
+    rids = ",".join(r.request_id for r in batch)
+    n_ids = sum(int(r.ids.size) for r in batch)
     timings: dict[str, float] = {}
     result: dict = {}
-    with store.transaction(f"forget {ids.size} ids", lock_timeout=o.lock_timeout) as txn:
+    message = f"forget {n_ids} ids ({len(batch)} requests)"
+    with store.transaction(message, lock_timeout=o.lock_timeout,
+                           metadata={REQUESTS_KEY: rids}) as txn:  # fmt: skip
+        receipts = read_receipts(txn.session)
+        done = {r["request"] for r in receipts}
+        batch = [r for r in batch if r.request_id not in done]  # checked under the lock
+        if not batch:
+            return None
+        ids = np.concatenate([r.ids for r in batch])
         attrs = store.attrs(txn.session)
         all_ids = read_array(txn.session, "ids")
         alive = read_array(txn.session, "alive")
         ids, known, rows, live = deletion_request(ids, IdLookup(all_ids), alive)
-        if not known.any():
-            raise FairpipeInputError(
-                ALL_UNKNOWN.format(n=ids.size, url=store.url, first=int(ids[0]))
-            )
+        receipts += [
+            {"request": r.request_id, "n_ids": int(np.unique(r.ids).size),
+             "not_found": np.setdiff1d(r.ids, all_ids).tolist(), "reason": r.reason,
+             "requested_at": r.requested_at, "applied_at": None, "commit": None,
+             "erased_at": None}
+            for r in batch
+        ]  # fmt: skip
+        write_receipts(txn.root, receipts)
         rows = np.sort(rows[live])
         result.update(
             deleted=ids[known][live].tolist(),
@@ -120,14 +247,11 @@ def forget_flow(store_url: str, ids, options: ForgetOptions | None = None) -> di
                 result.update(summary)
                 timings["summary"] = time.perf_counter() - t0
         result["model"] = kind
-    if o.purge_history:
-        t0 = time.perf_counter()
-        result["purged"] = store.purge_history(lock_timeout=o.lock_timeout)
-        timings["purge"] = time.perf_counter() - t0
-    timings["total"] = time.perf_counter() - t_start
-    return {"store": store.url, "commit": txn.commit_id, **result, "timings": timings}
+    result["requests"] = [r.request_id for r in batch]
+    return {"commit": txn.commit_id, **result, "timings": timings}
 
 
-def run_forget(store_url, ids, options=None, dask_address=None, n_workers=2, processes=True):
+def run_forget(store_url, ids=None, options=None, dask_address=None, n_workers=2,
+               processes=True):  # fmt: skip
     return run_flow(forget_flow, str(store_url), ids, options or ForgetOptions(),
                     dask_address=dask_address, n_workers=n_workers, processes=processes)  # fmt: skip

@@ -1,4 +1,5 @@
-"""``fairpipe forget``: a batch of ids erased from the rows, the index and the models (one commit)."""
+"""``fairpipe forget``: ids (filed as a deletion request), then every pending request, erased from
+the rows, the index and the models: one commit per batch."""
 
 from __future__ import annotations
 
@@ -10,15 +11,19 @@ from fairpipe.errors import FairpipeInputError
 from flows.cli._options import Store
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
-ONE_SOURCE = "Give exactly one of --ids or --ids-file."
+ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
 
 
 def _render(r: dict) -> None:
     out = result_console()
+    if not r["batches"]:
+        out.print("no pending deletion requests")
+        return
     out.print(
         f"forgot {len(r['deleted'])} ids ({len(r['unknown'])} unknown, "
         f"{len(r['already_deleted'])} already forgotten); commit {r['commit']} "
-        f"in {r['timings']['total']:.1f} s"
+        f"in {r['timings']['total']:.1f} s ({len(r['requests'])} requests, "
+        f"{len(r['batches'])} batches)"
     )
     if r.get("model") == "dc" and r["deleted"]:
         out.print(
@@ -53,6 +58,12 @@ def forget(
             "--ids-file", help="A .npy, or text with one id per line.", show_default=False
         ),
     ] = None,
+    max_batch: Annotated[
+        int, typer.Option("--max-batch", help="Ids per batch (one commit each) at most.")
+    ] = 10_000,
+    reason: Annotated[
+        str, typer.Option("--reason", help="Kept in the receipt of the --ids request.")
+    ] = "",
     purge_history: Annotated[
         bool,
         typer.Option(
@@ -64,13 +75,15 @@ def forget(
     *,
     shared: Shared,
 ) -> dict:
-    """Forget a batch of ids: erase the rows, drop them from the index, update the model."""
+    """Forget ids (a new deletion request), then drain every pending request in batches: erase
+    the rows, drop them from the index, update the model and the summary."""
     from fairpipe.datasets import read_ids
     from flows.forget import ForgetOptions, run_forget
 
-    if (ids is None) == (ids_file is None):
+    if ids is not None and ids_file is not None:
         raise FairpipeInputError(ONE_SOURCE)
-    wanted = read_ids(text=ids, path=ids_file)
-    options = ForgetOptions(lock_timeout=shared.lock_timeout, purge_history=purge_history)
+    wanted = None if ids is None and ids_file is None else read_ids(text=ids, path=ids_file)
+    options = ForgetOptions(lock_timeout=shared.lock_timeout, purge_history=purge_history,
+                            max_batch=max_batch, reason=reason)  # fmt: skip
     result = run_forget(store, wanted, options, **shared.cluster)
     return result

@@ -256,5 +256,5 @@ def test_demo_command_prints_progress_on_stderr_and_the_report_on_stdout(monkeyp
 
 def test_every_command_is_registered_in_order():
     names = [c.name or c.callback.__name__ for c in app.registered_commands]  # type: ignore[union-attr]
-    assert names == ["ingest", "sample", "fit", "rerank", "audit", "forget", "summarize",
-                     "predict", "info", "demo"]  # fmt: skip
+    assert names == ["ingest", "sample", "fit", "rerank", "audit", "forget", "request_deletion",
+                     "receipts", "status", "summarize", "predict", "info", "demo"]  # fmt: skip

@@ -119,9 +119,11 @@ def test_a_bug_while_handling_bad_input_is_still_a_bug(monkeypatch, cache_home):
 
 
 def test_bad_input_of_the_command_itself(cache_home, tmp_path):
-    out = invoke("forget", "--store", tmp_path / "s")
+    out = invoke("forget", "--store", tmp_path / "s", "--ids", "1", "--ids-file", "f.txt")
     assert out.exit_code == 2 and out.stdout == ""
-    assert out.stderr == "error: Give exactly one of --ids or --ids-file.\n"
+    assert out.stderr == (
+        "error: Give at most one of --ids or --ids-file (neither: drain the pending requests).\n"
+    )
     (tmp_path / "q.npy").write_text("1 2 3")
     out = invoke("predict", "--store", tmp_path / "s", "--query-file", tmp_path / "q.npy")
     assert out.exit_code == 2 and "is not a .npy array" in out.stderr
@@ -164,6 +166,6 @@ def open_ids(path) -> int:
 
 def test_every_command_runs_under_the_one_handler():
     handlers = {c.callback.__code__ for c in app.registered_commands}  # type: ignore[union-attr]
-    assert len(handlers) == 1 and len(app.registered_commands) == 10
+    assert len(handlers) == 1 and len(app.registered_commands) == 13
     (handler,) = handlers
     assert handler.co_name == "run" and handler.co_filename.endswith("flows/cli/_runner.py")

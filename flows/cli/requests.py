@@ -1,0 +1,121 @@
+"""``fairpipe request-deletion``, ``receipts`` and ``status``: the deletion queue of a store."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from fairpipe.errors import FairpipeInputError
+from flows.cli._options import Store
+from flows.cli._runner import Shared, command, result_console
+
+ONE_SOURCE = "Give exactly one of --ids or --ids-file."
+UNKNOWN_REQUEST = "There is no receipt for request {rid} in the store {url}{pending}."
+
+
+def _render_request(r: dict) -> None:
+    result_console().print(
+        f"request {r['request']} filed: {r['n_ids']} ids (applied by the next "
+        f"'fairpipe forget --store {r['store']}')",
+        markup=False,
+    )
+
+
+@command(render=_render_request)
+def request_deletion(
+    store: Store,
+    ids: Annotated[
+        str | None, typer.Option("--ids", help="Comma-separated ids.", show_default=False)
+    ] = None,
+    ids_file: Annotated[
+        str | None,
+        typer.Option(
+            "--ids-file", help="A .npy, or text with one id per line.", show_default=False
+        ),
+    ] = None,
+    reason: Annotated[str, typer.Option("--reason", help="Kept in the receipt.")] = "",
+    *,
+    shared: Shared,
+) -> dict:
+    """File a deletion request (durable when this returns); a drain applies it."""
+    from fairpipe.datasets import read_ids
+    from storage.queue import file_request
+    from storage.store import FairpipeStore
+
+    if (ids is None) == (ids_file is None):
+        raise FairpipeInputError(ONE_SOURCE)
+    wanted = read_ids(text=ids, path=ids_file)
+    FairpipeStore.open(store).require_data()
+    req = file_request(store, wanted, reason)
+    return {"store": store, "request": req.request_id, "n_ids": int(req.ids.size),
+            "requested_at": req.requested_at}  # fmt: skip
+
+
+def _render_receipts(r: dict) -> None:
+    out = result_console()
+    for x in r["receipts"]:
+        out.print(
+            f"{x['request']}: {x['n_ids']} ids ({len(x['not_found'])} not found), requested "
+            f"{x['requested_at']}, applied {x['applied_at']} in {x['commit']}, erased from "
+            f"history {x['erased_at'] or 'not yet'}"
+            + (f", reason: {x['reason']}" if x["reason"] else ""),
+            markup=False,
+        )
+    if not r["receipts"]:
+        out.print("no receipts")
+
+
+@command(render=_render_receipts)
+def receipts(
+    store: Store,
+    request: Annotated[
+        str | None,
+        typer.Option("--request", help="One request's receipt.", show_default=False),
+    ] = None,
+    *,
+    shared: Shared,
+) -> dict:
+    """The receipts of applied deletion requests (ids and times, never the erased data)."""
+    from storage.queue import pending
+    from storage.receipts import read_receipts
+    from storage.store import FairpipeStore
+
+    st = FairpipeStore.open(store)
+    st.require_data()
+    found = read_receipts(st.readonly_session())
+    if request is not None:
+        found = [r for r in found if r["request"] == request]
+        if not found:
+            waiting = (
+                " (it is pending: run 'fairpipe forget' to apply it)"
+                if request in pending(store)
+                else ""
+            )
+            raise FairpipeInputError(UNKNOWN_REQUEST.format(rid=request, url=store,
+                                                            pending=waiting))  # fmt: skip
+    return {"receipts": found}
+
+
+def _render_status(r: dict) -> None:
+    out = result_console()
+    p = r["pending_requests"]
+    out.print(
+        f"{r['store']}: {r['n']} rows ({r['n_alive']} alive); pending deletion requests: "
+        f"{p['count']}" + (f" (oldest {p['oldest_age_seconds']:.0f} s)" if p["count"] else ""),
+        markup=False,
+    )
+    out.print(f"last commit {r['last_commit']['id']} at {r['last_commit']['time']}: "
+              f"{r['last_commit']['message']}", markup=False)  # fmt: skip
+    for name, a in r["artifacts"].items():
+        out.print(f"{name}: {'present' if a['exists'] else 'absent'}"
+                  + (f", current: {a['current']}" if a["exists"] else ""), markup=False)  # fmt: skip
+    out.print(f"erasure retention: {r['erasure_retention']}", markup=False)
+
+
+@command(render=_render_status)
+def status(store: Store, *, shared: Shared) -> dict:
+    """A store's rows, pending deletion requests, last commit and artifacts."""
+    from flows.status import store_status
+
+    return store_status(store)

@@ -1,0 +1,64 @@
+"""What ``fairpipe status`` reports: a store's rows, its deletion queue, its last commit and
+whether each artifact is present and current."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+
+from storage.queue import pending
+from storage.receipts import read_receipts
+from storage.store import FairpipeStore, read_array
+
+
+def store_status(url: str) -> dict:
+    st = FairpipeStore.open(url)
+    attrs = st.require_data()
+    session = st.readonly_session()
+    applied = {r["request"] for r in read_receipts(session)}
+    waiting = [rid for rid in pending(url) if rid not in applied]
+    oldest = None
+    if waiting:
+        stamp = datetime.strptime(waiting[0].split("-")[0], "%Y%m%dT%H%M%S%fZ")
+        oldest = (datetime.now(UTC) - stamp.replace(tzinfo=UTC)).total_seconds()
+    last = next(h for h in st.history() if not h["internal"])
+    n_alive = int(attrs["n_alive"])
+    artifacts = {"rows": {"exists": True, "current": True},
+                 "lsh_index": {"exists": True, "current": True}}  # fmt: skip
+    kind = attrs.get("model")
+    if kind is not None:
+        from fairpipe.cluster import DCKMeans
+        from storage.models import read_model
+
+        model = read_model(session, kind)
+        # Current: the model holds exactly the live rows (its masses or sizes add up to n_alive).
+        mass = model.masses_ if isinstance(model, DCKMeans) else model.sizes_[-1]
+        held = int(np.asarray(mass).sum())
+        artifacts[f"model ({kind})"] = {"exists": True, "current": held == n_alive}
+    else:
+        artifacts["model"] = {"exists": False, "current": False}
+    from storage.summary import has_summary, read_summary_ids
+
+    if has_summary(session):
+        ids = read_summary_ids(session)
+        alive_ids = read_array(session, "ids")[read_array(session, "alive")]
+        # Current: every summary element is a live row.
+        artifacts["summary"] = {"exists": True, "current": bool(np.isin(ids, alive_ids).all())}
+    else:
+        artifacts["summary"] = {"exists": False, "current": False}
+    return {
+        "store": st.url,
+        "n": int(attrs["n"]),
+        "n_alive": n_alive,
+        "pending_requests": {
+            "count": len(waiting),
+            "oldest": waiting[0] if waiting else None,
+            "oldest_age_seconds": oldest,
+        },  # fmt: skip
+        "last_commit": {k: last[k] for k in ("id", "time", "message")},
+        "artifacts": artifacts,
+        "erasure_retention": attrs.get(
+            "erasure_retention", "none (history kept until 'fairpipe forget --purge-history')"
+        ),  # fmt: skip
+    }

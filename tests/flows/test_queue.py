@@ -1,0 +1,129 @@
+"""The deletion queue: requests filed by many producers, drained in batches exactly once, with
+receipts; crashes between the steps of a drain; the commands over it."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.forget import ForgetOptions, _apply_batch, run_forget
+from flows.ingest import IngestOptions, run_ingest
+from storage.queue import file_request, pending, read_request
+from storage.receipts import read_receipts
+from storage.store import FairpipeStore, read_array
+
+THREADS = dict(n_workers=1, processes=False)
+runner = CliRunner()
+
+
+@pytest.fixture
+def store(prefect_server, tmp_path):
+    X = np.random.default_rng(0).normal(size=(600, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    opts = IngestOptions(seed=2, lsh_k=3, lsh_tables=4, lsh_width=2.0, chunk_rows=128)
+    run_ingest(str(tmp_path / "x.npy"), str(tmp_path / "s"), opts, **THREADS)
+    return str(tmp_path / "s")
+
+
+def alive_ids(url):
+    st = FairpipeStore.open(url)
+    s = st.readonly_session()
+    return set(read_array(s, "ids")[read_array(s, "alive")].tolist())
+
+
+def test_many_producers_then_a_drain_in_batches_applies_each_request_once(store):
+    filed: list[str] = []
+
+    def produce(k):
+        for j in range(5):
+            filed.append(file_request(store, np.array([10 * k + j, 10 * k + j + 1000]),
+                                      f"producer {k}").request_id)  # fmt: skip
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(filed) == pending(store) and len(set(filed)) == 40  # nothing lost
+    res = run_forget(store, None, ForgetOptions(max_batch=20), **THREADS)
+    assert len(res["batches"]) == 4 and sorted(res["requests"]) == sorted(filed)
+    assert pending(store) == []  # applied objects deleted: their ids live nowhere else
+    gone = {10 * k + j for k in range(8) for j in range(5)}
+    assert not gone & alive_ids(store) and len(alive_ids(store)) == 600 - 40
+    receipts = read_receipts(FairpipeStore.open(store).readonly_session())
+    assert sorted(r["request"] for r in receipts) == sorted(filed)
+    for r in receipts:
+        assert r["n_ids"] == 2 and len(r["not_found"]) == 1 and r["not_found"][0] >= 1000
+        assert r["commit"] in {b["commit"] for b in res["batches"]} and r["applied_at"]
+        assert r["reason"].startswith("producer ")
+    # The commits say which requests they applied, never which ids.
+    for snap in FairpipeStore.open(store).history():
+        assert "1000" not in snap["message"] and "1000" not in json.dumps(snap["metadata"])
+    again = run_forget(store, None, **THREADS)  # nothing pending: no commit
+    assert again["batches"] == [] and again["commit"] is None
+
+
+def test_a_crash_after_the_commit_does_not_apply_a_request_twice(store):
+    rid = file_request(store, np.array([3, 4])).request_id
+    # A drain that committed the batch and died before deleting the request object.
+    _apply_batch(FairpipeStore.open(store), [read_request(store, rid)], ForgetOptions())
+    head = FairpipeStore.open(store).history()[0]["id"]
+    assert pending(store) == [rid]
+    res = run_forget(store, None, **THREADS)
+    assert res["batches"] == [] and pending(store) == []
+    st = FairpipeStore.open(store)
+    receipts = read_receipts(st.readonly_session())
+    assert [r["request"] for r in receipts] == [rid] and receipts[0]["commit"] == head
+    # The rerun only wrote the receipt's commit id.
+    assert [h["message"] for h in st.history()[:2]] == ["receipts", "forget 2 ids (1 requests)"]
+    assert 3 not in alive_ids(store)
+
+
+def test_forget_ids_is_a_request_and_a_drain(store):
+    file_request(store, np.array([7]))
+    res = run_forget(store, [8, 9], ForgetOptions(reason="ticket 1"), **THREADS)
+    assert sorted(res["deleted"]) == [7, 8, 9] and len(res["requests"]) == 2
+    receipts = read_receipts(FairpipeStore.open(store).readonly_session())
+    assert [r["reason"] for r in receipts] == ["", "ticket 1"]
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_commands(store, tmp_path):
+    out = invoke("request-deletion", "--store", store, "--ids", "1,2,5000", "--reason", "gdpr",
+                 "--json")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    rid = json.loads(out.stdout)["request"]
+    status = json.loads(invoke("status", "--store", store, "--json").stdout)
+    assert status["pending_requests"]["count"] == 1 and status["pending_requests"]["oldest"] == rid
+    assert status["n_alive"] == 600
+    assert invoke("forget", "--store", store, "--json").exit_code == 0
+    receipts = json.loads(invoke("receipts", "--store", store, "--request", rid, "--json").stdout)
+    (r,) = receipts["receipts"]
+    assert r["not_found"] == [5000] and r["reason"] == "gdpr" and r["n_ids"] == 3
+    status = json.loads(invoke("status", "--store", store, "--json").stdout)
+    assert status["pending_requests"]["count"] == 0 and status["n_alive"] == 598
+    # Bad input: a clear error (exit 2) and nothing filed.
+    (tmp_path / "bad.txt").write_text("1\n2\nx3\n")
+    (tmp_path / "empty.txt").write_text("")
+    for args, says in (
+        (("--ids-file", tmp_path / "bad.txt"), "'x3'"),
+        (("--ids-file", tmp_path / "empty.txt"), "holds no ids"),
+        (("--ids", "1", "--ids-file", tmp_path / "bad.txt"), "exactly one"),
+    ):
+        bad = invoke("request-deletion", "--store", store, *args)
+        assert bad.exit_code == 2 and says in bad.output, bad.output
+    assert pending(store) == []
+    bad = invoke("receipts", "--store", store, "--request", "nope")
+    assert bad.exit_code == 2 and "no receipt for request nope" in bad.output
+    bad = invoke("forget", "--store", store, "--max-batch", "0")
+    assert bad.exit_code == 2 and "max-batch" in bad.output.replace("max_batch", "max-batch")
+    bad = invoke("request-deletion", "--store", tmp_path / "nothing", "--ids", "1")
+    assert bad.exit_code == 2 and "no fairpipe store" in bad.output.lower()
