@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import numpy as np
 from prefect import flow
@@ -44,7 +43,7 @@ from storage.index import (
     upgrade_format1,
 )
 from storage.models import write_model
-from storage.queue import Request, delete_requests, file_request, new_request_id, pending
+from storage.queue import Request, delete_requests, file_request, new_request, pending
 from storage.queue import read_request as read_queued
 from storage.receipts import REQUESTS_KEY, read_receipts, write_receipts
 from storage.store import FairpipeStore, read_array
@@ -96,7 +95,7 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
         if parse_store_url(store.url).local_dir is not None:
             file_request(store.url, ids, o.reason)  # durable: a crash leaves it for a drain
         else:  # no queue beside an object store yet: applied at once, with its receipt
-            extra.append(Request(new_request_id(), ids, o.reason, _now()))
+            extra.append(new_request(ids, o.reason))
     result = drain(store, o, extra)
     if o.purge_history:
         t0 = time.perf_counter()
@@ -104,10 +103,6 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
         result["timings"]["purge"] = time.perf_counter() - t0
     result["timings"]["total"] = time.perf_counter() - t_start
     return result
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request]) -> dict:
@@ -118,8 +113,9 @@ def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request]) -> dict:
     timings: dict[str, float] = {}
     while True:
         applied = {r["request"] for r in read_receipts(store.readonly_session())}
-        delete_requests_if_local(store.url, [rid for rid in pending(store.url) if rid in applied])
-        queue = [read_queued(store.url, rid) for rid in pending(store.url)]
+        listed = pending(store.url)  # an object store has no queue yet: nothing listed
+        delete_requests(store.url, [rid for rid in listed if rid in applied])
+        queue = [read_queued(store.url, rid) for rid in listed if rid not in applied]
         queue += [r for r in extra if r.request_id not in applied]
         if not queue:
             break
@@ -133,7 +129,7 @@ def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request]) -> dict:
         t0 = time.perf_counter()
         res = _apply_batch(store, batch, o)
         done = [r.request_id for r in batch]
-        delete_requests_if_local(store.url, done)
+        delete_requests(store.url, [rid for rid in done if rid in listed])
         extra = [r for r in extra if r.request_id not in done]
         if res is None:  # another drain applied them first
             continue
@@ -152,11 +148,6 @@ def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request]) -> dict:
         _record_commits(store, o)
     merged["timings"] = timings
     return merged
-
-
-def delete_requests_if_local(url: str, request_ids: list[str]) -> None:
-    if request_ids and parse_store_url(url).local_dir is not None:
-        delete_requests(url, request_ids)
 
 
 def _record_commits(store: FairpipeStore, o: ForgetOptions) -> None:

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from storage.queue import pending
+from storage.queue import filed_at, pending
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore, read_array
+from storage.summary import has_summary, read_summary_ids
 
 
 def store_status(url: str) -> dict:
@@ -20,8 +21,7 @@ def store_status(url: str) -> dict:
     waiting = [rid for rid in pending(url) if rid not in applied]
     oldest = None
     if waiting:
-        stamp = datetime.strptime(waiting[0].split("-")[0], "%Y%m%dT%H%M%S%fZ")
-        oldest = (datetime.now(UTC) - stamp.replace(tzinfo=UTC)).total_seconds()
+        oldest = (datetime.now(UTC) - filed_at(waiting[0])).total_seconds()
     last = next(h for h in st.history() if not h["internal"])
     n_alive = int(attrs["n_alive"])
     artifacts = {"rows": {"exists": True, "current": True},
@@ -38,8 +38,6 @@ def store_status(url: str) -> dict:
         artifacts[f"model ({kind})"] = {"exists": True, "current": held == n_alive}
     else:
         artifacts["model"] = {"exists": False, "current": False}
-    from storage.summary import has_summary, read_summary_ids
-
     if has_summary(session):
         ids = read_summary_ids(session)
         alive_ids = read_array(session, "ids")[read_array(session, "alive")]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,18 +51,26 @@ def queue_folder(url: str) -> Path:
     return local / QUEUE_DIR
 
 
-def new_request_id(now: float | None = None) -> str:
-    now = time.time() if now is None else now
-    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    return f"{stamp}-{uuid.uuid4().hex[:8]}"
+ID_TIME = "%Y%m%dT%H%M%S%fZ"  # a request id starts with its filing time, UTC
+
+
+def new_request(ids: np.ndarray, reason: str = "") -> Request:
+    """A request filed now (not yet written anywhere)."""
+    now = datetime.now(UTC)
+    rid = f"{now.strftime(ID_TIME)}-{uuid.uuid4().hex[:8]}"
+    return Request(rid, np.asarray(ids, dtype=np.int64), reason, now.isoformat())
+
+
+def filed_at(request_id: str) -> datetime:
+    """When the request ``request_id`` was filed."""
+    return datetime.strptime(request_id.split("-")[0], ID_TIME).replace(tzinfo=UTC)
 
 
 def file_request(url: str, ids: np.ndarray, reason: str = "") -> Request:
     """Write a new request object; durable when this returns."""
     folder = queue_folder(url)
     folder.mkdir(parents=True, exist_ok=True)
-    request = Request(new_request_id(), np.asarray(ids, dtype=np.int64), reason,
-                      datetime.now(UTC).isoformat())  # fmt: skip
+    request = new_request(ids, reason)
     body = json.dumps({"request": request.request_id, "ids": request.ids.tolist(),
                        "reason": reason, "requested_at": request.requested_at})  # fmt: skip
     tmp = folder / f".{request.request_id}.tmp"
@@ -108,6 +115,8 @@ def read_request(url: str, request_id: str) -> Request:
 
 def delete_requests(url: str, request_ids) -> None:
     """Delete applied request objects (the last copy of their ids outside the arrays)."""
+    if not request_ids:
+        return
     folder = queue_folder(url)
     for rid in request_ids:
         (folder / f"{rid}.json").unlink(missing_ok=True)

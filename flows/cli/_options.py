@@ -34,6 +34,11 @@ LockTimeout = Annotated[
     float,
     typer.Option("--lock-timeout", help="Seconds to wait for another writer of the store."),
 ]
+Ids = Annotated[str | None, typer.Option("--ids", help="Comma-separated ids.", show_default=False)]
+IdsFile = Annotated[
+    str | None,
+    typer.Option("--ids-file", help="A .npy, or text with one id per line.", show_default=False),
+]
 QueryRow = Annotated[
     int | None,
     typer.Option("--query-row", help="Row number of a stored point.", show_default=False),

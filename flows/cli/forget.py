@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Store
+from flows.cli._options import Ids, IdsFile, Store
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
@@ -49,15 +49,8 @@ def _render(r: dict) -> None:
 @command(shared=WRITES_STORES, render=_render)
 def forget(
     store: Store,
-    ids: Annotated[
-        str | None, typer.Option("--ids", help="Comma-separated ids.", show_default=False)
-    ] = None,
-    ids_file: Annotated[
-        str | None,
-        typer.Option(
-            "--ids-file", help="A .npy, or text with one id per line.", show_default=False
-        ),
-    ] = None,
+    ids: Ids = None,
+    ids_file: IdsFile = None,
     max_batch: Annotated[
         int, typer.Option("--max-batch", help="Ids per batch (one commit each) at most.")
     ] = 10_000,

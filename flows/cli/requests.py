@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Store
+from flows.cli._options import Ids, IdsFile, Store
 from flows.cli._runner import Shared, command, result_console
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
@@ -25,15 +25,8 @@ def _render_request(r: dict) -> None:
 @command(render=_render_request)
 def request_deletion(
     store: Store,
-    ids: Annotated[
-        str | None, typer.Option("--ids", help="Comma-separated ids.", show_default=False)
-    ] = None,
-    ids_file: Annotated[
-        str | None,
-        typer.Option(
-            "--ids-file", help="A .npy, or text with one id per line.", show_default=False
-        ),
-    ] = None,
+    ids: Ids = None,
+    ids_file: IdsFile = None,
     reason: Annotated[str, typer.Option("--reason", help="Kept in the receipt.")] = "",
     *,
     shared: Shared,
