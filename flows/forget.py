@@ -16,13 +16,16 @@ certifies each deletion from its metadata and retrains only when one is not cert
 summary, if the store has one, is updated the same way as the DC tree (its leaves, then their
 ancestors). An error anywhere leaves the store at its previous commit.
 
-The rows stay erased in the new snapshot only: earlier snapshots still hold them until they are
-expired and garbage-collected (``purge_history``).
+Earlier snapshots still hold the erased rows until the store's ``erasure_retention`` (default 0)
+has passed: the drain then expires them and garbage-collects the objects only they used, and
+the receipts record ``erased_at`` (:mod:`storage.erasure`; ``purge_history`` does it now,
+whatever the retention).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +37,7 @@ from fairpipe.validation import IdLookup, deletion_request
 from flows import update
 from flows.runtime import default_task_runner, run_flow
 from flows.update import forget_q_task, update_dc, update_summary_tree
+from storage.erasure import erase_due
 from storage.index import (
     buckets_per_table,
     erase_rows,
@@ -59,8 +63,8 @@ MAX_BATCH = 10_000
 @dataclass
 class ForgetOptions:
     lock_timeout: float = 0.0
-    # Also drop every earlier snapshot and the objects only they used (storage.purge_history):
-    # without it, time travel to an earlier snapshot still reads the erased rows.
+    # Drop every earlier snapshot and the objects only they used now, whatever the store's
+    # erasure_retention (storage.erasure): time travel before this drain is lost.
     purge_history: bool = False
     max_batch: int = MAX_BATCH  # ids per batch (a larger request is a batch of its own)
     reason: str = ""  # kept in the receipt of the request ``ids`` make
@@ -97,26 +101,39 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
         else:  # no queue beside an object store yet: applied at once, with its receipt
             extra.append(new_request(ids, o.reason))
     result = drain(store, o, extra)
-    if o.purge_history:
-        t0 = time.perf_counter()
-        result["purged"] = store.purge_history(lock_timeout=o.lock_timeout)
-        result["timings"]["purge"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    erased = erase_due(store, o.lock_timeout, now_all=o.purge_history)
+    if erased is not None:
+        result["erasure"] = erased
+        if o.purge_history:
+            result["purged"] = erased
+        result["timings"]["erasure"] = time.perf_counter() - t0
     result["timings"]["total"] = time.perf_counter() - t_start
     return result
 
 
-def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request]) -> dict:
+def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request],
+          on_batch: Callable[[int, int], None] | None = None) -> dict:  # fmt: skip
     """Apply the pending requests (and ``extra``), oldest first, in batches of whole requests
-    up to ``o.max_batch`` ids; returns the merged result of the batches."""
+    up to ``o.max_batch`` ids; returns the merged result of the batches. ``on_batch(applied,
+    waiting)`` is called before the first batch and after each: ids applied so far, ids
+    still waiting."""
     merged: dict = {"store": store.url, "commit": None, "deleted": [], "unknown": [],
                     "already_deleted": [], "requests": [], "batches": []}  # fmt: skip
     timings: dict[str, float] = {}
+    n_applied = 0
+    cache: dict[str, Request] = {}
     while True:
         applied = {r["request"] for r in read_receipts(store.readonly_session())}
         listed = pending(store.url)  # an object store has no queue yet: nothing listed
         delete_requests(store.url, [rid for rid in listed if rid in applied])
-        queue = [read_queued(store.url, rid) for rid in listed if rid not in applied]
+        for rid in listed:  # request objects are immutable: each is read once per drain
+            if rid not in applied and rid not in cache:
+                cache[rid] = read_queued(store.url, rid)
+        queue = [cache[rid] for rid in listed if rid not in applied]
         queue += [r for r in extra if r.request_id not in applied]
+        if on_batch is not None:
+            on_batch(n_applied, sum(int(r.ids.size) for r in queue))
         if not queue:
             break
         batch: list[Request] = []
@@ -129,6 +146,7 @@ def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request]) -> dict:
         t0 = time.perf_counter()
         res = _apply_batch(store, batch, o)
         done = [r.request_id for r in batch]
+        n_applied += size
         delete_requests(store.url, [rid for rid in done if rid in listed])
         extra = [r for r in extra if r.request_id not in done]
         if res is None:  # another drain applied them first

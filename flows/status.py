@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from storage.erasure import retention_of
 from storage.queue import filed_at, pending
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore, read_array
@@ -17,7 +18,8 @@ def store_status(url: str) -> dict:
     st = FairpipeStore.open(url)
     attrs = st.require_data()
     session = st.readonly_session()
-    applied = {r["request"] for r in read_receipts(session)}
+    receipts = read_receipts(session)
+    applied = {r["request"] for r in receipts}
     waiting = [rid for rid in pending(url) if rid not in applied]
     oldest = None
     if waiting:
@@ -56,7 +58,6 @@ def store_status(url: str) -> dict:
         },  # fmt: skip
         "last_commit": {k: last[k] for k in ("id", "time", "message")},
         "artifacts": artifacts,
-        "erasure_retention": attrs.get(
-            "erasure_retention", "none (history kept until 'fairpipe forget --purge-history')"
-        ),  # fmt: skip
+        "erasure_retention": retention_of(attrs),
+        "not_yet_erased": sum(1 for r in receipts if r["erased_at"] is None),
     }

@@ -54,10 +54,11 @@ def queue_folder(url: str) -> Path:
 ID_TIME = "%Y%m%dT%H%M%S%fZ"  # a request id starts with its filing time, UTC
 
 
-def new_request(ids: np.ndarray, reason: str = "") -> Request:
-    """A request filed now (not yet written anywhere)."""
+def new_request(ids: np.ndarray, reason: str = "", tag: str | None = None) -> Request:
+    """A request filed now (not yet written anywhere); its id ends with ``tag`` (default: a
+    random one), which lets a backfill find its own parts again."""
     now = datetime.now(UTC)
-    rid = f"{now.strftime(ID_TIME)}-{uuid.uuid4().hex[:8]}"
+    rid = f"{now.strftime(ID_TIME)}-{tag or uuid.uuid4().hex[:8]}"
     return Request(rid, np.asarray(ids, dtype=np.int64), reason, now.isoformat())
 
 
@@ -66,11 +67,11 @@ def filed_at(request_id: str) -> datetime:
     return datetime.strptime(request_id.split("-")[0], ID_TIME).replace(tzinfo=UTC)
 
 
-def file_request(url: str, ids: np.ndarray, reason: str = "") -> Request:
+def file_request(url: str, ids: np.ndarray, reason: str = "", tag: str | None = None) -> Request:
     """Write a new request object; durable when this returns."""
     folder = queue_folder(url)
     folder.mkdir(parents=True, exist_ok=True)
-    request = new_request(ids, reason)
+    request = new_request(ids, reason, tag)
     body = json.dumps({"request": request.request_id, "ids": request.ids.tolist(),
                        "reason": reason, "requested_at": request.requested_at})  # fmt: skip
     tmp = folder / f".{request.request_id}.tmp"

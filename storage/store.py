@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -263,24 +264,29 @@ class FairpipeStore:
                 with contextlib.suppress(Exception):
                     self.repo.delete_branch(branch)
 
-    def purge_history(self, lock_timeout: float = 0.0) -> dict:
-        """Drop every snapshot before ``main``'s tip and delete the objects only they used.
+    def purge_history(self, lock_timeout: float = 0.0, older_than: datetime | None = None) -> dict:
+        """Drop the snapshots of ``main`` written before ``older_than`` (default, and at the
+        latest: ``main``'s tip) and delete the objects only they used.
 
         Forgetting is complete only when no snapshot still holds the erased rows: a forget
         commit rewrites the chunks holding them, but earlier snapshots keep the old chunks for
-        time travel. This expires every snapshot older than the tip (history becomes the
-        repository's empty first snapshot, then the tip) and garbage-collects every object no
-        retained snapshot reaches. Chunks the tip still uses are never touched. Holds the writer
-        lock; readers with a session on an expired snapshot may fail afterwards.
+        time travel. This expires the snapshots before the cutoff (history becomes the
+        repository's empty first snapshot, then the rest) and garbage-collects every object no
+        retained snapshot reaches and written before the cutoff, under the writer lock: no
+        fairpipe writer is working, and an object newer than the cutoff is never deleted.
+        Chunks the tip still uses are never touched. Readers with a session on an expired
+        snapshot may fail afterwards.
         """
         with WriterLock(lock_path_for(self.url, self.spec.local_dir), self.url, lock_timeout):
             tip = self.repo.lookup_snapshot(self.repo.lookup_branch("main"))
+            cutoff = tip.written_at if older_than is None else min(older_than, tip.written_at)
             before = len(self.history())
             self.repo.expire_snapshots(
-                tip.written_at, delete_expired_branches=True, delete_expired_tags=True
+                cutoff, delete_expired_branches=True, delete_expired_tags=True
             )
-            gc = self.repo.garbage_collect(tip.written_at)
+            gc = self.repo.garbage_collect(cutoff)
             return {
+                "cutoff": cutoff.isoformat(),
                 "snapshots_before": before,
                 "snapshots_after": len(self.history()),
                 "snapshots_deleted": int(gc.snapshots_deleted),

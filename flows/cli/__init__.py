@@ -20,6 +20,7 @@ import typer  # noqa: E402
 
 from flows.cli import (  # noqa: E402
     audit,
+    backfill,
     demo,
     fit,
     forget,
@@ -49,6 +50,8 @@ for _command in (
     requests.request_deletion,
     requests.receipts,
     requests.status,
+    requests.configure,
+    backfill.backfill,
     summarize.summarize,
     predict.predict,
     info.info,

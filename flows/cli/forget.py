@@ -38,11 +38,12 @@ def _render(r: dict) -> None:
         )
     if r["unknown"]:
         out.print(f"unknown ids: {r['unknown'][:10]}", markup=False)
-    if "purged" in r:
-        p = r["purged"]
+    if "erasure" in r:
+        e = r["erasure"]
         out.print(
-            f"history purged: {p['snapshots_before']} -> {p['snapshots_after']} snapshots, "
-            f"{p['chunks_deleted']} chunks ({p['bytes_deleted'] / 1e6:.1f} MB) deleted"
+            f"erased from history: {e['receipts_erased']} requests; {e['snapshots_before']} -> "
+            f"{e['snapshots_after']} snapshots, {e['chunks_deleted']} chunks "
+            f"({e['bytes_deleted'] / 1e6:.1f} MB) deleted"
         )
 
 
@@ -61,8 +62,8 @@ def forget(
         bool,
         typer.Option(
             "--purge-history",
-            help="Also drop every earlier snapshot (they still hold the erased rows) and delete "
-            "the objects only they used. Time travel before this commit is lost.",
+            help="Drop every earlier snapshot (they still hold the erased rows) and delete the "
+            "objects only they used now, whatever the store's erasure_retention.",
         ),
     ] = False,
     *,

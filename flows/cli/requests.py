@@ -1,4 +1,5 @@
-"""``fairpipe request-deletion``, ``receipts`` and ``status``: the deletion queue of a store."""
+"""``fairpipe request-deletion``, ``receipts``, ``status`` and ``configure``: the deletion queue
+of a store, and its erasure setting."""
 
 from __future__ import annotations
 
@@ -103,7 +104,8 @@ def _render_status(r: dict) -> None:
     for name, a in r["artifacts"].items():
         out.print(f"{name}: {'present' if a['exists'] else 'absent'}"
                   + (f", current: {a['current']}" if a["exists"] else ""), markup=False)  # fmt: skip
-    out.print(f"erasure retention: {r['erasure_retention']}", markup=False)
+    out.print(f"erasure retention: {r['erasure_retention']} ({r['not_yet_erased']} applied "
+              f"requests still in earlier snapshots)", markup=False)  # fmt: skip
 
 
 @command(render=_render_status)
@@ -112,3 +114,32 @@ def status(store: Store, *, shared: Shared) -> dict:
     from flows.status import store_status
 
     return store_status(store)
+
+
+def _render_configure(r: dict) -> None:
+    result_console().print(
+        f"erasure_retention: {r['before']} -> {r['erasure_retention']} (commit {r['commit']})",
+        markup=False,
+    )
+
+
+@command(shared=("lock_timeout", "as_json"), render=_render_configure)
+def configure(
+    store: Store,
+    erasure_retention: Annotated[
+        str,
+        typer.Option(
+            "--erasure-retention",
+            help="How long erased rows stay in earlier snapshots (time travel): 0 (erase when "
+            "each drain ends), or a duration such as 90m, 24h, 7d.",
+            show_default=False,
+        ),
+    ],
+    *,
+    shared: Shared,
+) -> dict:
+    """Change a store's settings (erasure_retention)."""
+    from storage.erasure import set_retention
+    from storage.store import FairpipeStore
+
+    return set_retention(FairpipeStore.open(store), erasure_retention, shared.lock_timeout)

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
+from zarr.errors import ArrayNotFoundError, GroupNotFoundError
 
+from flows.backfill import BackfillOptions, run_backfill
 from flows.cli import app
 from flows.forget import ForgetOptions, _apply_batch, run_forget
 from flows.ingest import IngestOptions, run_ingest
+from storage.erasure import files_holding
 from storage.queue import file_request, pending, read_request
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore, read_array
@@ -79,8 +83,9 @@ def test_a_crash_after_the_commit_does_not_apply_a_request_twice(store):
     st = FairpipeStore.open(store)
     receipts = read_receipts(st.readonly_session())
     assert [r["request"] for r in receipts] == [rid] and receipts[0]["commit"] == head
-    # The rerun only wrote the receipt's commit id.
-    assert [h["message"] for h in st.history()[:2]] == ["receipts", "forget 2 ids (1 requests)"]
+    # The rerun only wrote the receipt's commit id, then erased the rows from history.
+    assert [h["message"] for h in st.history()[:2]] == ["receipts: erased from history", "receipts"]
+    assert len(alive_ids(store)) == 598
     assert 3 not in alive_ids(store)
 
 
@@ -127,3 +132,96 @@ def test_commands(store, tmp_path):
     assert bad.exit_code == 2 and "max-batch" in bad.output.replace("max_batch", "max-batch")
     bad = invoke("request-deletion", "--store", tmp_path / "nothing", "--ids", "1")
     assert bad.exit_code == 2 and "no fairpipe store" in bad.output.lower()
+
+
+def point_bytes(url, rows):
+    """The stored bytes of the points of ``rows`` (as the rows hold them now)."""
+    pts = FairpipeStore.open(url).read("points")
+    return [pts[r].astype("<f4").tobytes() for r in rows]
+
+
+def test_a_drain_with_the_default_retention_leaves_no_byte_of_the_erased_rows(store):
+    st = FairpipeStore.open(store)
+    ids = st.read("ids")
+    rows = [3, 200, 577]
+    needles = point_bytes(store, rows)
+    assert len({n for _, n in files_holding(store, needles)}) == 3  # the scan finds them
+    rid = file_request(store, ids[rows]).request_id
+    res = run_forget(store, None, **THREADS)
+    assert res["erasure"]["receipts_erased"] == 1 and res["erasure"]["chunks_deleted"] > 0
+    assert files_holding(store, needles) == []  # in no snapshot, manifest or chunk
+    st = FairpipeStore.open(store)
+    for snap in st.history():  # every remaining snapshot reads the rows erased (or no points)
+        try:
+            points = st.read("points", session=st.readonly_session(snap["id"]))
+        except (ArrayNotFoundError, GroupNotFoundError):  # the repository's empty first snapshot
+            continue
+        assert not points[rows].any()
+    (r,) = read_receipts(st.readonly_session())
+    assert r["request"] == rid and r["erased_at"] >= r["applied_at"]
+
+
+def test_a_retention_keeps_a_recovery_window_until_a_later_drain(store):
+    bad = invoke("configure", "--store", store, "--erasure-retention", "-1h")
+    assert bad.exit_code == 2 and "erasure_retention" in bad.output
+    bad = invoke("configure", "--store", store, "--erasure-retention", "soon")
+    assert bad.exit_code == 2 and "'soon'" in bad.output
+    out = invoke("configure", "--store", store, "--erasure-retention", "3s", "--json")
+    assert out.exit_code == 0 and json.loads(out.stdout)["before"] == "0"
+    ids = FairpipeStore.open(store).read("ids")
+    needles = point_bytes(store, [5])
+    res = run_forget(store, [int(ids[5])], **THREADS)
+    assert "erasure" not in res and files_holding(store, needles)  # time travel still works
+    st = FairpipeStore.open(store)
+    (r,) = read_receipts(st.readonly_session())
+    assert r["erased_at"] is None
+    status = json.loads(invoke("status", "--store", store, "--json").stdout)
+    assert status["erasure_retention"] == "3s" and status["not_yet_erased"] == 1
+    time.sleep(3.5)
+    res = run_forget(store, None, **THREADS)  # nothing pending: the clock alone erases
+    assert res["batches"] == [] and res["erasure"]["receipts_erased"] == 1
+    assert files_holding(store, needles) == []
+    (r,) = read_receipts(FairpipeStore.open(store).readonly_session())
+    assert r["erased_at"] is not None
+
+
+def test_backfill_resumes_after_an_interruption_and_applies_each_id_once(
+    store, tmp_path, monkeypatch
+):
+    ids = FairpipeStore.open(store).read("ids")
+    backlog = np.r_[ids[::3], ids[:30:3], [10**9]]  # 200 ids, 10 duplicates, 1 unknown
+    (tmp_path / "backlog.csv").write_text("id,ticket\n" + "".join(f"{i},t{i}\n" for i in backlog))
+    import flows.forget
+
+    real = flows.forget._apply_batch
+    calls = []
+
+    def dies_on_the_third_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("killed between two batches' commits")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(flows.forget, "_apply_batch", dies_on_the_third_batch)
+    with pytest.raises(RuntimeError, match="killed between"):
+        run_backfill(store, tmp_path / "backlog.csv", BackfillOptions(batch_size=50), **THREADS)
+    monkeypatch.undo()
+    assert len(pending(store)) == 3 and len(alive_ids(store)) == 600 - 100
+    res = run_backfill(store, tmp_path / "backlog.csv", BackfillOptions(batch_size=50), **THREADS)
+    assert res["ids_given"] == 211 and res["duplicates"] == 10 and res["unique"] == 201
+    assert res["parts"] == 5 and res["parts_filed"] == 0 and res["parts_applied_before"] == 2
+    assert res["forgotten"] == 100 and res["unknown"] == 1 and len(res["batches"]) == 3
+    assert alive_ids(store) == set(ids.tolist()) - set(backlog.tolist())
+    receipts = read_receipts(FairpipeStore.open(store).readonly_session())
+    assert len(receipts) == 5 and sum(r["n_ids"] for r in receipts) == 201
+    assert [x for r in receipts for x in r["not_found"]] == [10**9]
+    # Parts follow the rows: each part's known ids are a run of neighbouring rows.
+    again = run_backfill(store, tmp_path / "backlog.csv", BackfillOptions(batch_size=50), **THREADS)
+    assert again["parts_applied_before"] == 5 and again["batches"] == []
+    bad = invoke("backfill", "--store", store, "--ids-file", tmp_path / "backlog.csv",
+                 "--batch-size", "0")  # fmt: skip
+    assert bad.exit_code == 2 and "--batch-size" in bad.output
+    (tmp_path / "bad.txt").write_text("1\n2\n\n3x\n")
+    bad = invoke("backfill", "--store", store, "--ids-file", tmp_path / "bad.txt")
+    assert bad.exit_code == 2 and "'3x'" in bad.output and "line 4" in bad.output
+    assert pending(store) == []

@@ -1,0 +1,162 @@
+"""Backfill flow: a large backlog of ids to forget (a file of millions), filed as deletion
+requests and drained, resumably.
+
+The ids are read (text, CSV, Parquet or .npy: :func:`fairpipe.datasets.read_ids`), duplicates
+counted and removed, and the rest ordered by the row that holds them (ids the store never had
+last), then cut into parts of ``batch_size`` ids. Each part is filed as one deletion request
+whose id ends with ``bf<key>p<part>``, where the key is a hash of the backlog and the batch size;
+the drain (:func:`flows.forget.drain`) then applies one part per commit. Ordered by row, a part
+touches a run of neighbouring row chunks, and each row chunk, index segment and model leaf it
+touches is rewritten once in its commit.
+
+Rerun after an interruption with the same file: parts already receipted or still queued are
+recognised by their key and not filed again, so every id is applied exactly once; the drain
+picks up where it stopped. (Another batch size is another backlog: its parts would be filed
+anew, and ids already forgotten are then reported as such, not forgotten twice.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from prefect import flow
+
+from fairpipe.datasets import read_ids
+from fairpipe.errors import check_positive_int
+from fairpipe.validation import IdLookup
+from flows.forget import ForgetOptions, drain
+from flows.runtime import default_task_runner, run_flow
+from storage.erasure import erase_due
+from storage.queue import Request, file_request, new_request, pending
+from storage.receipts import read_receipts
+from storage.store import FairpipeStore
+from storage.urls import parse_store_url
+
+BATCH_SIZE = 10_000
+
+
+@dataclass
+class BackfillOptions:
+    batch_size: int = BATCH_SIZE  # ids per part (one request, one commit)
+    reason: str = "backfill"  # kept in every part's receipt
+    lock_timeout: float = 0.0
+    progress: bool = False  # a progress bar with ETA on stderr (the command line sets it)
+
+
+def backlog_key(unique_ids: np.ndarray, batch_size: int) -> str:
+    digest = hashlib.sha256(unique_ids.astype("<i8").tobytes())
+    digest.update(str(batch_size).encode())
+    return digest.hexdigest()[:10]
+
+
+def part_tag(key: str, part: int) -> str:
+    return f"bf{key}p{part:06d}"
+
+
+def parts_seen(request_ids, key: str) -> set[int]:
+    """The part numbers of the backlog ``key`` among ``request_ids``."""
+    pattern = re.compile(rf"-bf{key}p(\d{{6}})$")
+    return {int(m.group(1)) for rid in request_ids if (m := pattern.search(rid))}
+
+
+def plan_parts(all_ids: np.ndarray, unique_ids: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """``unique_ids`` ordered by the row holding them (unknown ids last), in parts."""
+    rows, known = IdLookup(all_ids).rows(unique_ids)
+    order = np.concatenate([np.flatnonzero(known)[np.argsort(rows, kind="stable")],
+                            np.flatnonzero(~known)])  # fmt: skip
+    ordered = unique_ids[order]
+    return [ordered[a : a + batch_size] for a in range(0, ordered.size, batch_size)]
+
+
+@flow(name="fairpipe-backfill", log_prints=False, task_runner=default_task_runner())
+def backfill_flow(store_url: str, ids_file: str, options: BackfillOptions | None = None) -> dict:
+    """Forget every id of ``ids_file``: file the backlog's parts not yet filed, then drain."""
+    o = options or BackfillOptions()
+    check_positive_int(o.batch_size, "batch_size", "backfill")
+    t_start = time.perf_counter()
+    store = FairpipeStore.open(store_url)
+    store.require_data()
+    given = read_ids(path=ids_file)
+    unique = np.unique(given)
+    key = backlog_key(unique, o.batch_size)
+    parts = plan_parts(store.read("ids"), unique, o.batch_size)
+    receipted = parts_seen((r["request"] for r in read_receipts(store.readonly_session())), key)
+    queued = parts_seen(pending(store.url), key)
+    local = parse_store_url(store.url).local_dir is not None
+    extra: list[Request] = []
+    filed = 0
+    for i, part in enumerate(parts):
+        if i in receipted or i in queued:
+            continue
+        if local:
+            file_request(store.url, part, o.reason, tag=part_tag(key, i))
+        else:  # no queue beside an object store: the parts go to this drain only
+            extra.append(new_request(part, o.reason, tag=part_tag(key, i)))
+        filed += 1
+    forget = ForgetOptions(lock_timeout=o.lock_timeout, max_batch=o.batch_size, reason=o.reason)
+    with _progress(o.progress) as bar:
+        result = drain(store, forget, extra, on_batch=bar)
+    t0 = time.perf_counter()
+    erased = erase_due(store, o.lock_timeout)
+    if erased is not None:
+        result["erasure"] = erased
+        result["timings"]["erasure"] = time.perf_counter() - t0
+    result["timings"]["total"] = time.perf_counter() - t_start
+    n_batches = len(result["batches"])
+    return {
+        "store": store.url,
+        "ids_file": str(ids_file),
+        "ids_given": int(given.size),
+        "duplicates": int(given.size - unique.size),
+        "unique": int(unique.size),
+        "backlog": key,
+        "parts": len(parts),
+        "parts_filed": filed,
+        "parts_applied_before": len(receipted),
+        "forgotten": len(result.pop("deleted")),
+        "unknown": len(result.pop("unknown")),
+        "already_deleted": len(result.pop("already_deleted")),
+        "ids_per_second": (
+            sum(b["ids"] for b in result["batches"]) / sum(b["seconds"] for b in result["batches"])
+            if n_batches
+            else None
+        ),  # fmt: skip
+        **result,
+    }
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool):
+    """A callback ``(applied, waiting)`` advancing a bar with ETA on stderr (or doing nothing)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
+                  transient=False) as bar:  # fmt: skip
+        task = bar.add_task("forgetting ids", total=None)
+
+        def update(applied: int, waiting: int) -> None:
+            bar.update(task, completed=applied, total=applied + waiting)
+
+        yield update
+
+
+def run_backfill(store_url, ids_file, options=None, dask_address=None, n_workers=2,
+                 processes=True):  # fmt: skip
+    return run_flow(backfill_flow, str(store_url), str(ids_file), options or BackfillOptions(),
+                    dask_address=dask_address, n_workers=n_workers, processes=processes)  # fmt: skip

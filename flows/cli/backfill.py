@@ -1,0 +1,66 @@
+"""``fairpipe backfill``: a large backlog of ids to forget, filed as parts and drained, resumably."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from flows.cli._options import Store
+from flows.cli._runner import WRITES_STORES, Shared, command, result_console
+
+
+def _render(r: dict) -> None:
+    out = result_console()
+    out.print(
+        f"backfill {r['backlog']}: {r['ids_given']} ids given ({r['duplicates']} duplicates "
+        f"removed); {r['forgotten']} forgotten, {r['unknown']} unknown, "
+        f"{r['already_deleted']} already forgotten",
+        markup=False,
+    )
+    rate = f", {r['ids_per_second']:.0f} ids/s" if r["ids_per_second"] else ""
+    out.print(
+        f"{r['parts']} parts ({r['parts_applied_before']} applied by an earlier run), "
+        f"{len(r['batches'])} batches, last commit {r['commit']}, "
+        f"{r['timings']['total']:.1f} s{rate}",
+        markup=False,
+    )
+    if "erasure" in r:
+        e = r["erasure"]
+        out.print(f"erased from history: {e['receipts_erased']} requests, "
+                  f"{e['chunks_deleted']} chunks deleted", markup=False)  # fmt: skip
+
+
+@command({"batch_size": "--batch-size"}, shared=WRITES_STORES, render=_render)
+def backfill(
+    store: Store,
+    ids_file: Annotated[
+        str,
+        typer.Option(
+            "--ids-file",
+            help="The backlog: .npy, .parquet, .csv (column 'id' or the first), or text with "
+            "one id per line.",
+            show_default=False,
+        ),
+    ],
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", help="Ids per batch (one request and one commit).")
+    ] = 10_000,
+    reason: Annotated[str, typer.Option("--reason", help="Kept in every receipt.")] = "backfill",
+    *,
+    shared: Shared,
+) -> dict:
+    """Forget a large backlog of ids in batches; rerun with the same file to resume."""
+    from fairpipe.datasets import read_ids
+    from fairpipe.errors import check_positive_int
+    from flows.backfill import BackfillOptions, run_backfill
+    from storage.store import FairpipeStore
+
+    # Bad input before a cluster starts (the flow checks again: deployments call it directly).
+    check_positive_int(batch_size, "batch_size", "backfill")
+    FairpipeStore.open(store).require_data()
+    read_ids(path=ids_file)
+    options = BackfillOptions(batch_size=batch_size, reason=reason,
+                              lock_timeout=shared.lock_timeout,
+                              progress=not shared.as_json)  # fmt: skip
+    return run_backfill(store, ids_file, options, **shared.cluster)

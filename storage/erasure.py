@@ -1,0 +1,118 @@
+"""Erasure from history on a retention clock.
+
+A forget commit erases rows from ``main``, but earlier snapshots still hold them. The store
+setting ``erasure_retention`` (root attribute; a duration such as ``0``, ``90m``, ``24h``, ``7d``;
+default ``0``) says how long they may: at the end of each drain, the snapshots written before
+``now - retention`` are expired and the objects only they used garbage-collected
+(:meth:`storage.store.FairpipeStore.purge_history`), and the receipts of the requests whose rows
+thereby left every snapshot get their ``erased_at``. With the default, a drain ends with the rows
+it erased in no snapshot and no stored object; a longer retention keeps a recovery window (time
+travel to before a forget) and the first drain after it ends erases them.
+
+The cost: time travel to any snapshot before the cutoff is lost.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from fairpipe.errors import FairpipeInputError
+from storage.receipts import read_receipts, write_receipts
+from storage.store import FairpipeStore
+
+RETENTION_KEY = "erasure_retention"
+DEFAULT_RETENTION = "0"
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+BAD_RETENTION = (
+    "erasure_retention must be a duration >= 0 such as 0, 3600s, 90m, 24h or 7d; got {value!r}."
+)
+
+
+def parse_retention(value) -> timedelta:
+    """``'24h'`` -> 24 hours; a negative, unparsable or non-finite value is an error."""
+    text = str(value).strip().lower()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", text)
+    if m is None:
+        raise FairpipeInputError(BAD_RETENTION.format(value=value))
+    return timedelta(seconds=float(m.group(1)) * UNITS[m.group(2)])
+
+
+def retention_of(attrs: dict) -> str:
+    return str(attrs.get(RETENTION_KEY, DEFAULT_RETENTION))
+
+
+def set_retention(store: FairpipeStore, value: str, lock_timeout: float = 0.0) -> dict:
+    """Set the store's ``erasure_retention`` (one commit)."""
+    parse_retention(value)
+    text = str(value).strip().lower()
+    before = retention_of(store.require_data())
+    with store.transaction(f"set erasure_retention to {text}", lock_timeout=lock_timeout) as txn:
+        from storage.store import open_group
+
+        open_group(txn.session, mode="a").attrs[RETENTION_KEY] = text
+    return {"store": store.url, "erasure_retention": text, "before": before,
+            "commit": txn.commit_id}  # fmt: skip
+
+
+def erase_due(
+    store: FairpipeStore, lock_timeout: float = 0.0, now_all: bool = False
+) -> dict | None:
+    """Expire and garbage-collect what the retention no longer keeps, if an applied request's
+    rows are still in history and due (``now_all``: everything before ``main``'s tip, whatever
+    the retention); then record ``erased_at`` in those receipts. None when nothing was due."""
+    now = datetime.now(UTC)
+    retention = timedelta(0) if now_all else parse_retention(retention_of(store.attrs()))
+    cutoff = now - retention
+    due = [
+        r for r in read_receipts(store.readonly_session())
+        if r["erased_at"] is None and r["applied_at"] is not None
+        and datetime.fromisoformat(r["applied_at"]) <= cutoff
+    ]  # fmt: skip
+    if not due and not now_all:
+        return None
+    # Expire what is older than the newest due forget commit (that commit and later ones hold
+    # the rows erased, and stay in history), or everything before the tip.
+    newest = max((datetime.fromisoformat(r["applied_at"]) for r in due), default=None)
+    purged = store.purge_history(lock_timeout=lock_timeout,
+                                 older_than=None if now_all else newest)  # fmt: skip
+    erased_before = datetime.fromisoformat(purged["cutoff"])
+    stamp = datetime.now(UTC).isoformat()
+    with store.transaction("receipts: erased from history", lock_timeout=lock_timeout) as txn:
+        receipts = read_receipts(txn.session)
+        marked = 0
+        for r in receipts:
+            if (r["erased_at"] is None and r["applied_at"] is not None
+                    and datetime.fromisoformat(r["applied_at"]) <= erased_before):  # fmt: skip
+                r["erased_at"] = stamp
+                marked += 1
+        if marked:
+            write_receipts(txn.root, receipts)
+    return {**purged, "receipts_erased": marked, "erased_at": stamp}
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def files_holding(folder, needles: list[bytes]) -> list[tuple[str, int]]:
+    """``(file, needle)`` for each file under ``folder`` (a local store) whose bytes, as stored
+    or decompressed (Zarr chunks and Icechunk's metadata files are zstd frames), hold one of
+    ``needles``: the proof that erased rows are in no stored byte is an empty list."""
+    from pathlib import Path
+
+    from numcodecs import Zstd
+
+    found = []
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        raw = path.read_bytes()
+        views = [raw]
+        start = raw.find(ZSTD_MAGIC)
+        if start >= 0:
+            try:
+                views.append(bytes(Zstd().decode(raw[start:])))
+            except Exception:  # not a whole frame: the raw bytes are still scanned
+                pass
+        for k, needle in enumerate(needles):
+            if any(needle in v for v in views):
+                found.append((str(path.relative_to(folder)), k))
+    return found
