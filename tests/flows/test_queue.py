@@ -225,3 +225,47 @@ def test_backfill_resumes_after_an_interruption_and_applies_each_id_once(
     bad = invoke("backfill", "--store", store, "--ids-file", tmp_path / "bad.txt")
     assert bad.exit_code == 2 and "'3x'" in bad.output and "line 4" in bad.output
     assert pending(store) == []
+
+
+def test_producers_filing_during_a_drain_lose_nothing(store):
+    ids = FairpipeStore.open(store).read("ids")
+    filed: list[str] = []
+    stop = threading.Event()
+
+    def produce():
+        for j in range(40):  # while the drain runs (it keeps listing the queue) and after
+            filed.append(file_request(store, ids[[j]], "during").request_id)
+            time.sleep(0.1 if not stop.is_set() else 0.0)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        run_forget(store, None, ForgetOptions(max_batch=2), **THREADS)
+    finally:
+        stop.set()
+        producer.join()
+    run_forget(store, None, **THREADS)  # what was filed after the first drain looked
+    receipts = read_receipts(FairpipeStore.open(store).readonly_session())
+    assert sorted(r["request"] for r in receipts) == sorted(filed) and pending(store) == []
+    assert not set(ids[: len(filed)].tolist()) & alive_ids(store)
+
+
+def test_sigkilled_drains_apply_each_request_once_and_equal_an_uninterrupted_run(
+    prefect_server, tmp_path
+):
+    """A few kills here; benchmarks/bench_sigkill.py does 50 (see docs/benchmarks.md)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, root / "benchmarks" / "bench_sigkill.py", "--kills", "3", "--n", "3000",
+         "--requests", "15", "--batch", "3", "--max-delay", "10", "--json"],
+        capture_output=True, text=True, timeout=900, cwd=root,
+    )  # fmt: skip
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert result["kills"] >= 1 and result["each_request_once"] and result["receipts_equal"]
+    assert result["objects_differing"] == [] and result["erased_bytes_found"] == []
+    assert result["objects_compared"] > 50 and result["pending_left"] == 0
