@@ -1,5 +1,7 @@
 """The main job: ingest the built-in digits, build the index, sample fairly, report and plot;
-then fit the deletion-efficient clustering tree, select a fair summary, and forget some people."""
+then fit the deletion-efficient clustering tree, select a fair summary, and forget some people the
+way production does: deletion requests filed, one drain, receipts, and the proof that the rows are
+in no snapshot and no stored byte."""
 
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.sample import load_sampler
 from flows.summarize import SummarizeOptions, run_summarize
+from storage.erasure import files_holding
+from storage.queue import file_request, pending
+from storage.receipts import read_receipts
+from storage.store import FairpipeStore
 
 
 def run_demo(
@@ -39,7 +45,7 @@ def run_demo(
 
 def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     folder = Path(store) if store else Path(tempfile.mkdtemp(prefix="fairpipe-demo-")) / "store"
-    log(f"[1/6] ingest {source} into {folder} (Prefect flow on a local Dask cluster)")
+    log(f"[1/7] ingest {source} into {folder} (Prefect flow on a local Dask cluster)")
     # k=10, L=50 keep the digits' buckets well populated (1,797 points); w from the data.
     options = IngestOptions(seed=seed, lsh_k=10, lsh_tables=50)
     ingest = run_ingest(source, str(folder), options, dask_address=dask_address)
@@ -47,12 +53,12 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
         f"      {ingest['n']} points x {ingest['d']} dims, {len(ingest['groups'])} groups, "
         f"commit {ingest['commit']}, {ingest['timings']['total']:.1f} s"
     )
-    log("[2/6] open the committed index")
+    log("[2/7] open the committed index")
     nn, attrs = load_sampler(str(folder))
     radius = float(attrs["suggested_radius"]) * 1.5
     queries = pick_queries(nn, n_queries, seed)
     log(
-        f"[3/6] sample 100 x |M(q)| fair neighbours for {len(queries)} queries, radius {radius:.2f}"
+        f"[3/7] sample 100 x |M(q)| fair neighbours for {len(queries)} queries, radius {radius:.2f}"
     )
     done = {}
 
@@ -64,7 +70,7 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     ev = evaluate_tv(nn, queries, radius, mode="exact", seed=seed, progress=progress)
     plot_path = plot or str(folder.parent / "fairpipe-demo-tv.png")
     plot_tv({source: ev}, plot_path, f"{source}: fair sampling, k=10, L=50, r={radius:.1f}")
-    log("[4/6] fit DC-k-means, k=10, 8 x 2 tree (Prefect flow; leaves solved on Dask)")
+    log("[4/7] fit DC-k-means, k=10, 8 x 2 tree (Prefect flow; leaves solved on Dask)")
     fit = run_fit(
         str(folder), FitOptions(k=10, width=8, height=2, seed=seed), dask_address=dask_address
     )
@@ -72,7 +78,7 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
         f"      {fit['leaves']} leaves, {fit['nodes']} nodes, commit {fit['commit']}, "
         f"{fit['timings']['total']:.1f} s"
     )
-    log("[5/6] fair summary: 20 digits, 1 to 4 of each label (Prefect flow; leaves on Dask)")
+    log("[5/7] fair summary: 20 digits, 1 to 4 of each label (Prefect flow; leaves on Dask)")
     summary = run_summarize(
         str(folder), SummarizeOptions(k=20, lower=0.05, upper=0.2, seed=seed),
         dask_address=dask_address,
@@ -88,25 +94,49 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     near = np.setdiff1d(near[near >= 0], nn.ids_[queries])
     gone = near[hash_order(near, seed, salt=0x0F)][:20]
     members = np.setdiff1d(summary["ids"], gone)[:2]
-    log(f"[6/6] forget {gone.size} of the queries' neighbours and 2 summary members (one commit)")
+    log(f"[6/7] file deletion requests: {gone.size} of the queries' neighbours, 2 summary members")
+    requests = [file_request(str(folder), gone, "demo: neighbours of the queries"),
+                file_request(str(folder), members, "demo: summary members")]  # fmt: skip
+    log(f"      {len(pending(str(folder)))} requests pending: {requests[0].request_id}, ...")
+    points = FairpipeStore.open(str(folder)).read("points")
+    gone_rows = np.flatnonzero(np.isin(nn.ids_, np.concatenate([gone, members])))
+    needles = [points[r].astype("<f4").tobytes() for r in gone_rows]
 
     def hits_in_samples(sampler) -> tuple[int, int]:
         drawn = sampler.sample(query_rows=queries, radius=radius, n_samples=1000, seed=seed + 1)
         return int(np.isin(drawn.ids, gone).sum()), int(drawn.ids.size)
 
     before, n_drawn = hits_in_samples(nn)
-    forget = run_forget(str(folder), np.concatenate([gone, members]), dask_address=dask_address)
+    log("[7/7] drain the queue (one commit: rows, index, tree, summary), then erase from history")
+    forget = run_forget(str(folder), None, dask_address=dask_address)
     hits, _ = hits_in_samples(load_sampler(str(folder))[0])
     log(
-        f"      {len(forget['deleted'])} forgotten, {forget['leaves_recomputed']} leaves and "
-        f"{forget['nodes_recomputed']} nodes recomputed, commit {forget['commit']}, "
-        f"{forget['timings']['total']:.1f} s"
+        f"      {len(forget['deleted'])} forgotten in {len(forget['batches'])} batch, "
+        f"{forget['leaves_recomputed']} leaves and {forget['nodes_recomputed']} nodes "
+        f"recomputed, commit {forget['commit']}, {forget['timings']['total']:.1f} s"
     )
     log(
         f"      summary: {forget['summary_nodes_recomputed']} nodes recomputed, error(S) = "
         f"{forget['summary_error']}"
     )
     log(f"      the forgotten ids in {n_drawn:,} samples: {before} before, {hits} after")
+    st = FairpipeStore.open(str(folder))
+    receipts = read_receipts(st.readonly_session())
+    for r in receipts:
+        log(f"      receipt {r['request']}: {r['n_ids']} ids, applied {r['applied_at']}, "
+            f"erased from history {r['erased_at']}")  # fmt: skip
+    in_snapshots = 0
+    for snap in st.history():
+        try:
+            pts = st.read("points", session=st.readonly_session(snap["id"]))
+        except Exception:  # the repository's empty first snapshot
+            continue
+        in_snapshots += int(pts[gone_rows].any(axis=1).sum())
+    leaks = files_holding(folder, needles)
+    n_files = sum(1 for p in folder.rglob("*") if p.is_file())
+    log(f"      proof: the {gone_rows.size} rows hold data in {in_snapshots} rows of the "
+        f"{len(st.history())} snapshots left, and {len(leaks)} of the {n_files} stored files "
+        f"(decompressed and scanned) hold their bytes")  # fmt: skip
     return {
         "store": str(folder),
         "ingest": ingest,
@@ -115,6 +145,14 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
         "summary": summary,
         "summary_members_forgotten": members.tolist(),
         "forget": forget,
+        "receipts": receipts,
+        "erasure_proof": {
+            "rows": int(gone_rows.size),
+            "snapshots": len(st.history()),
+            "rows_in_snapshots": in_snapshots,
+            "files_scanned": n_files,
+            "files_holding_erased_bytes": len(leaks),
+        },  # fmt: skip
         "forgotten_in_samples": {"before": before, "after": hits},
         "plot": plot_path,
     }

@@ -20,3 +20,8 @@ def test_demo_forgets_people_who_were_being_sampled(prefect_server, tmp_path):
     # The forgotten ids were drawn before the forget, and never after.
     assert r["forgotten_in_samples"]["before"] > 0
     assert r["forgotten_in_samples"]["after"] == 0
+    # The production story: two requests, one drain, receipts, and the rows gone everywhere.
+    assert len(r["receipts"]) == 2 and all(x["erased_at"] for x in r["receipts"])
+    proof = r["erasure_proof"]
+    assert proof["rows"] == 22 and proof["rows_in_snapshots"] == 0
+    assert proof["files_holding_erased_bytes"] == 0 and proof["files_scanned"] > 20
