@@ -32,10 +32,9 @@ from fairpipe.validation import IdLookup
 from flows.forget import ForgetOptions, drain
 from flows.runtime import default_task_runner, run_flow
 from storage.erasure import erase_due
-from storage.queue import Request, file_request, new_request, pending
+from storage.queue import Request, file_request, has_queue, new_request, pending
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore
-from storage.urls import parse_store_url
 
 BATCH_SIZE = 10_000
 
@@ -87,7 +86,7 @@ def backfill_flow(store_url: str, ids_file: str, options: BackfillOptions | None
     parts = plan_parts(store.read("ids"), unique, o.batch_size)
     receipted = parts_seen((r["request"] for r in read_receipts(store.readonly_session())), key)
     queued = parts_seen(pending(store.url), key)
-    local = parse_store_url(store.url).local_dir is not None
+    local = has_queue(store.url)
     extra: list[Request] = []
     filed = 0
     for i, part in enumerate(parts):
@@ -95,7 +94,7 @@ def backfill_flow(store_url: str, ids_file: str, options: BackfillOptions | None
             continue
         if local:
             file_request(store.url, part, o.reason, tag=part_tag(key, i))
-        else:  # no queue beside an object store: the parts go to this drain only
+        else:  # no queue beside a memory:// store: the parts go to this drain only
             extra.append(new_request(part, o.reason, tag=part_tag(key, i)))
         filed += 1
     forget = ForgetOptions(lock_timeout=o.lock_timeout, max_batch=o.batch_size, reason=o.reason)

@@ -47,11 +47,10 @@ from storage.index import (
     upgrade_format1,
 )
 from storage.models import write_model
-from storage.queue import Request, delete_requests, file_request, new_request, pending
+from storage.queue import Request, delete_requests, file_request, has_queue, new_request, pending
 from storage.queue import read_request as read_queued
 from storage.receipts import REQUESTS_KEY, read_receipts, write_receipts
 from storage.store import FairpipeStore, read_array
-from storage.urls import parse_store_url
 
 ALL_UNKNOWN = "None of the {n} ids to forget is in the store {url} (first: {first})."
 NOT_INTEGER_IDS = "Ids to forget must be integers. Got values of type {dtype}."
@@ -96,9 +95,9 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
             raise FairpipeInputError(
                 ALL_UNKNOWN.format(n=ids.size, url=store.url, first=int(ids[0]))
             )
-        if parse_store_url(store.url).local_dir is not None:
+        if has_queue(store.url):
             file_request(store.url, ids, o.reason)  # durable: a crash leaves it for a drain
-        else:  # no queue beside an object store yet: applied at once, with its receipt
+        else:  # no queue beside a memory:// store: applied at once, with its receipt
             extra.append(new_request(ids, o.reason))
     result = drain(store, o, extra)
     t0 = time.perf_counter()

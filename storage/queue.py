@@ -1,9 +1,11 @@
 """The deletion queue: one immutable object per request, beside the store's repository.
 
 A producer files a request (ids to forget, a reason) as a new object ``queue/<request id>.json``
-in the store's folder. The object is written whole under a temporary name, flushed to disk, then
-linked to its final name only if that name is absent: a reader never sees half a request, many
-producers file at once without a lock, and no shared file is ever read, modified and written.
+beside the store's repository: in its folder (written whole under a temporary name, flushed to
+disk, then linked to its final name only if that name is absent), or under its prefix in an S3,
+GCS or Azure bucket (one conditional put, ``If-None-Match: *``, through obstore). A reader never
+sees half a request, many producers file at once without a lock, and no shared object is ever
+read, modified and written.
 Request ids sort by filing time (``20261124T120000123456Z-1a2b3c4d``).
 
 A drain (:mod:`flows.forget`) applies pending requests in batches; each batch's commit records
@@ -28,11 +30,118 @@ from fairpipe.errors import FairpipeInputError
 from storage.urls import parse_store_url
 
 QUEUE_DIR = "queue"
-OBJECT_STORE_QUEUE = (
-    "Deletion requests are kept beside a store in a local folder; {url} is an object store "
-    "URL, which the queue does not support yet."
+NO_QUEUE = (
+    "A deletion queue is kept beside a store in a local folder or in an S3, GCS or Azure "
+    "bucket; {url} is neither (its requests can only be applied at once: 'fairpipe forget --ids')."
 )
 BAD_REQUEST = "The request object {path} is not a fairpipe deletion request ({why})."
+
+
+class _Folder:
+    """Request objects in ``<store folder>/queue``: written whole under a temporary name,
+    flushed, then linked to their name (which fails if it exists), then the folder flushed."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def where(self, name: str) -> str:
+        return str(self.folder / name)
+
+    def create(self, name: str, body: bytes) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{name}.{uuid.uuid4().hex[:6]}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, self.folder / name)  # raises FileExistsError if the name exists
+        finally:
+            tmp.unlink()
+        fd = os.open(self.folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the new name itself is durable
+        finally:
+            os.close(fd)
+
+    def names(self) -> list[str]:
+        if not self.folder.is_dir():
+            return []
+        return [p.name for p in self.folder.glob("*.json")]
+
+    def read(self, name: str) -> bytes:
+        return (self.folder / name).read_bytes()
+
+    def delete(self, name: str) -> None:
+        (self.folder / name).unlink(missing_ok=True)
+
+
+class _Bucket:
+    """Request objects under ``<store prefix>/queue/`` in the store's bucket, created with a
+    conditional put (``If-None-Match: *``): a name is written once, whole, or not at all."""
+
+    def __init__(self, url: str, store):
+        self.url, self.store = url.rstrip("/"), store
+
+    def where(self, name: str) -> str:
+        return f"{self.url}/{QUEUE_DIR}/{name}"
+
+    def create(self, name: str, body: bytes) -> None:
+        import obstore
+        from obstore.exceptions import AlreadyExistsError
+
+        try:
+            obstore.put(self.store, name, body, mode="create")
+        except AlreadyExistsError:
+            raise FileExistsError(self.where(name)) from None
+
+    def names(self) -> list[str]:
+        import obstore
+
+        return [m["path"] for batch in obstore.list(self.store) for m in batch
+                if m["path"].endswith(".json")]  # fmt: skip
+
+    def read(self, name: str) -> bytes:
+        import obstore
+
+        return bytes(obstore.get(self.store, name).bytes())
+
+    def delete(self, name: str) -> None:
+        import obstore
+
+        obstore.delete(self.store, name)
+
+
+def _backend(url: str) -> _Folder | _Bucket | None:
+    spec = parse_store_url(url)
+    if spec.local_dir is not None:
+        return _Folder(spec.local_dir / QUEUE_DIR)
+    if spec.scheme not in ("s3", "gcs", "azure"):
+        return None
+    from obstore.store import AzureStore, GCSStore, S3Store
+
+    k = spec.kwargs
+    prefix = "/".join(p for p in (k.get("prefix", ""), QUEUE_DIR) if p)
+    if spec.scheme == "s3":
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        plain_http = bool(endpoint and endpoint.startswith("http://"))
+        return _Bucket(url, S3Store(k["bucket"], prefix=prefix,
+                                    client_options={"allow_http": plain_http}))  # fmt: skip
+    if spec.scheme == "gcs":
+        return _Bucket(url, GCSStore(k["bucket"], prefix=prefix))
+    return _Bucket(url, AzureStore(k["container"], prefix=prefix, account_name=k["account"]))
+
+
+def has_queue(url: str) -> bool:
+    """Whether requests can be filed beside the store at ``url``."""
+    return parse_store_url(url).scheme in ("file", "s3", "gcs", "azure")
+
+
+def _queue(url: str) -> _Folder | _Bucket:
+    backend = _backend(url)
+    if backend is None:
+        raise FairpipeInputError(NO_QUEUE.format(url=url))
+    return backend
 
 
 @dataclass(frozen=True)
@@ -41,14 +150,6 @@ class Request:
     ids: np.ndarray
     reason: str
     requested_at: str  # ISO 8601, UTC
-
-
-def queue_folder(url: str) -> Path:
-    """The queue folder of the store at ``url`` (local stores only)."""
-    local = parse_store_url(url).local_dir
-    if local is None:
-        raise FairpipeInputError(OBJECT_STORE_QUEUE.format(url=url))
-    return local / QUEUE_DIR
 
 
 ID_TIME = "%Y%m%dT%H%M%S%fZ"  # a request id starts with its filing time, UTC
@@ -69,55 +170,38 @@ def filed_at(request_id: str) -> datetime:
 
 def file_request(url: str, ids: np.ndarray, reason: str = "", tag: str | None = None) -> Request:
     """Write a new request object; durable when this returns."""
-    folder = queue_folder(url)
-    folder.mkdir(parents=True, exist_ok=True)
     request = new_request(ids, reason, tag)
     body = json.dumps({"request": request.request_id, "ids": request.ids.tolist(),
                        "reason": reason, "requested_at": request.requested_at})  # fmt: skip
-    tmp = folder / f".{request.request_id}.tmp"
-    with open(tmp, "w") as f:
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    try:
-        os.link(tmp, folder / f"{request.request_id}.json")  # fails if the name exists
-    finally:
-        tmp.unlink()
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # the new name itself is durable
-    finally:
-        os.close(fd)
+    _queue(url).create(f"{request.request_id}.json", body.encode())
     return request
 
 
 def pending(url: str) -> list[str]:
     """Ids of the request objects in the queue, oldest first (applied ones not yet deleted
-    included: the receipts tell them apart)."""
-    local = parse_store_url(url).local_dir
-    if local is None:
+    included: the receipts tell them apart). A store without a queue has none."""
+    backend = _backend(url)
+    if backend is None:
         return []
-    folder = local / QUEUE_DIR
-    if not folder.is_dir():
-        return []
-    return sorted(p.stem for p in folder.glob("*.json"))
+    return sorted(name.removesuffix(".json") for name in backend.names())
 
 
 def read_request(url: str, request_id: str) -> Request:
-    path = queue_folder(url) / f"{request_id}.json"
+    backend = _queue(url)
+    name = f"{request_id}.json"
     try:
-        body = json.loads(path.read_text())
+        body = json.loads(backend.read(name))
         ids = np.asarray(body["ids"], dtype=np.int64)
         return Request(str(body["request"]), ids, str(body.get("reason", "")),
                        str(body["requested_at"]))  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FairpipeInputError(BAD_REQUEST.format(path=path, why=e)) from None
+        raise FairpipeInputError(BAD_REQUEST.format(path=backend.where(name), why=e)) from None
 
 
 def delete_requests(url: str, request_ids) -> None:
     """Delete applied request objects (the last copy of their ids outside the arrays)."""
     if not request_ids:
         return
-    folder = queue_folder(url)
+    backend = _queue(url)
     for rid in request_ids:
-        (folder / f"{rid}.json").unlink(missing_ok=True)
+        backend.delete(f"{rid}.json")

@@ -24,6 +24,10 @@ TXN_PREFIX = "fairpipe-txn-"
 INTERNAL = "fairpipe_checkpoint"  # commit metadata key of a transaction's checkpoints
 CHECKPOINT = "checkpoint before distributed writes"
 NOT_A_STORE = "{url} is not a fairpipe store ({why}). Give an empty or new folder to create one."
+UNREACHABLE = (
+    "Cannot reach the store {url} ({why}). Check the URL, the network, and the credentials and "
+    "endpoint in the environment (AWS_*, GOOGLE_*, AZURE_*)."
+)
 NO_STORE = "There is no fairpipe store at {url}. Run 'fairpipe ingest SOURCE --store {url}' first."
 
 __all__ = ["FairpipeStore", "NotAStoreError", "StoreBusyError", "open_store", "Transaction"]
@@ -155,7 +159,13 @@ class FairpipeStore:
             if not spec.local_dir.is_dir():
                 raise NotAStoreError(NOT_A_STORE.format(url=url, why="it is a file"))
         storage = make_storage(url, spec)
-        exists = icechunk.Repository.exists(storage)
+        try:
+            exists = icechunk.Repository.exists(storage)
+        except icechunk.IcechunkError as e:  # no server, no bucket, no credentials
+            if spec.local_dir is not None:
+                raise
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0].strip()
+            raise FairpipeInputError(UNREACHABLE.format(url=url, why=why)) from None
         if not exists:
             if spec.local_dir is not None and spec.local_dir.exists():
                 entries = [p.name for p in spec.local_dir.iterdir() if p.name != ".fairpipe.lock"]

@@ -3,11 +3,13 @@
 Accepted forms: ``PATH`` or ``file://PATH`` (local folder), ``memory://NAME`` (in-process, for
 tests), ``s3://BUCKET/PREFIX``, ``gs://BUCKET/PREFIX`` (or ``gcs://``), ``az://ACCOUNT/CONTAINER/PREFIX``,
 ``r2://BUCKET/PREFIX`` and ``tigris://BUCKET/PREFIX``. Object-store credentials come from the
-environment (Icechunk's ``from_env``).
+environment (Icechunk's ``from_env``). An S3-compatible server other than AWS (MinIO, Ceph, moto)
+is named by ``AWS_ENDPOINT_URL`` (path-style requests; plain http allowed when the URL says so).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -79,4 +81,10 @@ def make_storage(url: str, spec: StorageSpec):
             _MEMORY[url] = icechunk.in_memory_storage()
         return _MEMORY[url]
     factory = getattr(icechunk, f"{spec.scheme}_storage")
-    return factory(**spec.kwargs)
+    kwargs = dict(spec.kwargs)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if spec.scheme == "s3" and endpoint:
+        kwargs.update(endpoint_url=endpoint, allow_http=endpoint.startswith("http://"),
+                      force_path_style=True,
+                      region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))  # fmt: skip
+    return factory(**kwargs)

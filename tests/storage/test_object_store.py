@@ -1,0 +1,143 @@
+"""A store on an S3-compatible server (moto's, started by the test as its own process): ingest,
+forget and erasure against real object storage, including garbage collection removing the
+erased chunks from the bucket."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flows.forget import run_forget
+from flows.ingest import IngestOptions, run_ingest
+from storage.receipts import read_receipts
+from storage.store import FairpipeStore
+
+THREADS = dict(n_workers=1, processes=False)
+BUCKET = "fairpipe-test"
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory):
+    """``moto_server`` on a free port, with a bucket; AWS_* variables point at it."""
+    import boto3
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-p", str(port)],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test",
+           "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}  # fmt: skip
+    mp = pytest.MonkeyPatch()
+    for k, v in env.items():
+        mp.setenv(k, v)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="test", aws_secret_access_key="test")  # fmt: skip
+    for _ in range(100):
+        try:
+            client.create_bucket(Bucket=BUCKET)
+            break
+        except Exception:
+            time.sleep(0.1)
+    try:
+        yield client
+    finally:
+        mp.undo()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def bucket_objects(client, prefix: str) -> dict[str, bytes]:
+    out = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for o in page.get("Contents", []):
+            out[o["Key"]] = client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+    return out
+
+
+def holding(objects: dict[str, bytes], needles: list[bytes]) -> list[str]:
+    from numcodecs import Zstd
+
+    from storage.erasure import ZSTD_MAGIC
+
+    found = []
+    for key, raw in objects.items():
+        views = [raw]
+        if (i := raw.find(ZSTD_MAGIC)) >= 0:
+            try:
+                views.append(bytes(Zstd().decode(raw[i:])))
+            except Exception:
+                pass
+        if any(n in v for n in needles for v in views):
+            found.append(key)
+    return found
+
+
+def test_a_store_in_a_bucket_forgets_and_erases_the_rows_from_every_object(
+    prefect_server, s3_server, tmp_path
+):
+    X = np.random.default_rng(8).normal(size=(800, 5)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    url = f"s3://{BUCKET}/people"
+    opts = IngestOptions(lsh_k=3, lsh_tables=4, chunk_rows=256, seed=1)
+    res = run_ingest(str(tmp_path / "x.npy"), url, opts, **THREADS)
+    assert res["n"] == 800
+    st = FairpipeStore.open(url)
+    assert np.array_equal(st.read("points"), X)
+    needles = [X[r].astype("<f4").tobytes() for r in (4, 9)]
+    assert len(holding(bucket_objects(s3_server, "people/"), needles)) >= 1
+    forgot = run_forget(url, st.read("ids")[[4, 9]], **THREADS)
+    assert sorted(forgot["deleted"]) == sorted(st.read("ids")[[4, 9]].tolist())
+    assert forgot["erasure"]["chunks_deleted"] > 0  # garbage collection in the bucket
+    assert holding(bucket_objects(s3_server, "people/"), needles) == []
+    st = FairpipeStore.open(url)
+    assert not st.read("points")[[4, 9]].any() and st.read("alive").sum() == 798
+    (r,) = read_receipts(st.readonly_session())
+    assert r["n_ids"] == 2 and r["erased_at"] is not None
+
+
+def test_the_queue_lives_in_the_bucket_and_many_producers_lose_nothing(
+    prefect_server, s3_server, tmp_path
+):
+    import threading
+
+    from storage.queue import file_request, pending
+
+    X = np.random.default_rng(9).normal(size=(400, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    url = f"s3://{BUCKET}/queued"
+    run_ingest(str(tmp_path / "x.npy"), url, IngestOptions(lsh_k=3, lsh_tables=4), **THREADS)
+    filed: list[str] = []
+
+    def produce(k):
+        for j in range(4):
+            filed.append(file_request(url, np.array([10 * k + j]), f"producer {k}").request_id)
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(filed) == pending(url) and len(set(filed)) == 24
+    keys = bucket_objects(s3_server, "queued/queue/")
+    assert len(keys) == 24 and all(k.endswith(".json") for k in keys)
+    res = run_forget(url, None, **THREADS)
+    assert sorted(res["requests"]) == sorted(filed) and len(res["deleted"]) == 24
+    assert pending(url) == [] and bucket_objects(s3_server, "queued/queue/") == {}
+    receipts = read_receipts(FairpipeStore.open(url).readonly_session())
+    assert sorted(r["request"] for r in receipts) == sorted(filed)
+
+
+def test_a_missing_bucket_is_one_clear_error(s3_server):
+    from fairpipe.errors import FairpipeInputError
+
+    with pytest.raises(FairpipeInputError, match="Cannot reach the store s3://no-such-bucket/x"):
+        FairpipeStore.open("s3://no-such-bucket/x")
