@@ -269,3 +269,14 @@ def test_sigkilled_drains_apply_each_request_once_and_equal_an_uninterrupted_run
     assert result["kills"] >= 1 and result["each_request_once"] and result["receipts_equal"]
     assert result["objects_differing"] == [] and result["erased_bytes_found"] == []
     assert result["objects_compared"] > 50 and result["pending_left"] == 0
+
+
+def test_a_queue_object_that_is_not_a_request_is_named_and_nothing_is_applied(store):
+    from pathlib import Path
+
+    file_request(store, np.array([1, 2]))
+    (Path(store) / "queue" / "20200101T000000000000Z-junk.json").write_text("{not json")
+    bad = invoke("forget", "--store", store)
+    assert bad.exit_code == 2 and "20200101T000000000000Z-junk.json" in bad.output
+    assert "not a fairpipe deletion request" in bad.output
+    assert len(alive_ids(store)) == 600 and len(pending(store)) == 2
