@@ -2,12 +2,15 @@
 requests and drained, resumably.
 
 The ids are read (text, CSV, Parquet or .npy: :func:`fairpipe.datasets.read_ids`), duplicates
-counted and removed, and the rest ordered by the row that holds them (ids the store never had
-last), then cut into parts of ``batch_size`` ids. Each part is filed as one deletion request
+counted and removed, and the rest ordered by their leaf in the fair summary's tree, then in the
+DC-k-means tree, then by the row that holds them (ids the store never had last), then cut into
+parts of ``batch_size`` ids. Each part is filed as one deletion request
 whose id ends with ``bf<key>p<part>``, where the key is a hash of the backlog and the batch size;
-the drain (:func:`flows.forget.drain`) then applies one part per commit. Ordered by row, a part
-touches a run of neighbouring row chunks, and each row chunk, index segment and model leaf it
-touches is rewritten once in its commit.
+the drain (:func:`flows.forget.drain`) then applies one part per commit, in which each row chunk,
+index segment and tree node it touches is rewritten once. Ordered by leaf, a part recomputes
+only a run of neighbouring leaves (and their few ancestors), so over the whole backfill each
+leaf is recomputed about once, as in one fresh build. (Row chunks and index segments cannot
+follow the same order: a part of random ids touches most of them.)
 
 Rerun after an interruption with the same file: parts already receipted or still queued are
 recognised by their key and not filed again, so every id is applied exactly once; the drain
@@ -26,15 +29,19 @@ from dataclasses import dataclass
 import numpy as np
 from prefect import flow
 
+from fairpipe.cluster import DCKMeans
 from fairpipe.datasets import read_ids
 from fairpipe.errors import check_positive_int
+from fairpipe.tree import leaf_of
 from fairpipe.validation import IdLookup
 from flows.forget import ForgetOptions, drain
 from flows.runtime import default_task_runner, run_flow
 from storage.erasure import erase_due
+from storage.models import read_model
 from storage.queue import Request, file_request, has_queue, new_request, pending
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore
+from storage.summary import has_summary, summary_tree
 
 BATCH_SIZE = 10_000
 
@@ -63,11 +70,30 @@ def parts_seen(request_ids, key: str) -> set[int]:
     return {int(m.group(1)) for rid in request_ids if (m := pattern.search(rid))}
 
 
-def plan_parts(all_ids: np.ndarray, unique_ids: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """``unique_ids`` ordered by the row holding them (unknown ids last), in parts."""
+def leaf_trees(store: FairpipeStore) -> tuple[tuple[int, int], ...]:
+    """(seed, leaves) of the store's trees whose leaves a deletion recomputes: the fair
+    summary's first (its leaves cost the most), then the DC-k-means tree's."""
+    session = store.readonly_session()
+    trees = []
+    if has_summary(session):
+        params, fanout, height, _ = summary_tree(session)
+        trees.append((int(params.seed), int(fanout) ** int(height)))
+    if store.attrs(session).get("model") == "dc":
+        model = read_model(session, "dc")
+        assert isinstance(model, DCKMeans)
+        trees.append((int(model.get_params()["seed"]), int(model.n_leaves_)))
+    return tuple(trees)
+
+
+def plan_parts(all_ids: np.ndarray, unique_ids: np.ndarray, batch_size: int,
+               trees: tuple[tuple[int, int], ...] = ()) -> list[np.ndarray]:  # fmt: skip
+    """``unique_ids`` ordered by their leaf in each of ``trees`` (seed, leaves), then by the row
+    holding them (unknown ids last), in parts: a part recomputes a run of neighbouring leaves
+    (and few of their ancestors), so over the backfill each leaf is recomputed about once."""
     rows, known = IdLookup(all_ids).rows(unique_ids)
-    order = np.concatenate([np.flatnonzero(known)[np.argsort(rows, kind="stable")],
-                            np.flatnonzero(~known)])  # fmt: skip
+    ids_known = unique_ids[known]
+    keys = [rows] + [leaf_of(ids_known, seed, n) for seed, n in reversed(list(trees))]
+    order = np.concatenate([np.flatnonzero(known)[np.lexsort(keys)], np.flatnonzero(~known)])
     ordered = unique_ids[order]
     return [ordered[a : a + batch_size] for a in range(0, ordered.size, batch_size)]
 
@@ -83,7 +109,7 @@ def backfill_flow(store_url: str, ids_file: str, options: BackfillOptions | None
     given = read_ids(path=ids_file)
     unique = np.unique(given)
     key = backlog_key(unique, o.batch_size)
-    parts = plan_parts(store.read("ids"), unique, o.batch_size)
+    parts = plan_parts(store.read("ids"), unique, o.batch_size, leaf_trees(store))
     receipted = parts_seen((r["request"] for r in read_receipts(store.readonly_session())), key)
     queued = parts_seen(pending(store.url), key)
     local = has_queue(store.url)

@@ -280,3 +280,22 @@ def test_a_queue_object_that_is_not_a_request_is_named_and_nothing_is_applied(st
     assert bad.exit_code == 2 and "20200101T000000000000Z-junk.json" in bad.output
     assert "not a fairpipe deletion request" in bad.output
     assert len(alive_ids(store)) == 600 and len(pending(store)) == 2
+
+
+def test_backfill_parts_follow_the_leaves_so_each_leaf_is_recomputed_about_once():
+    from fairpipe.tree import leaf_of
+    from flows.backfill import plan_parts
+
+    rng = np.random.default_rng(3)
+    all_ids = rng.permutation(50_000) * 7 + 11
+    wanted = np.r_[rng.choice(all_ids, 5_000, replace=False), [5, 6]]  # two unknown ids
+    trees = ((4, 256), (9, 64))  # (seed, leaves): a summary tree, then a DC tree
+    parts = plan_parts(all_ids, wanted, 500, trees)
+    assert [p.size for p in parts] == [500] * 10 + [2] and np.isin([5, 6], parts[-1]).all()
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.sort(wanted))
+    first = [leaf_of(p[np.isin(p, all_ids)], 4, 256) for p in parts]
+    ordered = np.concatenate(first)
+    assert np.all(np.diff(ordered) >= 0)  # the summary's leaves in order, part after part
+    # So each leaf is recomputed by one part, or two where a part ends inside it.
+    per_leaf = sum(np.bincount(np.unique(f), minlength=256) for f in first)
+    assert per_leaf.max() <= 2 and per_leaf.sum() <= 256 + len(parts)
