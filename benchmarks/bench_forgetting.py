@@ -13,7 +13,7 @@ L tables), a DC-k-means fit and a fair summary; that build's time is the baselin
 Targets (issue 15): backfill <= 1.5x the build; drain of 1,000 ids <= 1/20 of the build.
 All runs share one LocalCluster with 2 worker processes and one Prefect server.
 
-Run: .venv/bin/python benchmarks/bench_forgetting.py [--n 1000000] [--d 32] [--batch 10000]
+Run: .venv/bin/python benchmarks/bench_forgetting.py [--n 1000000] [--d 32] [--batch 50000]
 (about 15 minutes at the defaults; --quick: n = 100,000).
 """
 
@@ -44,7 +44,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--d", type=int, default=32)
-    ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--batch", type=int, default=50_000)
     ap.add_argument("--tables", type=int, default=100)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()

@@ -43,7 +43,11 @@ from storage.receipts import read_receipts
 from storage.store import FairpipeStore
 from storage.summary import has_summary, summary_tree
 
-BATCH_SIZE = 10_000
+# Ids per part. A part of random ids rewrites most index segments and row chunks whatever its
+# size (at 1M rows the index alone is ~12 s a part), so a backlog goes faster in fewer, larger
+# parts: 50,000 ids made a backfill of 100,000 ids at 1M cost about one fresh build
+# (docs/benchmarks.md), while a part still commits within about half a minute there.
+BATCH_SIZE = 50_000
 
 
 @dataclass

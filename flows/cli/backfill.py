@@ -45,7 +45,7 @@ def backfill(
     ],
     batch_size: Annotated[
         int, typer.Option("--batch-size", help="Ids per batch (one request and one commit).")
-    ] = 10_000,
+    ] = 50_000,
     reason: Annotated[str, typer.Option("--reason", help="Kept in every receipt.")] = "backfill",
     *,
     shared: Shared,
