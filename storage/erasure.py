@@ -94,25 +94,36 @@ def erase_due(
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
+def _views(raw: bytes) -> list[bytes]:
+    """``raw`` as stored, and decompressed where it holds a zstd frame (Zarr chunks; Icechunk's
+    metadata files after a short header)."""
+    from numcodecs import Zstd
+
+    views = [raw]
+    start = raw.find(ZSTD_MAGIC)
+    if start >= 0:
+        try:
+            views.append(bytes(Zstd().decode(raw[start:])))
+        except Exception:  # not a whole frame: the raw bytes are still scanned
+            pass
+    return views
+
+
+def holds(raw: bytes, needles: list[bytes]) -> bool:
+    """Whether the object ``raw``, as stored or decompressed, holds one of ``needles``."""
+    views = _views(raw)
+    return any(needle in v for needle in needles for v in views)
+
+
 def files_holding(folder, needles: list[bytes]) -> list[tuple[str, int]]:
     """``(file, needle)`` for each file under ``folder`` (a local store) whose bytes, as stored
-    or decompressed (Zarr chunks and Icechunk's metadata files are zstd frames), hold one of
-    ``needles``: the proof that erased rows are in no stored byte is an empty list."""
+    or decompressed, hold one of ``needles``: the proof that erased rows are in no stored byte
+    is an empty list."""
     from pathlib import Path
-
-    from numcodecs import Zstd
 
     found = []
     for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-        raw = path.read_bytes()
-        views = [raw]
-        start = raw.find(ZSTD_MAGIC)
-        if start >= 0:
-            try:
-                views.append(bytes(Zstd().decode(raw[start:])))
-            except Exception:  # not a whole frame: the raw bytes are still scanned
-                pass
-        for k, needle in enumerate(needles):
-            if any(needle in v for v in views):
-                found.append((str(path.relative_to(folder)), k))
+        views = _views(path.read_bytes())
+        found += [(str(path.relative_to(folder)), k) for k, needle in enumerate(needles)
+                  if any(needle in v for v in views)]  # fmt: skip
     return found

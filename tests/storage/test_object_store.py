@@ -15,6 +15,7 @@ import pytest
 
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
+from storage.erasure import holds
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore
 
@@ -64,21 +65,7 @@ def bucket_objects(client, prefix: str) -> dict[str, bytes]:
 
 
 def holding(objects: dict[str, bytes], needles: list[bytes]) -> list[str]:
-    from numcodecs import Zstd
-
-    from storage.erasure import ZSTD_MAGIC
-
-    found = []
-    for key, raw in objects.items():
-        views = [raw]
-        if (i := raw.find(ZSTD_MAGIC)) >= 0:
-            try:
-                views.append(bytes(Zstd().decode(raw[i:])))
-            except Exception:
-                pass
-        if any(n in v for n in needles for v in views):
-            found.append(key)
-    return found
+    return [key for key, raw in objects.items() if holds(raw, needles)]
 
 
 def test_a_store_in_a_bucket_forgets_and_erases_the_rows_from_every_object(
