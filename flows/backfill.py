@@ -14,8 +14,9 @@ follow the same order: a part of random ids touches most of them.)
 
 Rerun after an interruption with the same file: parts already receipted or still queued are
 recognised by their key and not filed again, so every id is applied exactly once; the drain
-picks up where it stopped. (Another batch size is another backlog: its parts would be filed
-anew, and ids already forgotten are then reported as such, not forgotten twice.)
+picks up where it stopped. (Another batch size, or a store changed in between by an append or a
+refit, is another backlog: its parts are filed anew, and ids already forgotten are then reported
+as such, not forgotten twice.)
 """
 
 from __future__ import annotations
@@ -58,9 +59,12 @@ class BackfillOptions:
     progress: bool = False  # a progress bar with ETA on stderr (the command line sets it)
 
 
-def backlog_key(unique_ids: np.ndarray, batch_size: int) -> str:
+def backlog_key(unique_ids: np.ndarray, batch_size: int, plan_inputs) -> str:
+    """The backlog's key: a hash of its ids, the batch size and what else decides how the ids
+    are cut into parts (``plan_inputs``: the store's row count and leaf trees). The same key,
+    the same parts: a rerun skips the parts it finds."""
     digest = hashlib.sha256(unique_ids.astype("<i8").tobytes())
-    digest.update(str(batch_size).encode())
+    digest.update(repr((int(batch_size), plan_inputs)).encode())
     return digest.hexdigest()[:10]
 
 
@@ -112,8 +116,12 @@ def backfill_flow(store_url: str, ids_file: str, options: BackfillOptions | None
     store.require_data()
     given = read_ids(path=ids_file)
     unique = np.unique(given)
-    key = backlog_key(unique, o.batch_size)
-    parts = plan_parts(store.read("ids"), unique, o.batch_size, leaf_trees(store))
+    all_ids, trees = store.read("ids"), leaf_trees(store)
+    # Should the store change between two runs (rows appended, a refit), the parts change and
+    # so does the key: the rerun files its parts anew, and ids an earlier run already forgot are
+    # reported as already forgotten, never forgotten twice.
+    key = backlog_key(unique, o.batch_size, (int(all_ids.size), trees))
+    parts = plan_parts(all_ids, unique, o.batch_size, trees)
     receipted = parts_seen((r["request"] for r in read_receipts(store.readonly_session())), key)
     queued = parts_seen(pending(store.url), key)
     local = has_queue(store.url)
