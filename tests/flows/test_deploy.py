@@ -92,6 +92,18 @@ def task_prefixes(address: str) -> set[str]:
         )
 
 
+def computed_seconds(address: str, prefix: str) -> float:
+    """Seconds the scheduler's workers have spent computing tasks named ``prefix`` so far."""
+    from distributed import Client
+
+    def total(dask_scheduler, prefix=prefix):
+        tp = dask_scheduler.task_prefixes.get(prefix)
+        return float(tp.all_durations.get("compute", 0.0)) if tp is not None else 0.0
+
+    with Client(address, timeout=30) as client:
+        return client.run_on_scheduler(total)
+
+
 def prefect(*args, env, cwd=ROOT, timeout=300):
     out = subprocess.run([BIN / "prefect", *map(str, args)], env=env, cwd=cwd, timeout=timeout,
                          capture_output=True, text=True)  # fmt: skip
@@ -124,21 +136,25 @@ def test_the_drain_deployment_runs_on_an_external_scheduler(external_dask, prefe
     prefect("work-pool", "create", "fairpipe", "--type", "process", "--overwrite", env=env)
     prefect("deploy", "--prefect-file", DEPLOY, "--all", env=env)
     job_env = json.dumps({"FAIRPIPE_DASK_ADDRESS": external_dask})
-    started = prefect("deployment", "run", "fairpipe-forget/forget-drain", "--param",
-                      f"store_url={store}", "--job-variable", f"env={job_env}", env=env)  # fmt: skip
-    run_id = started.split("UUID:")[1].split()[0]
-    prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env)
 
-    from prefect.client.orchestration import get_client
+    def run(deployment: str, parameters: dict) -> None:
+        """One run of ``deployment`` through a process worker; it must complete."""
+        started = prefect("deployment", "run", deployment, "--params", json.dumps(parameters),
+                          "--job-variable", f"env={job_env}", env=env)  # fmt: skip
+        run_id = started.split("UUID:")[1].split()[0]
+        prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env)
+        from prefect.client.orchestration import get_client
 
-    async def state():
-        async with get_client() as client:
-            return (await client.read_flow_run(run_id)).state
+        async def state():
+            async with get_client() as client:
+                return (await client.read_flow_run(run_id)).state
 
-    import asyncio
+        import asyncio
 
-    final = asyncio.run(state())
-    assert final.is_completed(), final
+        final = asyncio.run(state())
+        assert final.is_completed(), (deployment, final)
+
+    run("fairpipe-forget/forget-drain", {"store_url": str(store)})
     assert "forget_q_task" in task_prefixes(external_dask)  # the drain ran on the scheduler
     st = FairpipeStore.open(str(store))
     found = fairpipe("receipts", "--store", store, "--json", env=env)["receipts"]
@@ -151,6 +167,22 @@ def test_the_drain_deployment_runs_on_an_external_scheduler(external_dask, prefe
     status = fairpipe("status", "--store", store, "--json", env=env)
     assert status["pending_requests"]["count"] == 0
     assert status["artifacts"]["model (q)"]["current"]
+
+    # The nightly ingest (the deployment that failed with "No module named 'ingest'" on an
+    # external scheduler) and a backfill, on the same scheduler.
+    before = computed_seconds(external_dask, "ingest_chunk")
+    np.save(tmp_path / "day.npy", np.random.default_rng(5).normal(size=(100, 5)).astype("f4"))
+    run("fairpipe-ingest/nightly-ingest", {"source": str(tmp_path / "day.npy"),
+                                            "store_url": str(store), "options": {}})  # fmt: skip
+    assert computed_seconds(external_dask, "ingest_chunk") > before
+    (tmp_path / "backlog.csv").write_text("id\n" + "\n".join(map(str, range(100, 160))) + "\n")
+    run("fairpipe-backfill/backfill", {"store_url": str(store),
+                                       "ids_file": str(tmp_path / "backlog.csv"),
+                                       "options": {"batch_size": 25}})  # fmt: skip
+    st = FairpipeStore.open(str(store))
+    alive = st.read("ids")[st.read("alive")]
+    assert alive.size == 895 + 100 - 60 and not np.isin(np.arange(100, 160), alive).any()
+    assert len(fairpipe("receipts", "--store", store, "--json", env=env)["receipts"]) == 3 + 3
 
 
 def stored_objects(url) -> dict[str, bytes]:
