@@ -182,16 +182,16 @@ def _replace(base, scores, size, j, new, best1, best2, owner):
 
 
 @compiled
-def _stream(kind, gamma, E, X, group, lower, upper, k, factor, fair, swap):
+def _stream(kind, gamma, ET, X, group, lower, upper, k, factor, fair, swap):
     """One pass on the extendable-set matroid (``fair``) or on the partition matroid of the upper
     bounds and k (MSM). ``swap`` False: Chakrabarti-Kale (weights = gains over every element ever
     accepted; swap the circuit's lightest when outweighed ``factor`` times). ``swap`` True: gains
     over the current S; swap in the element for the circuit member whose exchange raises f(S) most,
     when it does. Returns (members, weights, backups (C, max l) padded with -1, backups per group,
     gain evaluations, swaps)."""
-    n, m = X.shape[0], E.shape[0]
+    n, m = X.shape[0], ET.shape[1]
     n_groups = lower.shape[0]
-    base = base_scores(kind, E)
+    base = base_scores(kind, ET)
     cur = base.copy()  # CK: best cost over every element ever accepted; swap: over S
     best2 = np.full(m, np.inf)
     owner = np.full(m, -1, dtype=np.int64)
@@ -215,7 +215,7 @@ def _stream(kind, gamma, E, X, group, lower, upper, k, factor, fair, swap):
     swaps = 0
     for i in range(n):
         c = group[i]
-        sq_dists(E, X[i], score)
+        sq_dists(ET, X[i], score)
         to_score(kind, gamma, score)
         g = gain(kind, cur, score) / m
         calls += 1
@@ -306,10 +306,10 @@ def _stream(kind, gamma, E, X, group, lower, upper, k, factor, fair, swap):
 
 
 @compiled
-def _extend(kind, gamma, E, X, group, members, backups, n_backups, lower):
+def _extend(kind, gamma, ET, X, group, members, backups, n_backups, lower):
     """Complete every group short of its lower bound from its backups, greedily by marginal gain
     over the final S. Returns (members, gain evaluations)."""
-    m, n_groups = E.shape[0], lower.shape[0]
+    m, n_groups = ET.shape[1], lower.shape[0]
     counts = np.zeros(n_groups, dtype=np.int64)
     for t in range(members.shape[0]):
         counts[group[members[t]]] += 1
@@ -318,7 +318,7 @@ def _extend(kind, gamma, E, X, group, members, backups, n_backups, lower):
         deficit += max(lower[c] - counts[c], 0)
     if deficit == 0:
         return members, 0
-    cur = set_scores(kind, gamma, E, X, members, members.shape[0])
+    cur = set_scores(kind, gamma, ET, X, members, members.shape[0])
     chosen = np.zeros(X.shape[0], dtype=np.bool_)
     for t in range(members.shape[0]):
         chosen[members[t]] = True
@@ -336,7 +336,7 @@ def _extend(kind, gamma, E, X, group, members, backups, n_backups, lower):
                 r = backups[c, j]
                 if chosen[r]:
                     continue
-                sq_dists(E, X[r], score)
+                sq_dists(ET, X[r], score)
                 to_score(kind, gamma, score)
                 g = gain(kind, cur, score)
                 calls += 1
@@ -344,7 +344,7 @@ def _extend(kind, gamma, E, X, group, members, backups, n_backups, lower):
                     best, best_g = r, g
         if best < 0:
             break
-        sq_dists(E, X[best], score)
+        sq_dists(ET, X[best], score)
         to_score(kind, gamma, score)
         absorb(kind, cur, score)
         chosen[best] = True
@@ -355,16 +355,16 @@ def _extend(kind, gamma, E, X, group, members, backups, n_backups, lower):
 
 
 @compiled
-def _greedy(kind, gamma, E, X, group, lower, upper, k):
+def _greedy(kind, gamma, ET, X, group, lower, upper, k):
     """Offline lazy greedy on the extendable-set matroid (a heap of stale gains; ties: the lowest
     row). Returns (members, gain evaluations)."""
-    n, m, n_groups = X.shape[0], E.shape[0], lower.shape[0]
-    cur = base_scores(kind, E)
+    n, m, n_groups = X.shape[0], ET.shape[1], lower.shape[0]
+    cur = base_scores(kind, ET)
     score = np.empty(m)
     stamp = np.zeros(n, dtype=np.int64)  # |S| when the heap entry of row i was computed
     heap = []
     for i in range(n):
-        sq_dists(E, X[i], score)
+        sq_dists(ET, X[i], score)
         to_score(kind, gamma, score)
         heap.append((-gain(kind, cur, score), i))
     heapq.heapify(heap)
@@ -381,7 +381,7 @@ def _greedy(kind, gamma, E, X, group, lower, upper, k):
         grows = 1 if counts[c] >= lower[c] else 0
         if counts[c] >= upper[c] or used + grows > k:
             continue  # never addable again: counts and used only grow
-        sq_dists(E, X[best], score)
+        sq_dists(ET, X[best], score)
         to_score(kind, gamma, score)
         if stamp[best] != size:  # stale gain: refresh it and put it back
             stamp[best] = size
@@ -415,8 +415,8 @@ def _prepare(X, groups, lower, upper, k, utility, where, names=None):
 def _result(util: Utility, X, group, rows, lower, upper, calls, candidates=None) -> SelectionResult:
     rows = np.sort(np.asarray(rows, dtype=np.int64))
     counts = np.bincount(group[rows], minlength=lower.shape[0])
-    cur = set_scores(util.kind, util.kernel_gamma, util.E, X, rows, rows.shape[0])
-    value = float(value_of(util.kind, cur, base_scores(util.kind, util.E)))
+    cur = set_scores(util.kind, util.kernel_gamma, util.ET, X, rows, rows.shape[0])
+    value = float(value_of(util.kind, cur, base_scores(util.kind, util.ET)))
     return SelectionResult(
         rows=rows,
         value=value,
@@ -434,7 +434,7 @@ def stream_kernel(X, group, lower, upper, k, util: Utility, factor=2.0, fair=Tru
     members, _, backups, n_backups, calls, _swaps = _stream(
         util.kind,
         util.kernel_gamma,
-        util.E,
+        util.ET,
         X,
         group,
         lower_eff,
@@ -446,7 +446,7 @@ def stream_kernel(X, group, lower, upper, k, util: Utility, factor=2.0, fair=Tru
     )
     if fair:
         members, more = _extend(
-            util.kind, util.kernel_gamma, util.E, X, group, members, backups, n_backups, lower_eff
+            util.kind, util.kernel_gamma, util.ET, X, group, members, backups, n_backups, lower_eff
         )
         calls += more
         kept = backups[backups >= 0]
@@ -474,7 +474,7 @@ def msm_stream(X, groups, lower, upper, k, utility="exemplar", factor=2.0, names
 def fair_greedy(X, groups, lower, upper, k, utility="exemplar", names=None):
     """Baseline and reference: offline lazy greedy under the fairness constraint."""
     X, group, lo, up, util = _prepare(X, groups, lower, upper, k, utility, "fair_greedy", names)
-    members, calls = _greedy(util.kind, util.kernel_gamma, util.E, X, group, lo, up, int(k))
+    members, calls = _greedy(util.kind, util.kernel_gamma, util.ET, X, group, lo, up, int(k))
     return _result(util, X, group, members, lo, up, calls)
 
 

@@ -22,7 +22,7 @@ element's marginal gain is one pass over E, and accepting an element updates ``c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,15 +34,19 @@ EXEMPLAR, FACILITY = 0, 1
 
 
 @compiled
-def sq_dists(E, x, out):
-    """Squared distances from every row of E to x, into ``out`` (each a sum over j in order)."""
-    m, d = E.shape
+def sq_dists(ET, x, out):
+    """Squared distances from every evaluation point (the columns of ``ET``, E transposed) to x,
+    into ``out``: each a sum over j in order. Looping over the points inside the loop over j
+    keeps every sum's order (so its bits) and lets the compiler run several points at once
+    (4x faster at d = 32 than a loop over j inside the loop over points)."""
+    d, m = ET.shape
     for v in range(m):
-        acc = 0.0
-        for j in range(d):
-            diff = E[v, j] - x[j]
-            acc += diff * diff
-        out[v] = acc
+        out[v] = 0.0
+    for j in range(d):
+        xj = x[j]
+        for v in range(m):
+            diff = ET[j, v] - xj
+            out[v] += diff * diff
 
 
 @compiled
@@ -73,27 +77,25 @@ def absorb(kind, cur, score):
 
 
 @compiled
-def base_scores(kind, E):
+def base_scores(kind, ET):
     """``cur`` of the empty set: the squared distance to the phantom (exemplar), or 0 (facility:
-    no similarity yet)."""
-    m, d = E.shape
+    no similarity yet). ``ET``: the evaluation points transposed (d, m)."""
+    d, m = ET.shape
     out = np.zeros(m)
     if kind == EXEMPLAR:
-        for v in range(m):
-            acc = 0.0
-            for j in range(d):
-                acc += E[v, j] * E[v, j]
-            out[v] = acc
+        for j in range(d):
+            for v in range(m):
+                out[v] += ET[j, v] * ET[j, v]
     return out
 
 
 @compiled
-def set_scores(kind, gamma, E, X, rows, n_rows):
+def set_scores(kind, gamma, ET, X, rows, n_rows):
     """``cur`` of the set {X[rows[0..n_rows)]} (added in that order)."""
-    cur = base_scores(kind, E)
-    score = np.empty(E.shape[0])
+    cur = base_scores(kind, ET)
+    score = np.empty(ET.shape[1])
     for i in range(n_rows):
-        sq_dists(E, X[rows[i]], score)
+        sq_dists(ET, X[rows[i]], score)
         to_score(kind, gamma, score)
         absorb(kind, cur, score)
     return cur
@@ -111,15 +113,18 @@ def value_of(kind, cur, base):
 
 @dataclass(frozen=True)
 class Utility:
-    """A utility over the evaluation points ``E`` (float64 (m, d))."""
+    """A utility over the evaluation points ``E`` (float64 (m, d); the kernels read ``ET``, its
+    transpose)."""
 
     name: str
     E: np.ndarray
     gamma: float | None = None  # facility only; None: 1 / d
+    ET: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         check_one_of(self.name, UTILITIES, "utility", "Utility")
         object.__setattr__(self, "E", np.ascontiguousarray(self.E, dtype=np.float64))
+        object.__setattr__(self, "ET", np.ascontiguousarray(self.E.T))
         if self.gamma is not None:
             check_positive_float(self.gamma, "gamma", "Utility")
 
@@ -136,8 +141,8 @@ class Utility:
         """f(S) for the points ``X_S`` (rows = the elements of S)."""
         X_S = np.ascontiguousarray(X_S, dtype=np.float64).reshape(-1, self.E.shape[1])
         rows = np.arange(X_S.shape[0], dtype=np.int64)
-        cur = set_scores(self.kind, self.kernel_gamma, self.E, X_S, rows, rows.shape[0])
-        return float(value_of(self.kind, cur, base_scores(self.kind, self.E)))
+        cur = set_scores(self.kind, self.kernel_gamma, self.ET, X_S, rows, rows.shape[0])
+        return float(value_of(self.kind, cur, base_scores(self.kind, self.ET)))
 
     def value_numpy(self, X_S: np.ndarray) -> float:
         """f(S) straight from the definition, in numpy (the tests' reference)."""
