@@ -22,6 +22,7 @@ from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import (
     SourcePlan,
+    chunk_plan,
     plan_source,
     read_source_rows,
     read_source_sample,
@@ -59,7 +60,7 @@ from storage.index import (
     write_new_rows,
     write_segment_lengths,
 )
-from storage.store import FairpipeStore, read_array
+from storage.store import FairpipeStore, read_array, write_rows
 from storage.summary import has_summary
 from storage.urls import parse_store_url
 
@@ -114,11 +115,11 @@ class IngestOptions:
 
 
 # -- Dask jobs (plain functions: no Prefect overhead per chunk) ---------------------------------
-def _ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int, ids, codes,
+def _ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
                   staging: Staging):  # fmt: skip
     t0 = time.perf_counter()
     X = read_source_rows(plan, a, b)
-    write_new_rows(fork, base + a, X, ids, codes)
+    write_rows(fork, "points", base + a, X)
     staging.write(base + a, lsh.hash_validated(X))
     return fork, {"rows": b - a, "seconds": time.perf_counter() - t0}
 
@@ -142,12 +143,13 @@ def plan_source_task(source: str, options: IngestOptions) -> SourcePlan:
 
 
 @task(name="hash-and-write-rows", cache_policy=NO_CACHE)
-def write_rows_task(fork, plan, lsh, chunks, base, ids, codes, staging):
+def write_rows_task(fork, plans, lsh, chunks, base, staging):
+    """Read, write and hash the new rows, a Dask job per row chunk (``plans``: each chunk's
+    share of the source plan, :func:`chunk_plan`)."""
     n = len(chunks)
     return dask_map(
-        _ingest_chunk, [fork] * n, [plan] * n, [lsh] * n, [a for a, _ in chunks],
-        [b for _, b in chunks], [base] * n, [ids[a:b] for a, b in chunks],
-        [codes[a:b] for a, b in chunks], [staging] * n,
+        _ingest_chunk, [fork] * n, plans, [lsh] * n, [a for a, _ in chunks],
+        [b for _, b in chunks], [base] * n, [staging] * n,
     )  # fmt: skip
 
 
@@ -290,9 +292,11 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         staging = Staging(store.spec.local_dir, base, n_total, L, chunk_rows)
         try:
             t0 = time.perf_counter()
-            results = write_rows_task.submit(
-                txn.fork(), plan, lsh, chunks, base, ids, codes, staging
-            ).result()
+            # Ids and groups (13 bytes a row) are written here; the jobs get their rows' share
+            # of the source only (no n-sized array in the task graph).
+            write_new_rows(txn.session, base, ids, codes)
+            plans = [chunk_plan(plan, a, b) for a, b in chunks]
+            results = write_rows_task.submit(txn.fork(), plans, lsh, chunks, base, staging).result()
             txn.merge([fork for fork, _ in results])
             timings["hash_and_write"] = time.perf_counter() - t0
 

@@ -9,7 +9,7 @@ in-memory data sets (``digits`` and the real data sets' loaders).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ class SourcePlan:
     feature_columns: list[str] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     points: np.ndarray | None = None  # in-memory sources only
+    points_start: int = 0  # the source row of ``points[0]`` (a chunk's plan holds its rows only)
     columns: list[str] = field(default_factory=list)  # a table's columns, in file order
     # A plain CSV: the byte offset of every OFFSET_STRIDE-th data row, so that a chunk job seeks
     # to its rows instead of parsing the file from the top (each byte is parsed once).
@@ -259,12 +260,22 @@ def _plan_table(
     return plan
 
 
+def chunk_plan(plan: SourcePlan, a: int, b: int) -> SourcePlan:
+    """What a job reading rows [a, b) of the source needs of its plan: without the ids and group
+    codes (n of each), and an in-memory source's rows [a, b) only, so a job is shipped its share
+    of the data rather than all of it."""
+    points = (
+        None if plan.points is None else plan.points[a - plan.points_start : b - plan.points_start]
+    )
+    return replace(plan, ids=None, groups=None, points=points, points_start=a)
+
+
 def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
     """Validated float32 rows [a, b) of the source; errors name rows of the whole source."""
     names: list[str] | None = None  # a table's feature columns, named in errors
     if plan.kind == "memory":
         assert plan.points is not None
-        X = plan.points[a:b]
+        X = plan.points[a - plan.points_start : b - plan.points_start]
     elif plan.kind == "npy":
         assert plan.path is not None
         X = np.load(plan.path, mmap_mode="r", allow_pickle=False)[a:b]
