@@ -198,37 +198,41 @@ def write_dataset_attrs(root, before: dict, *, n: int, n_alive: int, d: int, see
 
 # -- staging: the keys of new rows, between the hashing jobs and the index jobs -------------------
 class Staging:
-    """A scratch Zarr array of the new rows' keys (n_new, L), outside the repository (so no
-    object of it outlives the ingest): beside a local store, else in the temporary folder (which
-    the workers must share). Row r of the store is staging row ``r - origin``, where ``origin``
-    is the start of the chunk holding the first new row, so writers own whole chunks here too."""
+    """The new rows' keys, between the hashing jobs and the index jobs, outside the repository
+    (so no object of it outlives the ingest): beside a local store, else in the temporary folder
+    (which the workers must share). Each chunk job writes one ``.npy`` file of its rows' keys,
+    transposed (L, rows), so an index job reads each of its tables as one contiguous run of
+    every file (memory-mapped; one file write per chunk instead of a Zarr chunk per table)."""
 
     def __init__(self, local_dir: Path | None, base: int, n_total: int, n_tables: int,
                  chunk_rows: int):  # fmt: skip
         parent = local_dir.parent if local_dir is not None else None
         self.path = Path(tempfile.mkdtemp(prefix=f".fairpipe-staging-{uuid.uuid4().hex[:6]}-",
                                           dir=parent))  # fmt: skip
-        self.origin = base // chunk_rows * chunk_rows
-        self.base, self.n_total = base, n_total
-        import zarr
+        self.base, self.n_total, self.n_tables = base, n_total, n_tables
 
-        # One table per chunk column: a table job reads its tables' keys only. Uncompressed:
-        # the keys are hashes (they would not compress) and live for one ingest.
-        zarr.create_array(str(self.path), shape=(n_total - self.origin, n_tables),
-                          chunks=(chunk_rows, 1), dtype="uint64", compressors=None)  # fmt: skip
+    def _file(self, start: int) -> Path:
+        return self.path / f"{start:012d}.npy"
 
     def write(self, start: int, keys: np.ndarray) -> None:
-        import zarr
-
-        arr = zarr.open_array(str(self.path), mode="r+")
-        arr[start - self.origin : start - self.origin + keys.shape[0]] = keys
+        """The keys (rows, L) of rows [start, start + rows)."""
+        tmp = self.path / f".{start:012d}.{uuid.uuid4().hex[:6]}.tmp"
+        with open(tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(keys.T))
+        tmp.rename(self._file(start))  # whole or absent: a job that died wrote nothing
 
     def read(self, t0: int, t1: int) -> np.ndarray:
-        """Keys of tables [t0, t1) of every new row."""
-        import zarr
-
-        arr = zarr.open_array(str(self.path), mode="r")
-        return np.asarray(arr[self.base - self.origin :, t0:t1])
+        """Keys of tables [t0, t1) of every new row: (t1 - t0, rows), a table per row."""
+        files = sorted(self.path.glob("*.npy"))
+        out = np.empty((t1 - t0, self.n_total - self.base), dtype=np.uint64)
+        at = 0
+        for path in files:
+            part = np.load(path, mmap_mode="r")
+            out[:, at : at + part.shape[1]] = part[t0:t1]
+            at += part.shape[1]
+        if at != out.shape[1] or int(files[0].stem if files else -1) != self.base:
+            raise RuntimeError(f"staged keys cover {at} of {out.shape[1]} new rows ({self.path})")
+        return out
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -346,14 +350,14 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
     main layer, ``delta`` from them and the delta's entries into the delta. Returns each table's
     segment lengths and bucket count."""
     sources, layer = BUILDS[build]
-    new_keys = staging.read(t0, t1)
+    new_keys = staging.read(t0, t1)  # (tables, rows)
     new_rows = np.arange(staging.base, staging.n_total, dtype=np.int64)
     old = {name: read_lengths(session, name, slice(t0, t1)) for name in sources}
     out = {}
     for j, t in enumerate(range(t0, t1)):
         parts = [read_table_entries(session, t, lengths[j], name)
                  for name, lengths in old.items() if lengths is not None]  # fmt: skip
-        h = np.concatenate([*(p[0] for p in parts), mix(new_keys[:, j])])
+        h = np.concatenate([*(p[0] for p in parts), mix(new_keys[j])])
         r = np.concatenate([*(p[1] for p in parts), new_rows])
         flat, offsets = pack(h, r, bits, sorted_rows=not parts)  # staged rows are in row order
         prior = old.get(layer)

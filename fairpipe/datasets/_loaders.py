@@ -54,13 +54,25 @@ def gaussian_block(seed: int, block: int, n: int, d: int, clusters: int, groups:
     centres = np.random.default_rng(np.random.SeedSequence([seed, 0xCE])).normal(
         0.0, 6.0, size=(clusters, d)
     )
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xB0, block]))
-    # Unequal cluster weights and spreads give dense and sparse regions (what makes LSH unfair).
-    weights = np.arange(1, clusters + 1, dtype=float)
-    comp = rng.choice(clusters, size=rows, p=weights / weights.sum())
+    rng, comp = _gaussian_components(seed, block, rows, clusters)
     spread = 0.5 + comp / max(clusters - 1, 1)
     X = centres[comp] + rng.normal(size=(rows, d)) * spread[:, None]
     return X.astype(np.float32), (comp % groups).astype(np.int32)
+
+
+def _gaussian_components(seed: int, block: int, rows: int, clusters: int):
+    """(the block's generator, each row's mixture component): the components are its first draw,
+    so the groups of a block cost no normal draws (:func:`gaussian_block_groups`)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xB0, block]))
+    # Unequal cluster weights and spreads give dense and sparse regions (what makes LSH unfair).
+    weights = np.arange(1, clusters + 1, dtype=float)
+    return rng, rng.choice(clusters, size=rows, p=weights / weights.sum())
+
+
+def gaussian_block_groups(seed: int, block: int, n: int, clusters: int, groups: int):
+    """The groups of :func:`gaussian_block` (the same values), without generating its points."""
+    rows = min(GAUSSIAN_BLOCK, n - block * GAUSSIAN_BLOCK)
+    return (_gaussian_components(seed, block, rows, clusters)[1] % groups).astype(np.int32)
 
 
 def load_gaussian(

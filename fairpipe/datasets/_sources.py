@@ -327,10 +327,14 @@ def _gaussian_rows(plan: SourcePlan, a: int, b: int, part: int) -> np.ndarray:
     block by block (a row's values do not depend on the range asked for)."""
     p = plan.params
     blocks = range(a // loaders.GAUSSIAN_BLOCK, (b - 1) // loaders.GAUSSIAN_BLOCK + 1)
-    parts = [
-        loaders.gaussian_block(p["seed"], blk, p["n"], p["d"], p["clusters"], p["groups"])[part]
-        for blk in blocks
-    ]
+    if part == 1:  # the groups only: no points generated
+        parts = [loaders.gaussian_block_groups(p["seed"], blk, p["n"], p["clusters"], p["groups"])
+                 for blk in blocks]  # fmt: skip
+    else:
+        parts = [
+            loaders.gaussian_block(p["seed"], blk, p["n"], p["d"], p["clusters"], p["groups"])[0]
+            for blk in blocks
+        ]
     first = blocks[0] * loaders.GAUSSIAN_BLOCK
     return np.concatenate(parts)[a - first : b - first]
 

@@ -27,6 +27,7 @@ from fairpipe.hashing import splitmix64
 from fairpipe.validation import check_points
 
 ROW_BLOCK = 256
+COMPILED_FOLD_ROWS = 4096  # above this many rows, keys are folded by the compiled kernel
 TABLE_SHIFT = np.uint64(48)
 HASH_MASK = np.uint64((1 << 48) - 1)
 MAX_TABLES = (1 << 16) - 1
@@ -142,6 +143,8 @@ class E2LSH(LSHParameters):
         n = X.shape[0]
         out = np.empty((n, self.n_tables), dtype=np.uint64)
         proj = np.empty((ROW_BLOCK, self._scaled_a.shape[1]), dtype=np.float32)
+        fold = self._fold if n <= COMPILED_FOLD_ROWS else self._fold_compiled
+
         block = np.zeros((ROW_BLOCK, X.shape[1]), dtype=np.float32)
         for start in range(0, n, ROW_BLOCK):
             stop = min(start + ROW_BLOCK, n)
@@ -156,8 +159,18 @@ class E2LSH(LSHParameters):
                 block[rows:] = 0.0
                 src = block
             np.matmul(src, self._scaled_a, out=proj)
-            out[start:stop] = self._fold(proj[:rows])
+            out[start:stop] = fold(proj[:rows])
         return out
+
+    def _fold_compiled(self, proj: np.ndarray) -> np.ndarray:
+        """:meth:`_fold` by the compiled kernel (the same bits; worth loading numba for a large
+        batch only)."""
+        from fairpipe.neighbors._pack import fold_block
+
+        keys = np.empty((proj.shape[0], self.n_tables), dtype=np.uint64)
+        fold_block(proj, self._scaled_b, self.multipliers_, self.n_tables, HASH_MASK, TABLE_SHIFT,
+                   keys)  # fmt: skip
+        return keys
 
     def _fold(self, proj: np.ndarray) -> np.ndarray:
         proj += self._scaled_b

@@ -62,38 +62,17 @@ def build_segments(keys: np.ndarray, rows: np.ndarray, bits: int):
 
 
 def pack(h: np.ndarray, rows: np.ndarray, bits: int, sorted_rows: bool = False):
-    """Segments of entries (mixed key h, row), in any order unless ``sorted_rows``."""
-    n_seg = 1 << bits
-    order = np.argsort(h, kind="stable") if sorted_rows else np.lexsort((rows, h))
-    h, rows = h[order], rows[order]
-    m = h.shape[0]
-    new = np.ones(m, dtype=bool)
-    if m:
-        np.not_equal(h[1:], h[:-1], out=new[1:])
-    starts = np.flatnonzero(new)  # first entry of each bucket
-    bucket_h = h[starts]
-    bucket_seg = segment_of(bucket_h, bits)
-    entry_seg = segment_of(h, bits)
-    nb = np.bincount(bucket_seg, minlength=n_seg)
-    ns = np.bincount(entry_seg, minlength=n_seg)
-    lengths = 1 + 3 * nb + ns
-    offsets = np.zeros(n_seg + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.empty(int(offsets[-1]), dtype=np.int32)
-    flat[offsets[:-1]] = nb
-    first_bucket = np.zeros(n_seg + 1, dtype=np.int64)
-    np.cumsum(nb, out=first_bucket[1:])
-    first_entry = np.zeros(n_seg + 1, dtype=np.int64)
-    np.cumsum(ns, out=first_entry[1:])
-    local_b = np.arange(starts.shape[0]) - first_bucket[bucket_seg]  # bucket's place in segment
-    key_at = offsets[bucket_seg] + 1 + 2 * local_b
-    words = bucket_h.view(np.int32).reshape(-1, 2)
-    flat[key_at], flat[key_at + 1] = words[:, 0], words[:, 1]
-    ends = np.append(starts[1:], m) - first_entry[bucket_seg]  # cumulative within the segment
-    flat[offsets[bucket_seg] + 1 + 2 * nb[bucket_seg] + local_b] = ends
-    local_e = np.arange(m) - first_entry[entry_seg]
-    flat[offsets[entry_seg] + 1 + 3 * nb[entry_seg] + local_e] = rows
-    return flat, offsets
+    """Segments of entries (mixed key h, row), in any order unless ``sorted_rows``: buckets in
+    increasing h, each bucket's rows in increasing order (compiled: :mod:`._pack`)."""
+    from fairpipe.neighbors._pack import fill_segments, stable_key_order
+
+    h = np.ascontiguousarray(h, dtype=np.uint64)
+    rows = np.asarray(rows, dtype=np.int64)
+    if not sorted_rows:
+        by_row = np.argsort(rows, kind="stable")
+        h, rows = h[by_row], rows[by_row]
+    order, sorted_h = stable_key_order(h)
+    return fill_segments(sorted_h, rows[order], int(bits))
 
 
 def decode(seg: np.ndarray):

@@ -4,6 +4,8 @@ import pytest
 from fairpipe import E2LSH, FairpipeInputError
 from fairpipe.neighbors import BucketIndex, KeyDirectory, build_table, remove_rows
 from fairpipe.neighbors._key_directory import home_slots
+from fairpipe.neighbors._lsh import COMPILED_FOLD_ROWS
+from fairpipe.neighbors._segments import mix, pack, segment_of
 
 
 def data(n=3000, d=24, seed=0):
@@ -152,3 +154,40 @@ def test_removing_rows_gives_the_table_a_fresh_build_gives(seed):
     want = build_table(keys, alive & ~dead)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
+@pytest.mark.parametrize("width", [2.0, 1e-7])  # exact float64 sums, then the wrapping path
+def test_compiled_fold_gives_the_numpy_fold_bits(width):
+    X = data(n=COMPILED_FOLD_ROWS + 1500, d=16, seed=4)
+    lsh = E2LSH(n_hashes=9, n_tables=11, bucket_width=width, seed=3).fit(X)
+    whole = lsh.hash(X)  # above COMPILED_FOLD_ROWS: the compiled fold
+    parts = np.vstack([lsh.hash(X[i : i + 1000]) for i in range(0, X.shape[0], 1000)])
+    assert np.array_equal(whole, parts)
+
+
+def reference_segments(h, rows, bits):
+    """Segments straight from their definition: entries sorted by (h, row), cut by top bits."""
+    order = np.lexsort((rows, h))
+    h, rows = h[order], rows[order]
+    seg = segment_of(h, bits)
+    out = []
+    for p in range(1 << bits):
+        hp, rp = h[seg == p], rows[seg == p]
+        keys, starts, sizes = np.unique(hp, return_index=True, return_counts=True)
+        out.append(np.concatenate([[keys.size], keys.view(np.int32), np.cumsum(sizes), rp]))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_packed_segments_match_their_definition(seed):
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(0, 4000))
+    distinct = [1, 5, max(m // 3, 1), 2**62][seed % 4]  # one huge bucket .. all distinct
+    h = mix(rng.integers(0, distinct, m, dtype=np.uint64))
+    rows = rng.permutation(3 * m)[:m] if seed % 2 else np.arange(m)
+    bits = int(rng.integers(0, 7))
+    flat, offsets = pack(h, rows, bits, sorted_rows=not seed % 2)
+    ref = reference_segments(h, rows, bits)
+    assert offsets.shape[0] == len(ref) + 1
+    for p, want in enumerate(ref):
+        assert np.array_equal(flat[offsets[p] : offsets[p + 1]], want.astype(np.int32))

@@ -1,0 +1,118 @@
+"""Compiled kernels of the index build: :func:`fairpipe.neighbors._segments.pack` and the key
+fold of :meth:`E2LSH.hash_validated` for large batches (imported on first use, so that a query,
+which reads segments and hashes one point, does not load numba).
+
+A table of n entries is packed in O(n): a stable counting sort by the top 16 bits of the mixed
+key, then a stable insertion sort of each (small) range by the whole key (a stable merge sort
+for a range above ``SMALL`` entries), then one pass writing the segments. The result is the
+same array a stable sort by key gives (rows in increasing order within a bucket).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairpipe.parallel import compiled
+
+SMALL = 64  # ranges of the first pass up to this size are insertion-sorted
+
+
+@compiled
+def stable_key_order(h):
+    """(order, h[order]): a stable argsort of the uint64 keys ``h``."""
+    m = h.shape[0]
+    n_prefix = 1 << 16
+    top = np.uint64(48)
+    counts = np.zeros(n_prefix + 1, dtype=np.int64)
+    for i in range(m):
+        counts[(h[i] >> top) + 1] += 1
+    for b in range(n_prefix):
+        counts[b + 1] += counts[b]
+    pos = counts[:n_prefix].copy()
+    keys = np.empty(m, dtype=np.uint64)
+    idx = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        d = h[i] >> top
+        j = pos[d]
+        keys[j] = h[i]
+        idx[j] = i
+        pos[d] = j + 1
+    for b in range(n_prefix):
+        a, e = counts[b], counts[b + 1]
+        if e - a > SMALL:
+            o = np.argsort(keys[a:e], kind="mergesort")
+            keys[a:e] = keys[a:e][o]
+            idx[a:e] = idx[a:e][o]
+            continue
+        for i in range(a + 1, e):
+            k, x, j = keys[i], idx[i], i - 1
+            while j >= a and keys[j] > k:
+                keys[j + 1] = keys[j]
+                idx[j + 1] = idx[j]
+                j -= 1
+            keys[j + 1] = k
+            idx[j + 1] = x
+    return idx, keys
+
+
+@compiled
+def fill_segments(hs, rows, bits):
+    """(flat, offsets) of the entries (``hs`` sorted mixed keys, ``rows``) cut into ``2**bits``
+    segments by the keys' top bits: :func:`fairpipe.neighbors._segments.pack`'s layout."""
+    m = hs.shape[0]
+    n_seg = 1 << bits
+    shift = np.uint64(64 - bits) if bits > 0 else np.uint64(0)
+    nb = np.zeros(n_seg, dtype=np.int64)
+    ns = np.zeros(n_seg, dtype=np.int64)
+    for i in range(m):
+        s = np.int64(hs[i] >> shift) if bits > 0 else 0
+        ns[s] += 1
+        if i == 0 or hs[i] != hs[i - 1]:
+            nb[s] += 1
+    offsets = np.zeros(n_seg + 1, dtype=np.int64)
+    for s in range(n_seg):
+        offsets[s + 1] = offsets[s] + 1 + 3 * nb[s] + ns[s]
+    flat = np.empty(offsets[n_seg], dtype=np.int32)
+    for s in range(n_seg):
+        flat[offsets[s]] = nb[s]
+    placed_b = np.zeros(n_seg, dtype=np.int64)
+    placed_e = np.zeros(n_seg, dtype=np.int64)
+    words = hs.view(np.int32)
+    for i in range(m):
+        s = np.int64(hs[i] >> shift) if bits > 0 else 0
+        o = offsets[s]
+        if i == 0 or hs[i] != hs[i - 1]:
+            j = placed_b[s]
+            flat[o + 1 + 2 * j] = words[2 * i]
+            flat[o + 2 + 2 * j] = words[2 * i + 1]
+            placed_b[s] = j + 1
+        flat[o + 1 + 3 * nb[s] + placed_e[s]] = rows[i]
+        placed_e[s] += 1
+        flat[o + 2 * nb[s] + placed_b[s]] = placed_e[s]  # the bucket's end so far
+    return flat, offsets
+
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+@compiled
+def fold_block(proj, offsets, multipliers, n_tables, mask, shift, out):
+    """:meth:`E2LSH._fold` in one pass: ``out[i, t]`` = the bucket key of row i in table t from
+    its projections ``proj`` (rows, L * k) float32 (before the offsets): the floored cells, their
+    wrapping uint64 sum with the multipliers, SplitMix64, the 48-bit mask and the table prefix.
+    The same bits as the numpy version (whose float64 sums are exact, so equal to this sum)."""
+    k = multipliers.shape[0]
+    for i in range(proj.shape[0]):
+        for t in range(n_tables):
+            acc = np.uint64(0)
+            for j in range(k):
+                c = t * k + j
+                cell = np.floor(proj[i, c] + offsets[c])
+                acc += np.uint64(np.int64(cell)) * multipliers[j]
+            z = acc ^ (acc >> np.uint64(30))
+            z *= _M1
+            z ^= z >> np.uint64(27)
+            z *= _M2
+            z ^= z >> np.uint64(31)
+            out[i, t] = (z & mask) | (np.uint64(t) << shift)
