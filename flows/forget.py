@@ -204,10 +204,11 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
         attrs = store.attrs(txn.session)
         all_ids = read_array(txn.session, "ids")
         alive = read_array(txn.session, "alive")
-        ids, known, rows, live = deletion_request(ids, IdLookup(all_ids), alive)
+        lookup = IdLookup(all_ids)
+        ids, known, rows, live = deletion_request(ids, lookup, alive)
         receipts += [
             {"request": r.request_id, "n_ids": int(np.unique(r.ids).size),
-             "not_found": np.setdiff1d(r.ids, all_ids).tolist(), "reason": r.reason,
+             "not_found": np.unique(r.ids[~lookup.rows(r.ids)[1]]).tolist(), "reason": r.reason,
              "requested_at": r.requested_at, "applied_at": None, "commit": None,
              "erased_at": None}
             for r in batch
