@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
+SPLITMIX_M1 = np.uint64(0xBF58476D1CE4E5B9)  # SplitMix64's multipliers (also the compiled fold's)
+SPLITMIX_M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -25,9 +25,9 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
     """
     z = np.asarray(x, dtype=np.uint64).copy()
     z ^= z >> np.uint64(30)
-    z *= _M1
+    z *= SPLITMIX_M1
     z ^= z >> np.uint64(27)
-    z *= _M2
+    z *= SPLITMIX_M2
     z ^= z >> np.uint64(31)
     return z
 

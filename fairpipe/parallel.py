@@ -16,10 +16,26 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import numba
+import numpy as np
+
+from fairpipe.hashing import SPLITMIX_M1, SPLITMIX_M2
 
 THREADS = min(os.cpu_count() or 1, 8)
 
 compiled = numba.njit(cache=True, nogil=True, boundscheck=False)
+
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+@compiled
+def splitmix64_one(z):
+    """:func:`fairpipe.hashing.splitmix64` of one uint64, inside compiled kernels."""
+    z ^= z >> _S30
+    z *= SPLITMIX_M1
+    z ^= z >> _S27
+    z *= SPLITMIX_M2
+    z ^= z >> _S31
+    return z
 
 
 @lru_cache(maxsize=1)

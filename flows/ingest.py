@@ -289,7 +289,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         grow(txn.root, n_total)
 
         chunks = row_chunks(base, n_total, chunk_rows)
-        staging = Staging(store.spec.local_dir, base, n_total, L, chunk_rows)
+        staging = Staging(store.spec.local_dir, base, n_total)
         try:
             t0 = time.perf_counter()
             # Ids and groups (13 bytes a row) are written here; the jobs get their rows' share

@@ -204,22 +204,18 @@ class Staging:
     transposed (L, rows), so an index job reads each of its tables as one contiguous run of
     every file (memory-mapped; one file write per chunk instead of a Zarr chunk per table)."""
 
-    def __init__(self, local_dir: Path | None, base: int, n_total: int, n_tables: int,
-                 chunk_rows: int):  # fmt: skip
+    def __init__(self, local_dir: Path | None, base: int, n_total: int):
         parent = local_dir.parent if local_dir is not None else None
         self.path = Path(tempfile.mkdtemp(prefix=f".fairpipe-staging-{uuid.uuid4().hex[:6]}-",
                                           dir=parent))  # fmt: skip
-        self.base, self.n_total, self.n_tables = base, n_total, n_tables
-
-    def _file(self, start: int) -> Path:
-        return self.path / f"{start:012d}.npy"
+        self.base, self.n_total = base, n_total
 
     def write(self, start: int, keys: np.ndarray) -> None:
         """The keys (rows, L) of rows [start, start + rows)."""
         tmp = self.path / f".{start:012d}.{uuid.uuid4().hex[:6]}.tmp"
         with open(tmp, "wb") as f:
             np.save(f, np.ascontiguousarray(keys.T))
-        tmp.rename(self._file(start))  # whole or absent: a job that died wrote nothing
+        tmp.rename(self.path / f"{start:012d}.npy")  # whole or absent: a dead job wrote nothing
 
     def read(self, t0: int, t1: int) -> np.ndarray:
         """Keys of tables [t0, t1) of every new row: (t1 - t0, rows), a table per row."""

@@ -33,11 +33,9 @@ import numpy as np
 from fairpipe.base import BaseEstimator
 from fairpipe.errors import check_int, check_positive_int
 from fairpipe.hashing import seed_key
-from fairpipe.parallel import THREADS, compiled, thread_pool
+from fairpipe.parallel import THREADS, compiled, splitmix64_one, thread_pool
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_S11 = np.uint64(11)
 _TO_UNIT = 1.0 / 9007199254740992.0
 
 
@@ -67,13 +65,7 @@ def _salts(seed: int, k: int) -> np.ndarray:
 @compiled
 def _uniform(key, salt):
     """SplitMix64 of (key XOR salt), top 53 bits as a float in [0, 1) (as fairpipe.hashing)."""
-    z = key ^ salt
-    z ^= z >> _S30
-    z *= _M1
-    z ^= z >> _S27
-    z *= _M2
-    z ^= z >> _S31
-    return np.float64(z >> _S11) * _TO_UNIT
+    return np.float64(splitmix64_one(key ^ salt) >> _S11) * _TO_UNIT
 
 
 @compiled

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairpipe.parallel import compiled
+from fairpipe.parallel import compiled, splitmix64_one
 
 SMALL = 64  # ranges of the first pass up to this size are insertion-sorted
 
@@ -92,10 +92,6 @@ def fill_segments(hs, rows, bits):
     return flat, offsets
 
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
 @compiled
 def fold_block(proj, offsets, multipliers, n_tables, mask, shift, out):
     """:meth:`E2LSH._fold` in one pass: ``out[i, t]`` = the bucket key of row i in table t from
@@ -110,9 +106,4 @@ def fold_block(proj, offsets, multipliers, n_tables, mask, shift, out):
                 c = t * k + j
                 cell = np.floor(proj[i, c] + offsets[c])
                 acc += np.uint64(np.int64(cell)) * multipliers[j]
-            z = acc ^ (acc >> np.uint64(30))
-            z *= _M1
-            z ^= z >> np.uint64(27)
-            z *= _M2
-            z ^= z >> np.uint64(31)
-            out[i, t] = (z & mask) | (np.uint64(t) << shift)
+            out[i, t] = (splitmix64_one(acc) & mask) | (np.uint64(t) << shift)
