@@ -120,7 +120,7 @@ def _ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
     t0 = time.perf_counter()
     X = read_source_rows(plan, a, b)
     write_rows(fork, "points", base + a, X)
-    staging.write(base + a, lsh.hash_validated(X))
+    staging.write(base + a, lsh.hash_validated(X, by_table=True))
     return fork, {"rows": b - a, "seconds": time.perf_counter() - t0}
 
 

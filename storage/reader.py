@@ -34,7 +34,7 @@ from fairpipe.neighbors import (
 )
 from fairpipe.validation import IdLookup, check_points
 from storage.index import LAYERS, layer_bits, load_lsh, load_sampler, store_format
-from storage.store import FairpipeStore, read_array, read_many, read_rows_at
+from storage.store import FairpipeStore, open_array, read_array, read_many, read_rows_at
 
 UNKNOWN_ID = "Id {id} is not in the store {url}."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
@@ -52,19 +52,25 @@ class _LocalIndex:
 
 
 class _RowCache:
-    """``points[local rows]`` for the kernel, read from the store on first use."""
+    """``points[local rows]`` for the kernel, read from the store on first use: a read takes
+    every candidate in the chunks it opens (the sampler asks for candidates in several rounds,
+    and a chunk of points costs the same to read for one row as for all), so each chunk is read
+    once per query. Holds the candidates' points only (not whole chunks)."""
 
     def __init__(self, reader: StoreReader, rows: np.ndarray):
         self.reader, self.rows = reader, rows
         self.values = np.zeros((rows.shape[0], reader.d), dtype=np.float32)
         self.have = np.zeros(rows.shape[0], dtype=bool)
+        self.chunk_of = rows // reader.point_block
 
     def __getitem__(self, local) -> np.ndarray:
         local = np.asarray(local)
-        missing = np.unique(local[~self.have[local]])
+        missing = local[~self.have[local]]
         if missing.size:
-            self.values[missing] = self.reader.points_at(self.rows[missing])
-            self.have[missing] = True
+            opened = np.isin(self.chunk_of, np.unique(self.chunk_of[missing]))
+            fill = np.flatnonzero(opened & ~self.have)
+            self.values[fill] = self.reader.points_at(self.rows[fill], cache=False)
+            self.have[fill] = True
         return self.values[local]
 
 
@@ -85,6 +91,7 @@ class StoreReader:
         self._lengths: dict[str, np.ndarray] = {}
         self._segments: dict[tuple[str, int, int], np.ndarray] = {}
         self._points: dict[int, np.ndarray] = {}
+        self._point_block: int | None = None
         self._lookup: IdLookup | None = None
         self._nn: FairNN | None = None
         self._model: tuple[np.ndarray, np.ndarray] | None = None
@@ -114,9 +121,22 @@ class StoreReader:
                 self._segments[missing[i]] = seg
         return [self._segments[w] for w in wanted]
 
-    def points_at(self, rows: np.ndarray) -> np.ndarray:
-        """Points of stored ``rows`` (cached)."""
+    @property
+    def point_block(self) -> int:
+        """Rows per chunk of the stored points."""
+        if self._point_block is None:
+            self._point_block = int(open_array(self.session, "points").chunks[0])
+        return self._point_block
+
+    def points_at(self, rows: np.ndarray, cache: bool = True) -> np.ndarray:
+        """Points of stored ``rows`` (cached unless not ``cache``: a query's candidates are
+        cached by the query)."""
         rows = np.asarray(rows, dtype=np.int64)
+        if not cache:
+            order = np.argsort(rows, kind="stable")
+            out = np.empty((rows.shape[0], self.d), dtype=np.float32)
+            out[order] = read_rows_at(self.session, "points", rows[order])
+            return out
         missing = np.unique([r for r in rows.tolist() if r not in self._points])
         if missing.size:
             for r, x in zip(missing.tolist(), read_rows_at(self.session, "points", missing)):

@@ -56,7 +56,11 @@ def gaussian_block(seed: int, block: int, n: int, d: int, clusters: int, groups:
     )
     rng, comp = _gaussian_components(seed, block, rows, clusters)
     spread = 0.5 + comp / max(clusters - 1, 1)
-    X = centres[comp] + rng.normal(size=(rows, d)) * spread[:, None]
+    # centres[comp] + normal * spread, in float64 then rounded to float32, computed in place
+    # (the same bits as the expression, with two temporaries fewer).
+    X = rng.normal(size=(rows, d))
+    X *= spread[:, None]
+    X += centres[comp]
     return X.astype(np.float32), (comp % groups).astype(np.int32)
 
 

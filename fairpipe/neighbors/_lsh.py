@@ -137,13 +137,14 @@ class E2LSH(LSHParameters):
         X = check_points(X, where="E2LSH.hash", n_features=self.n_features_in_)
         return self.hash_validated(X)
 
-    def hash_validated(self, X: np.ndarray) -> np.ndarray:
+    def hash_validated(self, X: np.ndarray, by_table: bool = False) -> np.ndarray:
         """Bucket keys of ``X``, which is known to be valid (a finite float32 matrix of the
-        fitted dimension): the kernel the Dask jobs call on chunks they already validated."""
+        fitted dimension): the kernel the Dask jobs call on chunks they already validated.
+        ``by_table``: returned transposed, (n_tables, n) (what the index build stages)."""
         n = X.shape[0]
-        out = np.empty((n, self.n_tables), dtype=np.uint64)
+        out = np.empty((self.n_tables, n) if by_table else (n, self.n_tables), dtype=np.uint64)
         proj = np.empty((ROW_BLOCK, self._scaled_a.shape[1]), dtype=np.float32)
-        fold = self._fold if n <= COMPILED_FOLD_ROWS else self._fold_compiled
+        compiled = n > COMPILED_FOLD_ROWS
 
         block = np.zeros((ROW_BLOCK, X.shape[1]), dtype=np.float32)
         for start in range(0, n, ROW_BLOCK):
@@ -159,18 +160,22 @@ class E2LSH(LSHParameters):
                 block[rows:] = 0.0
                 src = block
             np.matmul(src, self._scaled_a, out=proj)
-            out[start:stop] = fold(proj[:rows])
+            if compiled:
+                self._fold_compiled(proj[:rows], out[:, start:stop] if by_table else
+                                    out[start:stop], by_table)  # fmt: skip
+            elif by_table:
+                out[:, start:stop] = self._fold(proj[:rows]).T
+            else:
+                out[start:stop] = self._fold(proj[:rows])
         return out
 
-    def _fold_compiled(self, proj: np.ndarray) -> np.ndarray:
-        """:meth:`_fold` by the compiled kernel (the same bits; worth loading numba for a large
-        batch only)."""
+    def _fold_compiled(self, proj: np.ndarray, out: np.ndarray, by_table: bool) -> None:
+        """:meth:`_fold` by the compiled kernel into ``out`` ((rows, L), or (L, rows) when
+        ``by_table``): the same bits; worth loading numba for a large batch only."""
         from fairpipe.neighbors._pack import fold_block
 
-        keys = np.empty((proj.shape[0], self.n_tables), dtype=np.uint64)
         fold_block(proj, self._scaled_b, self.multipliers_, self.n_tables, HASH_MASK, TABLE_SHIFT,
-                   keys)  # fmt: skip
-        return keys
+                   out, by_table)  # fmt: skip
 
     def _fold(self, proj: np.ndarray) -> np.ndarray:
         proj += self._scaled_b

@@ -93,8 +93,9 @@ def fill_segments(hs, rows, bits):
 
 
 @compiled
-def fold_block(proj, offsets, multipliers, n_tables, mask, shift, out):
-    """:meth:`E2LSH._fold` in one pass: ``out[i, t]`` = the bucket key of row i in table t from
+def fold_block(proj, offsets, multipliers, n_tables, mask, shift, out, by_table):
+    """:meth:`E2LSH._fold` in one pass: ``out[i, t]`` (``out[t, i]`` when ``by_table``) = the
+    bucket key of row i in table t from
     its projections ``proj`` (rows, L * k) float32 (before the offsets): the floored cells, their
     wrapping uint64 sum with the multipliers, SplitMix64, the 48-bit mask and the table prefix.
     The same bits as the numpy version (whose float64 sums are exact, so equal to this sum)."""
@@ -106,4 +107,8 @@ def fold_block(proj, offsets, multipliers, n_tables, mask, shift, out):
                 c = t * k + j
                 cell = np.floor(proj[i, c] + offsets[c])
                 acc += np.uint64(np.int64(cell)) * multipliers[j]
-            out[i, t] = (splitmix64_one(acc) & mask) | (np.uint64(t) << shift)
+            key = (splitmix64_one(acc) & mask) | (np.uint64(t) << shift)
+            if by_table:
+                out[t, i] = key
+            else:
+                out[i, t] = key

@@ -163,6 +163,9 @@ def test_compiled_fold_gives_the_numpy_fold_bits(width):
     whole = lsh.hash(X)  # above COMPILED_FOLD_ROWS: the compiled fold
     parts = np.vstack([lsh.hash(X[i : i + 1000]) for i in range(0, X.shape[0], 1000)])
     assert np.array_equal(whole, parts)
+    # Transposed (what an ingest stages), by both folds.
+    assert np.array_equal(lsh.hash_validated(X, by_table=True), whole.T)
+    assert np.array_equal(lsh.hash_validated(X[:1000], by_table=True), whole[:1000].T)
 
 
 def reference_segments(h, rows, bits):
