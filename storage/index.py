@@ -62,6 +62,7 @@ SEGMENT_CHUNK = 65536  # int32 entries per chunk of a segment: most segments are
 SEGMENT_CAPACITY = 1 << 34  # the segments' last dimension: larger than any segment can be
 MAX_SEGMENTS = 1 << 20  # segments per table at most (2**31 rows at 2048 rows per segment)
 INDEX_BLOCK_BYTES = 256 << 20  # index entries one job holds at most
+WRITE_BLOCK_BYTES = 64 << 20  # segments of several tables written in one call, at most
 DELTA_SHARE = 8  # appended rows stay in the delta while at most 1/8 of the live rows
 # The index's two layers: (segments, their lengths, bucket counts) under ``lsh/``.
 LAYERS = {
@@ -326,19 +327,26 @@ def read_table_entries(session, t: int, lengths: np.ndarray,
     return np.concatenate([h for h, _ in parts]), np.concatenate([r for _, r in parts])
 
 
-def write_table(session, t: int, flat: np.ndarray, offsets: np.ndarray, old_lengths,
-                layer: str = "main") -> np.ndarray:  # fmt: skip
-    """Write table ``t``'s segments of ``layer`` (``flat``/``offsets`` from :func:`pack`) over
-    the old ones (their ``old_lengths``, zeroed where the new ones are shorter); returns the new
-    lengths."""
-    lengths = np.diff(offsets).astype(np.int32)
-    width = _padded(int(max(lengths.max(initial=0), np.max(old_lengths, initial=0))))
+def write_tables(session, t0: int, packed: list, old_lengths: list,
+                 layer: str = "main") -> list[np.ndarray]:  # fmt: skip
+    """Write tables ``t0, t0 + 1, ...``'s segments of ``layer`` (``packed``: each table's
+    (flat, offsets) from :func:`pack`) over the old ones (their ``old_lengths``, zeroed where
+    the new ones are shorter), in one Zarr call (its chunks written concurrently; a call per
+    table cost about a millisecond each for a small delta). Returns each table's new lengths."""
+    lengths = [np.diff(offsets).astype(np.int32) for _, offsets in packed]
+    longest = max((max(v.max(initial=0), np.max(o, initial=0))
+                   for v, o in zip(lengths, old_lengths)), default=0)  # fmt: skip
+    width = _padded(int(longest))
     if width == 0:
         return lengths
-    block = np.zeros((max(lengths.shape[0], len(old_lengths)), width), dtype=np.int32)
-    for p in np.flatnonzero(lengths):
-        block[p, : lengths[p]] = flat[offsets[p] : offsets[p + 1]]
-    open_array(session, f"lsh/{LAYERS[layer][0]}", mode="r+")[t, : block.shape[0], :width] = block
+    n_seg = max(max(v.shape[0], len(o)) for v, o in zip(lengths, old_lengths))
+    block = np.zeros((len(packed), n_seg, width), dtype=np.int32)
+    for j, ((flat, offsets), v) in enumerate(zip(packed, lengths)):
+        for p in np.flatnonzero(v):
+            block[j, p, : v[p]] = flat[offsets[p] : offsets[p + 1]]
+    open_array(session, f"lsh/{LAYERS[layer][0]}", mode="r+")[
+        t0 : t0 + len(packed), :n_seg, :width
+    ] = block
     return lengths
 
 
@@ -360,18 +368,43 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
     new_keys = staging.read(t0, t1)  # (tables, rows)
     new_rows = np.arange(staging.base, staging.n_total, dtype=np.int64)
     old = {name: read_lengths(session, name, slice(t0, t1)) for name in sources}
-    out = {}
+    prior = old.get(layer)
+    out: dict[int, tuple[np.ndarray, int]] = {}
+    group: list = []  # packed tables not yet written: written together, one Zarr call
+
+    def flush() -> None:
+        g0 = t0 + len(out)
+        before = [prior[t - t0] if prior is not None else np.zeros(0, np.int32)
+                  for t in range(g0, g0 + len(group))]  # fmt: skip
+        for i, (lengths, (flat, offsets)) in enumerate(
+            zip(write_tables(session, g0, group, before, layer), group)
+        ):
+            out[g0 + i] = (lengths, bucket_count(flat, offsets))
+        group.clear()
+
     for j, t in enumerate(range(t0, t1)):
         parts = [read_table_entries(session, t, lengths[j], name)
                  for name, lengths in old.items() if lengths is not None]  # fmt: skip
         h = np.concatenate([*(p[0] for p in parts), mix(new_keys[j])])
         r = np.concatenate([*(p[1] for p in parts), new_rows])
-        flat, offsets = pack(h, r, bits, sorted_rows=not parts)  # staged rows are in row order
-        prior = old.get(layer)
-        before = prior[j] if prior is not None else np.zeros(0, np.int32)
-        out[t] = (write_table(session, t, flat, offsets, before, layer),
-                  bucket_count(flat, offsets))  # fmt: skip
+        packed = pack(h, r, bits, sorted_rows=not parts)  # staged rows are in row order
+        if group and _block_bytes([*group, packed], prior) > WRITE_BLOCK_BYTES:
+            flush()
+        group.append(packed)
+    if group:
+        flush()
     return out
+
+
+def _block_bytes(group: list, prior) -> int:
+    """Bytes of the block :func:`write_tables` builds for these packed tables (at most: with
+    the old lengths of every table of the job)."""
+    widest = max(int(np.diff(offsets).max(initial=0)) for _, offsets in group)
+    n_seg = max(offsets.shape[0] - 1 for _, offsets in group)
+    if prior is not None:
+        widest = max(widest, int(prior.max(initial=0)))
+        n_seg = max(n_seg, prior.shape[1])
+    return len(group) * n_seg * _padded(widest) * 4
 
 
 def update_index(session, root, attrs: dict, rows: np.ndarray, keys: np.ndarray) -> int:
@@ -495,7 +528,7 @@ def upgrade_format1(session, root, attrs: dict) -> dict:
     counts = np.zeros(n_tables, dtype=np.int64)
     for t in range(n_tables):
         flat, offsets = build_segments(keys[rows, t], rows, bits)
-        lengths[t] = write_table(session, t, flat, offsets, np.zeros(0, np.int32))
+        lengths[t] = write_tables(session, t, [(flat, offsets)], [np.zeros(0, np.int32)])[0]
         counts[t] = bucket_count(flat, offsets)
     write_segment_lengths(root, lengths)
     write_bucket_counts(root, counts)
