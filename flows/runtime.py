@@ -18,24 +18,25 @@ import numpy as np
 from fairpipe.cluster import LEAF_BATCH_POINTS
 from fairpipe.tree import leaf_of
 from flows import DEFAULT_ENV  # noqa: F401  (applied on import of the package)
+from flows._server import LocalServer, adopt_early
 from storage.index import n_features, read_live_rows
 
 
 @contextlib.contextmanager
 def prefect_api():
-    """Use ``PREFECT_API_URL`` if set; otherwise run one local server for this process tree."""
+    """Use ``PREFECT_API_URL`` if set; otherwise run one local server for this process tree
+    (the one a command line launched early, :func:`flows._server.launch_early`, if any)."""
     if os.environ.get("PREFECT_API_URL"):
         yield os.environ["PREFECT_API_URL"]
         return
     import prefect.settings
-    from prefect.server.api.server import SubprocessASGIServer
 
-    server = SubprocessASGIServer()
-    prior = SubprocessASGIServer._instances.get(None)
-    SubprocessASGIServer._instances[None] = server
-    server.start(timeout=int(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]))
-    os.environ["PREFECT_API_URL"] = server.api_url
+    server = adopt_early() or LocalServer()
+    if server.process is None:
+        server.launch(prefect_settings=True)
     try:
+        server.wait()
+        os.environ["PREFECT_API_URL"] = server.api_url
         with prefect.settings.temporary_settings(
             updates={prefect.settings.PREFECT_API_URL: server.api_url}
         ):
@@ -46,10 +47,6 @@ def prefect_api():
     finally:
         os.environ.pop("PREFECT_API_URL", None)
         server.stop()
-        if prior is not None:
-            SubprocessASGIServer._instances[None] = prior
-        else:
-            SubprocessASGIServer._instances.pop(None, None)
 
 
 def _drain_logs() -> None:
@@ -112,7 +109,9 @@ def default_task_runner():
 def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
              processes: bool = True, **kwargs):  # fmt: skip
     """Run ``flow(*args, **kwargs)`` with one Prefect API and a Dask task runner: the cluster at
-    ``dask_address``, or an embedded LocalCluster of ``n_workers`` (processes or threads)."""
+    ``dask_address``, or an embedded LocalCluster of ``n_workers`` (processes or threads),
+    started at the flow's first task. (Starting it while the Prefect server starts was
+    measured: on 2 cores the two compete, and a command took as long.)"""
     with prefect_api():
         runner = task_runner(dask_address, n_workers=n_workers, processes=processes)
         return flow.with_options(task_runner=runner)(*args, **kwargs)

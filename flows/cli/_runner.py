@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.text import Text
 
 from fairpipe.errors import FairpipeInputError
+from flows._server import launch_early, stop_early
 from flows.cli._options import AsJson, DaskAddress, LockTimeout, Workers
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
@@ -116,11 +117,16 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
 
         @functools.wraps(fn)
         def run(**kwargs: Any) -> None:
-            with errors_reported(fn.__name__, flags, dict(kwargs)):
-                options = Shared(**{name: kwargs.pop(name) for name in shared})
-                result = fn(**kwargs, shared=options)
-                if render is not None:
-                    emit(result, options.as_json, render)
+            try:
+                with errors_reported(fn.__name__, flags, dict(kwargs)):
+                    if "dask_address" in shared:  # runs a flow: its Prefect server starts now,
+                        launch_early()  # while the command imports its flow (about 2 s each)
+                    options = Shared(**{name: kwargs.pop(name) for name in shared})
+                    result = fn(**kwargs, shared=options)
+                    if render is not None:
+                        emit(result, options.as_json, render)
+            finally:
+                stop_early()
 
         run.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in own + added}
