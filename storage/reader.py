@@ -69,7 +69,7 @@ class _RowCache:
         if missing.size:
             opened = np.isin(self.chunk_of, np.unique(self.chunk_of[missing]))
             fill = np.flatnonzero(opened & ~self.have)
-            self.values[fill] = self.reader.points_at(self.rows[fill], cache=False)
+            self.values[fill] = read_rows_at(self.reader.session, "points", self.rows[fill])
             self.have[fill] = True
         return self.values[local]
 
@@ -128,15 +128,9 @@ class StoreReader:
             self._point_block = int(open_array(self.session, "points").chunks[0])
         return self._point_block
 
-    def points_at(self, rows: np.ndarray, cache: bool = True) -> np.ndarray:
-        """Points of stored ``rows`` (cached unless not ``cache``: a query's candidates are
-        cached by the query)."""
+    def points_at(self, rows: np.ndarray) -> np.ndarray:
+        """Points of stored ``rows`` (cached)."""
         rows = np.asarray(rows, dtype=np.int64)
-        if not cache:
-            order = np.argsort(rows, kind="stable")
-            out = np.empty((rows.shape[0], self.d), dtype=np.float32)
-            out[order] = read_rows_at(self.session, "points", rows[order])
-            return out
         missing = np.unique([r for r in rows.tolist() if r not in self._points])
         if missing.size:
             for r, x in zip(missing.tolist(), read_rows_at(self.session, "points", missing)):
