@@ -234,7 +234,9 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     created = False
     try:
         store = FairpipeStore.open_existing(store_url)  # raises for a folder that is not a store
-        plan = plan_source_task.submit(source, options).result()
+        # Planned here, not on the cluster: an append small enough for the flow to do itself
+        # then never starts one (the embedded LocalCluster costs about 2 s to start).
+        plan = plan_source_task(source, options)
         if store is None:
             store, created = FairpipeStore.open(store_url, create=True), True
         timings["plan"] = time.perf_counter() - t_start

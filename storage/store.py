@@ -108,27 +108,169 @@ def read_array(session, name: str, sel=slice(None)) -> np.ndarray:
     return np.asarray(open_array(session, name)[sel])
 
 
+# Chunks fetched at once by the direct read path (measured on a 1M x 128 store's 489 chunks of
+# points: 8 in flight 0.18 s, all at once 0.31 s, 2 at once 0.43 s).
+READ_CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class _PlainChunks:
+    """How to turn one stored chunk of an array back into numbers without zarr's codec pipeline:
+    the array's chunk shape, dtype, fill value and byte-to-byte decoders (Blosc or Zstd, applied
+    last first). Only arrays whose codecs are exactly that (little-endian bytes, then at most
+    those compressors) get one; zarr reads every other array."""
+
+    path: str
+    encode_key: Any
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fill: Any
+    decoders: tuple
+
+    def decode(self, raw) -> np.ndarray:
+        if raw is None:  # a chunk never written holds the fill value
+            return np.full(self.shape, self.fill, dtype=self.dtype)
+        data = raw.as_numpy_array()
+        for decode in self.decoders:
+            data = decode(data)
+        return np.frombuffer(data, dtype=self.dtype).reshape(self.shape)
+
+
+def _plain_chunks(arr) -> _PlainChunks | None:
+    from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
+
+    meta = arr.metadata
+    codecs = getattr(meta, "codecs", None)
+    if getattr(meta, "zarr_format", None) != 3 or not codecs:
+        return None
+    first, rest = codecs[0], codecs[1:]
+    if not isinstance(first, BytesCodec):  # e.g. sharding, or an array-to-array codec first
+        return None
+    dtype = np.dtype(arr.dtype)
+    little = dtype.itemsize == 1 or getattr(first.endian, "value", first.endian) == "little"
+    if not little or dtype.byteorder == ">":
+        return None
+    decoders = []
+    for codec in reversed(rest):
+        if isinstance(codec, BloscCodec):
+            from numcodecs import blosc
+
+            decoders.append(blosc.decompress)
+        elif isinstance(codec, ZstdCodec):
+            from numcodecs import Zstd
+
+            decoders.append(Zstd().decode)
+        else:
+            return None
+    return _PlainChunks(path=arr.path, encode_key=meta.encode_chunk_key, shape=tuple(arr.chunks),
+                        dtype=dtype, fill=arr.fill_value, decoders=tuple(decoders))  # fmt: skip
+
+
+def _fetch_chunks(session, plain: _PlainChunks, coords: list[tuple[int, ...]], take) -> None:
+    """Fetch chunks ``coords`` straight from the store, at most ``READ_CONCURRENCY`` at once, and
+    hand each to ``take(i, chunk)`` as it arrives (so at most that many are held at once)."""
+    import asyncio
+
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    store, proto = session.store, default_buffer_prototype()
+
+    async def fetch() -> None:
+        gate = asyncio.Semaphore(READ_CONCURRENCY)
+
+        async def one(i: int, c: tuple[int, ...]) -> None:
+            async with gate:
+                raw = await store.get(f"{plain.path}/{plain.encode_key(c)}", proto)
+            take(i, plain.decode(raw))
+
+        await asyncio.gather(*(one(i, c) for i, c in enumerate(coords)))
+
+    if coords:
+        sync(fetch())
+
+
+def _within_one_chunk(sel: tuple, shape: tuple[int, ...], chunks: tuple[int, ...]):
+    """(chunk coordinates, selection inside that chunk) of a basic selection (ints and unit-step
+    slices, one per dimension) that lies inside one chunk, else None."""
+    if len(sel) != len(shape):
+        return None
+    coord: list[int] = []
+    local: list[int | slice] = []
+    for s, n, c in zip(sel, shape, chunks):
+        if isinstance(s, (int, np.integer)) and 0 <= s < n:
+            coord.append(int(s) // c)
+            local.append(int(s) % c)
+        elif isinstance(s, slice) and s.step in (None, 1):
+            a, b, _ = s.indices(n)
+            if b <= a or a // c != (b - 1) // c:
+                return None
+            coord.append(a // c)
+            local.append(slice(a % c, (b - 1) % c + 1))
+        else:
+            return None
+    return tuple(coord), tuple(local)
+
+
 def read_many(session, name: str, selections: list) -> list[np.ndarray]:
-    """``array[selection]`` for each of ``selections`` of array ``name``, read concurrently."""
+    """``array[selection]`` for each of ``selections`` of array ``name``, read concurrently.
+    Selections that each lie inside one chunk of a plainly encoded array are fetched as whole
+    chunks straight from the store (about half the time of zarr's path, which pays a task and
+    a thread hop per chunk); others go through zarr."""
     import asyncio
 
     from zarr.api.asynchronous import open_array as open_async
     from zarr.core.sync import sync
 
+    if not selections:
+        return []
+    arr = open_array(session, name)
+    plain = _plain_chunks(arr)
+    places = [_within_one_chunk(tuple(s), arr.shape, arr.chunks) for s in selections]
+    if plain is not None and all(p is not None for p in places):
+        out: list = [None] * len(selections)
+
+        def take(i: int, chunk: np.ndarray) -> None:
+            out[i] = chunk[places[i][1]].copy()
+
+        _fetch_chunks(session, plain, [p[0] for p in places], take)
+        return out
+
     async def read() -> list:
         arr = await open_async(store=session.store, path=name, mode="r")
         return await asyncio.gather(*(arr.getitem(sel) for sel in selections))
 
-    return [np.asarray(x) for x in sync(read())] if selections else []
+    return [np.asarray(x) for x in sync(read())]
 
 
 def read_rows_at(session, name: str, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` (sorted or not) of array ``name``: only the chunks holding them are read."""
+    """Rows ``rows`` (sorted or not) of array ``name``: only the chunks holding them are read,
+    each once, straight from the store when the array is plainly encoded and split along rows
+    only (zarr's orthogonal selection otherwise)."""
     arr = open_array(session, name)
+    rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
         return np.zeros((0, *arr.shape[1:]), dtype=arr.dtype)
-    sel = (np.asarray(rows, dtype=np.int64),) + (slice(None),) * (arr.ndim - 1)
-    return np.asarray(arr.get_orthogonal_selection(sel))
+    plain = _plain_chunks(arr)
+    if plain is None or tuple(arr.chunks[1:]) != tuple(arr.shape[1:]):
+        sel = (rows,) + (slice(None),) * (arr.ndim - 1)
+        return np.asarray(arr.get_orthogonal_selection(sel))
+    if rows.min() < 0 or rows.max() >= arr.shape[0]:
+        bad = rows[(rows < 0) | (rows >= arr.shape[0])][0]
+        raise IndexError(f"Row {bad} is out of range for {name} of {arr.shape[0]} rows.")
+    block = arr.chunks[0]
+    order = np.argsort(rows, kind="stable")
+    chunk = rows[order] // block
+    firsts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
+    ends = np.r_[firsts[1:], rows.size]
+    out = np.empty((rows.size, *arr.shape[1:]), dtype=arr.dtype)
+
+    def take(i: int, values: np.ndarray) -> None:
+        part = order[firsts[i] : ends[i]]
+        out[part] = values[rows[part] - int(chunk[firsts[i]]) * block]
+
+    _fetch_chunks(session, plain, [(int(chunk[f]),) + (0,) * (arr.ndim - 1) for f in firsts], take)
+    return out
 
 
 def replace_array(root, name: str, values: np.ndarray) -> None:

@@ -33,7 +33,7 @@ from flows.cli import (  # noqa: E402
     summarize,
 )
 
-__all__ = ["app"]
+__all__ = ["app", "main"]
 
 app = typer.Typer(
     add_completion=False,
@@ -58,3 +58,11 @@ for _command in (
     demo.demo,
 ):
     app.command()(_command)
+
+
+def main() -> None:
+    """The ``fairpipe`` program (its console script and ``python -m flows.cli``)."""
+    from flows.cli._runner import PROGRAM
+
+    PROGRAM.running = True
+    app(prog_name="fairpipe")

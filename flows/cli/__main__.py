@@ -1,5 +1,5 @@
 """``python -m flows.cli``: the ``fairpipe`` command."""
 
-from flows.cli import app
+from flows.cli import main
 
-app(prog_name="fairpipe")
+main()

@@ -65,6 +65,29 @@ def emit(result: dict, as_json: bool, render: Callable[[dict], None]) -> None:
         render(result)
 
 
+@dataclass
+class _Program:
+    """Whether the command runs as the ``fairpipe`` program (:func:`flows.cli.main`) rather than
+    called in a process that goes on (a test's CLI runner)."""
+
+    running: bool = False
+
+
+PROGRAM = _Program()
+
+
+def quick_exit() -> None:
+    """End the program now, with exit code 0, once stdout and stderr are flushed: without the
+    interpreter's teardown of every module and thread, which a query that has written nothing
+    does not need (0.08-0.12 s of a cold ``fairpipe sample`` of 0.8 s, measured at 1M rows)."""
+    import logging
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(0)
+
+
 # -- the options every command of a kind shares --------------------------------------------------
 @dataclass(frozen=True)
 class Shared:
@@ -96,10 +119,14 @@ WRITES_STORES = ("dask_address", "workers", "lock_timeout", "as_json")
 # -- errors ----------------------------------------------------------------------------------------
 def command(parameter_flags: Mapping[str, str] | None = None, *,
             shared: tuple[str, ...] = ("as_json",),
-            render: Callable[[dict], None] | None = None) -> Callable[[F], F]:  # fmt: skip
+            render: Callable[[dict], None] | None = None,
+            read_only: bool = False) -> Callable[[F], F]:  # fmt: skip
     """A command: run under the one exception handler (see the module's docstring), with the
     ``shared`` options added after its own and given to it as ``shared: Shared``; the dict it
     returns is printed as one JSON object (``--json``) or by ``render``.
+
+    A ``read_only`` command (one that writes nothing and runs no flow) ends the ``fairpipe``
+    program as soon as its result is out (:func:`quick_exit`).
 
     ``parameter_flags`` maps a library parameter that a bad-input message may name (``'fanout'``)
     to the flag of this command that sets it (``--tree-width``); the message then names the flag.
@@ -127,6 +154,8 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
                         emit(result, options.as_json, render)
             finally:
                 stop_early()
+            if read_only and PROGRAM.running:
+                quick_exit()
 
         run.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in own + added}

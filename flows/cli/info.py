@@ -26,7 +26,7 @@ def _render(r: dict) -> None:
         print(f"({hidden} internal checkpoints of these commits not shown; --json lists them)")
 
 
-@command(render=_render)
+@command(render=_render, read_only=True)
 def info(store: Store, *, shared: Shared) -> dict:
     """Show a store's size, groups, LSH parameters and commit history."""
     from storage.store import FairpipeStore

@@ -11,7 +11,7 @@ def _render(r: dict) -> None:
         print(f"cluster {cluster}  distance {distance:.4g}")
 
 
-@command(render=_render)
+@command(render=_render, read_only=True)
 def predict(
     store: Store,
     query_row: QueryRow = None,

@@ -60,7 +60,7 @@ def _render_receipts(r: dict) -> None:
         out.print("no receipts")
 
 
-@command(render=_render_receipts)
+@command(render=_render_receipts, read_only=True)
 def receipts(
     store: Store,
     request: Annotated[
@@ -108,7 +108,7 @@ def _render_status(r: dict) -> None:
               f"requests still in earlier snapshots)", markup=False)  # fmt: skip
 
 
-@command(render=_render_status)
+@command(render=_render_status, read_only=True)
 def status(store: Store, *, shared: Shared) -> dict:
     """A store's rows, pending deletion requests, last commit and artifacts."""
     from flows.status import store_status

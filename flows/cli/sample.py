@@ -26,7 +26,7 @@ def _render(r: dict) -> None:
         print(" ".join(map(str, q["ids"])))
 
 
-@command(PARAMETER_FLAGS, render=_render)
+@command(PARAMETER_FLAGS, render=_render, read_only=True)
 def sample(
     store: Store,
     query_id: Annotated[

@@ -259,3 +259,33 @@ def test_every_command_is_registered_in_order():
     assert names == ["ingest", "sample", "fit", "rerank", "audit", "forget", "request_deletion",
                      "receipts", "status", "configure", "backfill", "summarize", "predict", "info",
                      "demo"]  # fmt: skip
+
+
+def test_read_only_commands_as_the_program_end_with_their_whole_result(digits_store):
+    """Run as the ``fairpipe`` program, a query ends as soon as its result is out (no interpreter
+    teardown): the output is complete and the same as in-process, the exit code 0; a failure
+    still exits 2 with its message."""
+    import os
+    import subprocess
+    import sys
+
+    path, _ = digits_store
+    exe = sys.executable.replace("python", "fairpipe")
+    env = {**os.environ, "PREFECT_HOME": os.environ.get("PREFECT_HOME", "")}
+    for args in (["sample", "--store", path, "--query-id", 42, "--radius", 25, "--samples", 30],
+                 ["info", "--store", path], ["status", "--store", path],
+                 ["receipts", "--store", path]):  # fmt: skip
+        for fmt in ([], ["--json"]):
+            argv = [str(a) for a in args + fmt]
+            got = subprocess.run([exe, *argv], capture_output=True, text=True, env=env,
+                                 timeout=120)  # fmt: skip
+            want = invoke(*argv)
+            assert got.returncode == 0 == want.exit_code, got.stderr
+            if fmt:  # the same result but for the run's own timings
+                mine, theirs = json.loads(got.stdout), json.loads(want.stdout)
+                assert {**mine, "timings": 0} == {**theirs, "timings": 0}
+            else:
+                assert got.stdout == want.stdout
+    bad = subprocess.run([exe, "sample", "--store", str(path), "--query-row", "99999"],
+                         capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "99999" in bad.stderr and bad.stdout == ""

@@ -1,0 +1,112 @@
+"""Direct chunk reads (storage.store.read_rows_at / read_many) against zarr's own reads of the
+same arrays: every codec the direct path decodes, chunks never written, and the arrays it leaves
+to zarr."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
+
+import storage.store as store_module
+from storage.store import (
+    FairpipeStore,
+    _plain_chunks,
+    open_array,
+    open_group,
+    read_many,
+    read_rows_at,
+)
+
+fetch_chunks = store_module._fetch_chunks
+
+CODECS = {
+    "none": None,
+    "blosc": BloscCodec(cname="lz4", clevel=1, shuffle="shuffle"),
+    "zstd": ZstdCodec(level=1),
+    "gzip": GzipCodec(level=1),  # not decoded directly: zarr reads it
+}
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    """A committed store with a (103, 7) float32 array, a (103,) int64 array and a 3-d int32
+    array per codec (chunks of 10 rows; a few chunks never written), and a (103, 7) array split
+    along its columns too."""
+    store = FairpipeStore.open(str(tmp_path_factory.mktemp("chunks") / "s"), create=True)
+    rng = np.random.default_rng(0)
+    s = store.repo.writable_session("main")
+    root = open_group(s, mode="a")
+    for name, codec in CODECS.items():
+        kw = {"compressors": codec} if codec is not None else {"compressors": None}
+        x = root.create_array(f"x_{name}", shape=(103, 7), chunks=(10, 7), dtype="float32", **kw)
+        x[:] = rng.normal(size=(103, 7)).astype(np.float32)
+        y = root.create_array(f"y_{name}", shape=(103,), chunks=(10,), dtype="int64",
+                              fill_value=-1, **kw)  # fmt: skip
+        y[:40] = rng.integers(-(2**40), 2**40, size=40)  # rows 40.. never written: the fill
+        y[90:] = np.arange(13)
+        z = root.create_array(f"z_{name}", shape=(4, 5, 300), chunks=(1, 1, 64), dtype="int32",
+                              fill_value=7, **kw)  # fmt: skip
+        z[:, :3, :200] = rng.integers(0, 1000, size=(4, 3, 200), dtype=np.int32)
+    w = root.create_array("wide", shape=(103, 7), chunks=(10, 3), dtype="float32")
+    w[:] = rng.normal(size=(103, 7)).astype(np.float32)
+    sh = root.create_array("sharded", shape=(103, 7), chunks=(10, 7), shards=(20, 7),
+                           dtype="float32")  # fmt: skip
+    sh[:] = rng.normal(size=(103, 7)).astype(np.float32)
+    s.commit("arrays")
+    return store.readonly_session()
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_rows_equal_zarrs_orthogonal_read(session, codec):
+    rng = np.random.default_rng(1)
+    for name in (f"x_{codec}", f"y_{codec}"):
+        arr = open_array(session, name)
+        assert (_plain_chunks(arr) is None) == (codec == "gzip")
+        for rows in ([0], [102], [5, 5, 3, 99, 0], rng.integers(0, 103, 500), np.arange(103)):
+            rows = np.asarray(rows)
+            want = arr.get_orthogonal_selection((rows,) + (slice(None),) * (arr.ndim - 1))
+            got = read_rows_at(session, name, rows)
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert read_rows_at(session, name, np.zeros(0, np.int64)).shape == (0, *arr.shape[1:])
+
+
+def test_unwritten_chunks_read_as_the_fill_value(session):
+    assert np.array_equal(read_rows_at(session, "y_none", np.array([45, 61, 89])), [-1, -1, -1])
+    got = read_many(session, "z_blosc", [(0, 4, slice(0, 64)), (1, 2, slice(250, 300))])
+    assert np.array_equal(got[0], np.full(64, 7)) and got[1].shape == (50,)
+    assert np.array_equal(got[1], np.full(50, 7))
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_selections_equal_zarrs_reads(session, codec, monkeypatch):
+    arr = open_array(session, f"z_{codec}")
+    fetched = []
+    monkeypatch.setattr(store_module, "_fetch_chunks", lambda *a: fetched.append(a[2]) or
+                        fetch_chunks(*a))  # fmt: skip
+    inside = [(0, 0, slice(0, 64)), (3, 2, slice(130, 190)), (2, 1, slice(64, 65)),
+              (1, 4, slice(256, 300)), (0, 2, 5)]  # fmt: skip
+    spanning = [(1, 1, slice(0, 200))]  # 4 chunks: zarr reads the whole list
+    for sels in (inside, inside + spanning):
+        got = read_many(session, f"z_{codec}", sels)
+        for sel, g in zip(sels, got):
+            want = np.asarray(arr[sel])
+            assert g.shape == want.shape and np.array_equal(g, want)
+    direct = [[(0, 0, 0), (3, 2, 2), (2, 1, 1), (1, 4, 4), (0, 2, 0)]]
+    assert fetched == ([] if codec == "gzip" else direct)
+
+
+@pytest.mark.parametrize("name", ["wide", "sharded"])
+def test_arrays_split_along_columns_or_sharded_are_read_by_zarr(session, name):
+    arr = open_array(session, name)
+    assert _plain_chunks(arr) is None or name == "wide"
+    rows = np.array([3, 77, 3, 50])
+    assert np.array_equal(read_rows_at(session, name, rows), arr.get_orthogonal_selection(
+        (rows, slice(None))))  # fmt: skip
+
+
+def test_rows_out_of_range_are_an_error(session):
+    with pytest.raises(IndexError, match="103"):
+        read_rows_at(session, "x_none", np.array([0, 103]))
+    with pytest.raises(IndexError, match="-1"):
+        read_rows_at(session, "x_blosc", np.array([-1]))
