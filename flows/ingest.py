@@ -36,6 +36,7 @@ from fairpipe.neighbors import (
     partition_bits,
     width_sample_rows,
 )
+from fairpipe.validation import IdLookup
 from flows.runtime import dask_map, default_task_runner, run_flow
 from flows.update import update_after_append
 from storage.index import (
@@ -272,11 +273,12 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             seed = options.get("seed")
         ids = plan.ids if plan.ids is not None else np.arange(base, base + plan.n, dtype=np.int64)
         if appending:
-            clash = np.intersect1d(read_array(txn.session, "ids"), ids)
-            if clash.size:
-                raise FairpipeInputError(
-                    ID_CLASH.format(id=int(clash[0]), where=plan.where, url=store.url)
-                )
+            # Stored ids are unique: a binary search of the new ones (1M stored: 0.03 s; a
+            # set intersection sorted both and took 0.86 s)
+            clash = IdLookup(read_array(txn.session, "ids")).rows(ids)[1]
+            if clash.any():
+                first = int(ids[np.argmax(clash)])  # the first in the source's order
+                raise FairpipeInputError(ID_CLASH.format(id=first, where=plan.where, url=store.url))
         stored_names = list(attrs.get("group_names", []))
         if appending:
             check_append_groups(plan, stored_names, store.url, has_summary(txn.session))

@@ -124,3 +124,27 @@ def test_ids_files_that_are_not_ids_are_named(tmp_path):
         read_ids(path=str(tmp_path / "floats.npy"))
     np.save(tmp_path / "ok.npy", np.array([[4, 5], [6, 7]]))
     assert read_ids(path=str(tmp_path / "ok.npy")).tolist() == [4, 5, 6, 7]
+
+
+def test_group_codes_without_pandas_equal_pandas_codes():
+    """Integer, boolean and string groups are coded by numpy alone; the codes and names equal
+    those of the pandas path (names sorted as strings) that other values take."""
+    import pandas as pd
+
+    from fairpipe.datasets._sources import _codes
+
+    def by_pandas(values):
+        as_str = pd.Series(values).astype(str)
+        names = sorted(as_str.unique().tolist())
+        return as_str.map({nm: i for i, nm in enumerate(names)}).to_numpy(np.int32), names
+
+    rng = np.random.default_rng(0)
+    for values in (rng.integers(-20, 20, 500), rng.integers(0, 300, 500).astype(np.uint16),
+                   rng.random(50) > 0.5, np.array(["b", "a", "é", "A", "b", "10", "9"]),
+                   rng.integers(-(2**62), 2**62, 100), np.zeros(0, np.int64)):  # fmt: skip
+        codes, names = _codes(values, "g.npy", "group")
+        want_codes, want_names = by_pandas(values)
+        assert names == want_names and codes.dtype == np.int32
+        assert np.array_equal(codes, want_codes)
+    codes, names = _codes(np.array([2.5, 1.0, 2.5]), "g.npy", "group")  # floats: pandas
+    assert names == ["1.0", "2.5"] and codes.tolist() == [1, 0, 1]

@@ -181,8 +181,12 @@ def reference_segments(h, rows, bits):
     return out
 
 
+@pytest.mark.parametrize("kernel", ["numpy", "compiled"])
 @pytest.mark.parametrize("seed", range(6))
-def test_packed_segments_match_their_definition(seed):
+def test_packed_segments_match_their_definition(seed, kernel, monkeypatch):
+    from fairpipe.neighbors import _segments
+
+    monkeypatch.setattr(_segments, "NUMPY_PACK_ENTRIES", 10**9 if kernel == "numpy" else -1)
     rng = np.random.default_rng(seed)
     m = int(rng.integers(0, 4000))
     distinct = [1, 5, max(m // 3, 1), 2**62][seed % 4]  # one huge bucket .. all distinct
