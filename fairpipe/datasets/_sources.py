@@ -79,8 +79,8 @@ def _codes(values: np.ndarray, where: str, col: str) -> tuple[np.ndarray, list[s
     values = np.asarray(values)
     if values.dtype.kind in "biuU":  # no missing values, and str(v) is numpy's astype(str):
         # numpy alone (pandas costs a process 0.4 s to import, most of a small append's plan)
-        names, codes = np.unique(values.astype(str), return_inverse=True)
-        return codes.astype(np.int32).reshape(-1), names.tolist()
+        unique, codes = np.unique(values.astype(str), return_inverse=True)
+        return codes.astype(np.int32).reshape(-1), unique.tolist()
     import pandas as pd
 
     series = pd.Series(values)
