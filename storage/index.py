@@ -411,43 +411,77 @@ def update_index(session, root, attrs: dict, rows: np.ndarray, keys: np.ndarray)
     """Remove the ``rows`` (sorted; their keys (r, L) given) from their buckets, rewriting only
     the segments holding them (rows from ``delta_start`` on are in the delta, the others in the
     main layer). Gives the segments a fresh build on the remaining rows gives. Returns the
-    segments rewritten."""
+    segments rewritten. (:func:`remove_from_tables` on blocks of tables, in forks, then
+    :func:`write_removal`, is the same spread over jobs.)"""
+    part = remove_from_tables(session, attrs, rows, keys, 0, int(attrs["lsh"]["n_tables"]))
+    return write_removal(session, root, [part])
+
+
+def remove_from_tables(session, attrs: dict, rows: np.ndarray, keys: np.ndarray, t0: int,
+                       t1: int) -> dict:  # fmt: skip
+    """:func:`update_index`'s segment rewrites for tables [t0, t1) only (a fork is fine): their
+    new segment lengths and bucket counts per layer, for :func:`write_removal`."""
     delta = delta_layout(attrs)
     split = int(np.searchsorted(rows, delta[1])) if delta is not None else rows.shape[0]
-    rewritten = _remove_rows(session, root, "main", int(attrs["lsh"]["segment_bits"]),
-                             rows[:split], keys[:split])  # fmt: skip
+    out: dict = {"tables": (t0, t1), "layers": {}, "rewritten": 0}
+    parts = [("main", int(attrs["lsh"]["segment_bits"]), slice(0, split))]
     if delta is not None and split < rows.shape[0]:
-        rewritten += _remove_rows(session, root, "delta", delta[0], rows[split:], keys[split:])
-    return rewritten
+        parts.append(("delta", delta[0], slice(split, None)))
+    for layer, bits, sel in parts:
+        lengths, counts, rewritten = _remove_rows(session, layer, bits, rows[sel],
+                                                  keys[sel, t0:t1], t0)  # fmt: skip
+        out["layers"][layer] = (lengths, counts)
+        out["rewritten"] += rewritten
+    return out
 
 
-def _remove_rows(session, root, layer: str, bits: int, rows: np.ndarray, keys: np.ndarray) -> int:
+def write_removal(session, root, parts: list[dict]) -> int:
+    """Write the segment lengths and bucket counts of :func:`remove_from_tables`'s ``parts``
+    (blocks of tables; the other tables keep theirs). Returns the segments rewritten."""
+    for layer in {name for part in parts for name in part["layers"]}:
+        _, lengths_name, counts_name = LAYERS[layer]
+        lengths = read_array(session, f"lsh/{lengths_name}")
+        counts = read_array(session, f"lsh/{counts_name}")
+        for part in parts:
+            if layer in part["layers"]:
+                t0, t1 = part["tables"]
+                lengths[t0:t1], counts[t0:t1] = part["layers"][layer]
+        write_segment_lengths(root, lengths, layer)
+        root[f"lsh/{counts_name}"][...] = counts
+    return sum(part["rewritten"] for part in parts)
+
+
+def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndarray, t0: int):
+    """Rewrite the segments of tables [t0, t0 + keys.shape[1]) of ``layer`` without ``rows``.
+    Returns those tables' (segment lengths, bucket counts, segments rewritten)."""
     segments, lengths_name, counts_name = LAYERS[layer]
-    lengths = read_array(session, f"lsh/{lengths_name}")
-    counts = read_array(session, f"lsh/{counts_name}")
+    t1 = t0 + keys.shape[1]
+    lengths = read_array(session, f"lsh/{lengths_name}", slice(t0, t1))
+    counts = read_array(session, f"lsh/{counts_name}", slice(t0, t1))
     segs = open_array(session, f"lsh/{segments}", mode="r+")
     h_all = mix(keys)
     rewritten = 0
-    for t in range(lengths.shape[0]):
-        seg_of = segment_of(h_all[:, t], bits)
+    for j in range(t1 - t0):
+        t = t0 + j
+        seg_of = segment_of(h_all[:, j], bits)
         touched = np.unique(seg_of)
         if touched.size == 0:
             continue
         # Many segments of one table: one read and one write of the table's block instead of
         # a Zarr call per segment (a batch of 1,000 ids touches every segment at 1M rows).
         whole = touched.size * 4 > lengths.shape[1]
-        old_width = _padded(int(lengths[t].max() if whole else lengths[t, touched].max()))
+        old_width = _padded(int(lengths[j].max() if whole else lengths[j, touched].max()))
         block = (np.asarray(segs[t, : lengths.shape[1], :old_width]) if whole and old_width
                  else None)  # fmt: skip
         new_segs = {}
         for p in touched:
-            old = int(lengths[t, p])
+            old = int(lengths[j, p])
             if block is not None:
                 seg = block[p, :old]
             else:
                 seg = np.asarray(segs[t, p, :old]) if old else np.zeros(0, np.int32)
             new = patch(seg, bits, rows[seg_of == p])
-            counts[t] += (int(new[0]) if new.size else 0) - (int(seg[0]) if seg.size else 0)
+            counts[j] += (int(new[0]) if new.size else 0) - (int(seg[0]) if seg.size else 0)
             new_segs[int(p)] = new
             rewritten += 1
         if block is not None:
@@ -457,18 +491,16 @@ def _remove_rows(session, root, layer: str, bits: int, rows: np.ndarray, keys: n
             for p, new in new_segs.items():
                 out[p] = 0
                 out[p, : new.shape[0]] = new
-                lengths[t, p] = new.shape[0]
+                lengths[j, p] = new.shape[0]
             segs[t, : lengths.shape[1], :width] = out
             continue
         for p, new in new_segs.items():
-            width = _padded(max(int(lengths[t, p]), new.shape[0]))
+            width = _padded(max(int(lengths[j, p]), new.shape[0]))
             row = np.zeros(width, dtype=np.int32)
             row[: new.shape[0]] = new
             segs[t, p, :width] = row
-            lengths[t, p] = new.shape[0]
-    write_segment_lengths(root, lengths, layer)
-    root[f"lsh/{counts_name}"][...] = counts
-    return rewritten
+            lengths[j, p] = new.shape[0]
+    return lengths, counts, rewritten
 
 
 def keys_of_rows(session, lsh: E2LSH, rows: np.ndarray) -> np.ndarray:

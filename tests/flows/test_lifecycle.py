@@ -231,15 +231,17 @@ def test_segmented_index_through_appends_and_forgets(prefect_server, tmp_path, m
 def test_appends_fill_the_delta_until_one_rebuilds(prefect_server, tmp_path, monkeypatch, jobs):
     """Appends of up to 1/8 of the rows go to the index's delta (only it is written); forgets
     reach rows in both layers; the append that passes 1/8 merges everything into the segments.
-    Each state equals a fresh build. Small appends are done by the flow itself; ``jobs``: as
-    Dask jobs, as large ones are."""
+    Each state equals a fresh build. Small appends and forgets are done by the flow itself;
+    ``jobs``: as Dask jobs, as large ones are."""
     import fairpipe.neighbors._segments as segments
+    import flows.forget
     import flows.ingest
 
     monkeypatch.setattr(segments, "TARGET_SEGMENT_ROWS", 16)
     if jobs:
         monkeypatch.setattr(flows.ingest, "LOCAL_ROWS", 0)
         monkeypatch.setattr(flows.ingest, "LOCAL_ENTRIES", 0)
+        monkeypatch.setattr(flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
     X, ids, labels = pool()
     store = tmp_path / "store"
     ingest(tmp_path, store, "b0", X[:400], ids[:400], labels[:400], **LSH)
