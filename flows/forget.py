@@ -75,8 +75,9 @@ def _remove_job(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, t0: int, 
 def update_index_task(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, blocks: list):
     """The batch's rows removed from the index, a Dask job per block of tables."""
     n = len(blocks)
-    return dask_map(_remove_job, [fork] * n, [attrs] * n, [rows] * n, [keys] * n,
-                    [a for a, _ in blocks], [b for _, b in blocks])  # fmt: skip
+    return dask_map(_remove_job, [fork] * n, [attrs] * n, [rows] * n,
+                    [keys[:, a:b] for a, b in blocks], [a for a, _ in blocks],
+                    [b for _, b in blocks])  # fmt: skip
 
 
 @dataclass

@@ -419,8 +419,9 @@ def update_index(session, root, attrs: dict, rows: np.ndarray, keys: np.ndarray)
 
 def remove_from_tables(session, attrs: dict, rows: np.ndarray, keys: np.ndarray, t0: int,
                        t1: int) -> dict:  # fmt: skip
-    """:func:`update_index`'s segment rewrites for tables [t0, t1) only (a fork is fine): their
-    new segment lengths and bucket counts per layer, for :func:`write_removal`."""
+    """:func:`update_index`'s segment rewrites for tables [t0, t1) only (a fork is fine;
+    ``keys`` (r, t1 - t0): the rows' keys in those tables): their new segment lengths and
+    bucket counts per layer, for :func:`write_removal`."""
     delta = delta_layout(attrs)
     split = int(np.searchsorted(rows, delta[1])) if delta is not None else rows.shape[0]
     out: dict = {"tables": (t0, t1), "layers": {}, "rewritten": 0}
@@ -428,8 +429,8 @@ def remove_from_tables(session, attrs: dict, rows: np.ndarray, keys: np.ndarray,
     if delta is not None and split < rows.shape[0]:
         parts.append(("delta", delta[0], slice(split, None)))
     for layer, bits, sel in parts:
-        lengths, counts, rewritten = _remove_rows(session, layer, bits, rows[sel],
-                                                  keys[sel, t0:t1], t0)  # fmt: skip
+        lengths, counts, rewritten = _remove_rows(session, layer, bits, rows[sel], keys[sel],
+                                                  t0)  # fmt: skip
         out["layers"][layer] = (lengths, counts)
         out["rewritten"] += rewritten
     return out
