@@ -54,7 +54,7 @@ def import_ahead() -> None:
     """Import what a flow run imports on first use: the store's libraries, Prefect's parameter
     encoder and its Dask task runner (about 0.8 s in all, which a one-id forget at 1M used to
     spend inside its flow and before it). Done while a local Prefect server boots, these
-    imports cost no wall time."""
+    imports overlap its start (on this 2-core machine, 0.1-0.7 s less wall time per command)."""
     import icechunk  # noqa: F401
     import zarr  # noqa: F401
 
