@@ -140,7 +140,16 @@ def point_bytes(url, rows):
     return [pts[r].astype("<f4").tobytes() for r in rows]
 
 
-def test_a_drain_with_the_default_retention_leaves_no_byte_of_the_erased_rows(store):
+@pytest.mark.parametrize("index_jobs", [False, True])
+def test_a_drain_with_the_default_retention_leaves_no_byte_of_the_erased_rows(
+    store, monkeypatch, index_jobs
+):
+    """Also when the batch's index rewrite runs as Dask jobs (whose forks add a checkpoint on
+    the drain's private branch): no snapshot holds the rows."""
+    import flows.forget
+
+    if index_jobs:
+        monkeypatch.setattr(flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
     st = FairpipeStore.open(store)
     ids = st.read("ids")
     rows = [3, 200, 577]
