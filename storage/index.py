@@ -327,6 +327,15 @@ def read_table_entries(session, t: int, lengths: np.ndarray,
     return np.concatenate([h for h, _ in parts]), np.concatenate([r for _, r in parts])
 
 
+def _block_shape(lengths: list, old_lengths: list) -> tuple[int, int]:
+    """(segments, padded width) of the block :func:`write_tables` writes for tables with these
+    new and old segment lengths."""
+    pairs = list(zip(lengths, old_lengths))
+    n_seg = max((max(v.shape[0], len(o)) for v, o in pairs), default=0)
+    longest = max((max(v.max(initial=0), np.max(o, initial=0)) for v, o in pairs), default=0)
+    return n_seg, _padded(int(longest))
+
+
 def write_tables(session, t0: int, packed: list, old_lengths: list,
                  layer: str = "main") -> list[np.ndarray]:  # fmt: skip
     """Write tables ``t0, t0 + 1, ...``'s segments of ``layer`` (``packed``: each table's
@@ -334,12 +343,9 @@ def write_tables(session, t0: int, packed: list, old_lengths: list,
     the new ones are shorter), in one Zarr call (its chunks written concurrently; a call per
     table cost about a millisecond each for a small delta). Returns each table's new lengths."""
     lengths = [np.diff(offsets).astype(np.int32) for _, offsets in packed]
-    longest = max((max(v.max(initial=0), np.max(o, initial=0))
-                   for v, o in zip(lengths, old_lengths)), default=0)  # fmt: skip
-    width = _padded(int(longest))
+    n_seg, width = _block_shape(lengths, old_lengths)
     if width == 0:
         return lengths
-    n_seg = max(max(v.shape[0], len(o)) for v, o in zip(lengths, old_lengths))
     block = np.zeros((len(packed), n_seg, width), dtype=np.int32)
     for j, ((flat, offsets), v) in enumerate(zip(packed, lengths)):
         for p in np.flatnonzero(v):
@@ -370,15 +376,14 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
     old = {name: read_lengths(session, name, slice(t0, t1)) for name in sources}
     prior = old.get(layer)
     out: dict[int, tuple[np.ndarray, int]] = {}
-    group: list = []  # packed tables not yet written: written together, one Zarr call
+    # (packed table, its old segment lengths) not yet written: written together, one Zarr call
+    group: list = []
 
     def flush() -> None:
         g0 = t0 + len(out)
-        before = [prior[t - t0] if prior is not None else np.zeros(0, np.int32)
-                  for t in range(g0, g0 + len(group))]  # fmt: skip
-        for i, (lengths, (flat, offsets)) in enumerate(
-            zip(write_tables(session, g0, group, before, layer), group)
-        ):
+        packed = [p for p, _ in group]
+        written = write_tables(session, g0, packed, [before for _, before in group], layer)
+        for i, (lengths, (flat, offsets)) in enumerate(zip(written, packed)):
             out[g0 + i] = (lengths, bucket_count(flat, offsets))
         group.clear()
 
@@ -387,24 +392,22 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
                  for name, lengths in old.items() if lengths is not None]  # fmt: skip
         h = np.concatenate([*(p[0] for p in parts), mix(new_keys[j])])
         r = np.concatenate([*(p[1] for p in parts), new_rows])
-        packed = pack(h, r, bits, sorted_rows=not parts)  # staged rows are in row order
-        if group and _block_bytes([*group, packed], prior) > WRITE_BLOCK_BYTES:
+        table = (pack(h, r, bits, sorted_rows=not parts),  # staged rows are in row order
+                 prior[j] if prior is not None else np.zeros(0, np.int32))  # fmt: skip
+        if group and _block_bytes([*group, table]) > WRITE_BLOCK_BYTES:
             flush()
-        group.append(packed)
+        group.append(table)
     if group:
         flush()
     return out
 
 
-def _block_bytes(group: list, prior) -> int:
-    """Bytes of the block :func:`write_tables` builds for these packed tables (at most: with
-    the old lengths of every table of the job)."""
-    widest = max(int(np.diff(offsets).max(initial=0)) for _, offsets in group)
-    n_seg = max(offsets.shape[0] - 1 for _, offsets in group)
-    if prior is not None:
-        widest = max(widest, int(prior.max(initial=0)))
-        n_seg = max(n_seg, prior.shape[1])
-    return len(group) * n_seg * _padded(widest) * 4
+def _block_bytes(group: list) -> int:
+    """Bytes of the block :func:`write_tables` builds for ``group``'s (packed table, old
+    segment lengths)."""
+    lengths = [np.diff(offsets) for (_, offsets), _ in group]
+    n_seg, width = _block_shape(lengths, [before for _, before in group])
+    return len(group) * n_seg * width * 4
 
 
 def update_index(session, root, attrs: dict, rows: np.ndarray, keys: np.ndarray) -> int:
