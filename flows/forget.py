@@ -36,6 +36,7 @@ from fairpipe.datasets import NO_IDS
 from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.validation import IdLookup, deletion_request
 from flows import update
+from flows.jobs import remove_job
 from flows.runtime import dask_map, default_task_runner, run_flow
 from flows.update import forget_q_task, update_dc, update_summary_tree
 from storage.erasure import erase_due
@@ -44,7 +45,6 @@ from storage.index import (
     erase_rows,
     keys_of_rows,
     load_lsh,
-    remove_from_tables,
     table_blocks,
     update_index,
     upgrade_format1,
@@ -67,15 +67,11 @@ MAX_BATCH = 10_000
 DISTRIBUTED_INDEX_ROWS = 256
 
 
-def _remove_job(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, t0: int, t1: int):
-    return fork, remove_from_tables(fork, attrs, rows, keys, t0, t1)
-
-
 @task(name="update-bucket-index", cache_policy=NO_CACHE)
 def update_index_task(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, blocks: list):
     """The batch's rows removed from the index, a Dask job per block of tables."""
     n = len(blocks)
-    return dask_map(_remove_job, [fork] * n, [attrs] * n, [rows] * n,
+    return dask_map(remove_job, [fork] * n, [attrs] * n, [rows] * n,
                     [keys[:, a:b] for a, b in blocks], [a for a, _ in blocks],
                     [b for _, b in blocks])  # fmt: skip
 

@@ -24,7 +24,6 @@ from fairpipe.datasets import (
     SourcePlan,
     chunk_plan,
     plan_source,
-    read_source_rows,
     read_source_sample,
     remap_groups,
 )
@@ -37,6 +36,7 @@ from fairpipe.neighbors import (
     width_sample_rows,
 )
 from fairpipe.validation import IdLookup
+from flows.jobs import index_job, ingest_chunk
 from flows.runtime import dask_map, default_task_runner, run_flow
 from flows.update import update_after_append
 from storage.index import (
@@ -61,7 +61,7 @@ from storage.index import (
     write_new_rows,
     write_segment_lengths,
 )
-from storage.store import FairpipeStore, read_array, write_rows
+from storage.store import FairpipeStore, read_array
 from storage.summary import has_summary
 from storage.urls import parse_store_url
 
@@ -120,20 +120,6 @@ class IngestOptions:
     lock_timeout: float = 0.0
 
 
-# -- Dask jobs (plain functions: no Prefect overhead per chunk) ---------------------------------
-def _ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
-                  staging: Staging):  # fmt: skip
-    t0 = time.perf_counter()
-    X = read_source_rows(plan, a, b)
-    write_rows(fork, "points", base + a, X)
-    staging.write(base + a, lsh.hash_validated(X, by_table=True))
-    return fork, {"rows": b - a, "seconds": time.perf_counter() - t0}
-
-
-def _index_job(fork, staging: Staging, t0: int, t1: int, bits: int, build: str):
-    return fork, index_tables(fork, staging, t0, t1, bits, build)
-
-
 # -- Prefect tasks --------------------------------------------------------------------------------
 @task(name="plan-source", cache_policy=NO_CACHE)
 def plan_source_task(source: str, options: IngestOptions) -> SourcePlan:
@@ -154,7 +140,7 @@ def write_rows_task(fork, plans, lsh, chunks, base, staging):
     share of the source plan, :func:`chunk_plan`)."""
     n = len(chunks)
     return dask_map(
-        _ingest_chunk, [fork] * n, plans, [lsh] * n, [a for a, _ in chunks],
+        ingest_chunk, [fork] * n, plans, [lsh] * n, [a for a, _ in chunks],
         [b for _, b in chunks], [base] * n, [staging] * n,
     )  # fmt: skip
 
@@ -163,7 +149,7 @@ def write_rows_task(fork, plans, lsh, chunks, base, staging):
 def build_index_task(fork, staging, n_tables: int, n_rows: int, bits: int, build: str):
     blocks = table_blocks(n_tables, n_rows)
     n = len(blocks)
-    return dask_map(_index_job, [fork] * n, [staging] * n, [a for a, _ in blocks],
+    return dask_map(index_job, [fork] * n, [staging] * n, [a for a, _ in blocks],
                     [b for _, b in blocks], [bits] * n, [build] * n)  # fmt: skip
 
 
@@ -313,7 +299,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             plans = [chunk_plan(plan, a, b) for a, b in chunks]
             if appending and plan.n <= LOCAL_ROWS:
                 for p, (a, b) in zip(plans, chunks):
-                    _ingest_chunk(txn.session, p, lsh, a, b, base, staging)
+                    ingest_chunk(txn.session, p, lsh, a, b, base, staging)
             else:
                 results = write_rows_task.submit(txn.fork(), plans, lsh, chunks, base,
                                                  staging).result()  # fmt: skip
