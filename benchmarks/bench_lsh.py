@@ -364,6 +364,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
     ap.add_argument("--only", default="1234", help="sections to run, e.g. 34")
     ap.add_argument("--ten-million", action="store_true", help="also ingest 10M x 128 (~25 min)")
+    ap.add_argument("--sizes", default=None,
+                    help="section 4's sizes instead of the defaults, e.g. 10000000")  # fmt: skip
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -380,6 +382,8 @@ def main() -> None:
         sizes = [100_000, 250_000] if quick else [100_000, 1_000_000]
         if args.ten_million:
             sizes.append(10_000_000)
+        if args.sizes:
+            sizes = [int(x) for x in args.sizes.split(",")]
         bench_scale(sizes, chunk_rows=32_768)
     (out / "summary.json").write_text(json.dumps(ROWS, indent=1))
 

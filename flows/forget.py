@@ -108,7 +108,8 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
         ids = _ids_array(ids)
         if ids.size == 0:
             raise FairpipeInputError(NO_IDS)
-        if not np.isin(ids, store.read("ids")).any():
+        tip = store.readonly_session().snapshot_id
+        if not IdLookup(store.ids_at(tip)).rows(ids)[1].any():
             raise FairpipeInputError(
                 ALL_UNKNOWN.format(n=ids.size, url=store.url, first=int(ids[0]))
             )
@@ -219,7 +220,7 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             return None
         ids = np.concatenate([r.ids for r in batch])
         attrs = store.attrs(txn.session)
-        all_ids = read_array(txn.session, "ids")
+        all_ids = store.ids_at(txn.base_snapshot)  # nothing written yet in this transaction
         alive = read_array(txn.session, "alive")
         lookup = IdLookup(all_ids)
         ids, known, rows, live = deletion_request(ids, lookup, alive)

@@ -289,6 +289,7 @@ class FairpipeStore:
         self.url = url
         self.repo = repo
         self.spec = spec
+        self._ids: tuple[str, np.ndarray] | None = None  # (snapshot, its ids): see ids_at
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -385,6 +386,16 @@ class FairpipeStore:
 
     def read(self, name: str, sel=slice(None), session=None) -> np.ndarray:
         return read_array(session or self.readonly_session(), name, sel)
+
+    def ids_at(self, snapshot: str) -> np.ndarray:
+        """The ``ids`` array of ``snapshot``, read once per snapshot (a snapshot never changes):
+        a forget checks the ids it is given, then its batch maps them to rows, from one read
+        (8 bytes a row: 0.2 s at 10M rows). Treat the result as read-only."""
+        if self._ids is None or self._ids[0] != snapshot:
+            ids = read_array(self.readonly_session(snapshot), "ids")
+            ids.flags.writeable = False
+            self._ids = (snapshot, ids)
+        return self._ids[1]
 
     # -- writing ---------------------------------------------------------------------------
     @contextlib.contextmanager
