@@ -390,7 +390,7 @@ class FairpipeStore:
     def ids_at(self, snapshot: str) -> np.ndarray:
         """The ``ids`` array of ``snapshot``, read once per snapshot (a snapshot never changes):
         a forget checks the ids it is given, then its batch maps them to rows, from one read
-        (8 bytes a row: 0.2 s at 10M rows). Treat the result as read-only."""
+        (8 bytes a row: 0.2 s at 10M rows). The array is returned read-only: it is shared."""
         if self._ids is None or self._ids[0] != snapshot:
             ids = read_array(self.readonly_session(snapshot), "ids")
             ids.flags.writeable = False

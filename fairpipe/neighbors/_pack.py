@@ -96,8 +96,8 @@ def fill_segments(hs, rows, bits):
 def fold_block(proj, offsets, multipliers, n_tables, mask, shift, out, by_table):
     """:meth:`E2LSH._fold` in one pass: ``out[i, t]`` (``out[t, i]`` when ``by_table``) = the
     bucket key of row i in table t from its projections ``proj`` (rows, L * k) float32 (before
-    the offsets): the floored cells, their
-    wrapping uint64 sum with the multipliers, SplitMix64, the 48-bit mask and the table prefix.
+    the offsets): the floored cells, their wrapping uint64 sum with the multipliers, SplitMix64,
+    the 48-bit mask and the table prefix.
     The same bits as the numpy version (whose float64 sums are exact, so equal to this sum)."""
     k = multipliers.shape[0]
     for i in range(proj.shape[0]):
