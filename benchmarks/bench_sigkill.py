@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON line at the end")
     a = ap.parse_args()
 
-    from storage.erasure import files_holding
+    from storage.erasure import files_holding, row_needles
     from storage.queue import file_request, pending
     from storage.receipts import read_receipts
     from storage.store import FairpipeStore
@@ -95,8 +95,7 @@ def main() -> None:
         )
         file_request(str(base), part, f"request {j}")
     erased_rows = np.flatnonzero(np.isin(ids, gone))
-    points = FairpipeStore.open(str(base)).read("points")
-    needles = [points[r].astype("<f4").tobytes() for r in erased_rows[:50]]
+    needles = row_needles(str(base), erased_rows[:50])  # their points and sketch rows
     setup = time.perf_counter() - t0
     ref, crashed = work / "reference", work / "crashed"
     shutil.copytree(base, ref)

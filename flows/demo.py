@@ -17,7 +17,7 @@ from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.sample import load_sampler
 from flows.summarize import SummarizeOptions, run_summarize
-from storage.erasure import files_holding
+from storage.erasure import files_holding, row_needles
 from storage.queue import file_request, pending
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore
@@ -98,9 +98,8 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     requests = [file_request(str(folder), gone, "demo: neighbours of the queries"),
                 file_request(str(folder), members, "demo: summary members")]  # fmt: skip
     log(f"      {len(pending(str(folder)))} requests pending: {requests[0].request_id}, ...")
-    points = FairpipeStore.open(str(folder)).read("points")
     gone_rows = np.flatnonzero(np.isin(nn.ids_, np.concatenate([gone, members])))
-    needles = [points[r].astype("<f4").tobytes() for r in gone_rows]
+    needles = row_needles(str(folder), gone_rows)  # their points and sketch rows
 
     def hits_in_samples(sampler) -> tuple[int, int]:
         drawn = sampler.sample(query_rows=queries, radius=radius, n_samples=1000, seed=seed + 1)

@@ -8,8 +8,8 @@ crash at any point applies each request exactly once. Applied request objects ar
 their commit, and a last small commit writes each receipt's commit id.
 
 In each batch:
-Erase the rows (points zeroed, groups -1, alive = false), remove them from the LSH buckets (only
-the segments holding them are rewritten; their keys are recomputed from their points), and
+Erase the rows (points and sketch zeroed, groups -1, alive = false), remove them from the LSH
+buckets (only the segments holding them are rewritten; their keys are recomputed from their points), and
 update the clustering model: for DC-k-means only the deleted rows' leaves are
 recomputed (from their remaining points), then only those leaves' ancestors; a Q-k-means model
 certifies each deletion from its metadata and retrains only when one is not certified. A fair

@@ -50,6 +50,7 @@ from storage.index import (
     delta_layout,
     drop_arrays,
     grow,
+    has_sketch,
     index_tables,
     live_group_counts,
     load_lsh,
@@ -135,13 +136,13 @@ def plan_source_task(source: str, options: IngestOptions) -> SourcePlan:
 
 
 @task(name="hash-and-write-rows", cache_policy=NO_CACHE)
-def write_rows_task(fork, plans, lsh, chunks, base, staging):
+def write_rows_task(fork, plans, lsh, chunks, base, staging, sketch: bool):
     """Read, write and hash the new rows, a Dask job per row chunk (``plans``: each chunk's
     share of the source plan, :func:`chunk_plan`)."""
     n = len(chunks)
     return dask_map(
         ingest_chunk, [fork] * n, plans, [lsh] * n, [a for a, _ in chunks],
-        [b for _, b in chunks], [base] * n, [staging] * n,
+        [b for _, b in chunks], [base] * n, [staging] * n, [sketch] * n,
     )  # fmt: skip
 
 
@@ -297,12 +298,13 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             # of the source only (no n-sized array in the task graph).
             write_new_rows(txn.session, base, ids, codes)
             plans = [chunk_plan(plan, a, b) for a, b in chunks]
+            sketch = has_sketch(txn.root.attrs)
             if appending and plan.n <= LOCAL_ROWS:
                 for p, (a, b) in zip(plans, chunks):
-                    ingest_chunk(txn.session, p, lsh, a, b, base, staging)
+                    ingest_chunk(txn.session, p, lsh, a, b, base, staging, sketch)
             else:
                 results = write_rows_task.submit(txn.fork(), plans, lsh, chunks, base,
-                                                 staging).result()  # fmt: skip
+                                                 staging, sketch).result()  # fmt: skip
                 txn.merge([fork for fork, _ in results])
             timings["hash_and_write"] = time.perf_counter() - t0
 

@@ -15,17 +15,16 @@ import numpy as np
 
 from fairpipe.datasets import SourcePlan, read_source_rows
 from fairpipe.neighbors import E2LSH
-from storage.index import Staging, index_tables, remove_from_tables
-from storage.store import write_rows
+from storage.index import Staging, index_tables, remove_from_tables, write_points
 
 
 def ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
-                 staging: Staging):  # fmt: skip
-    """Rows [a, b) of the source (``plan``: their share of it) read, written at ``base + a`` and
-    hashed; their keys staged for the index jobs."""
+                 staging: Staging, sketch: bool = True):  # fmt: skip
+    """Rows [a, b) of the source (``plan``: their share of it) read, written at ``base + a``
+    (with their sketch when ``sketch``) and hashed; their keys staged for the index jobs."""
     t0 = time.perf_counter()
     X = read_source_rows(plan, a, b)
-    write_rows(fork, "points", base + a, X)
+    write_points(fork, base + a, X, sketch)
     staging.write(base + a, lsh.hash_validated(X, by_table=True))
     return fork, {"rows": b - a, "seconds": time.perf_counter() - t0}
 

@@ -115,6 +115,23 @@ def holds(raw: bytes, needles: list[bytes]) -> bool:
     return any(needle in v for needle in needles for v in views)
 
 
+def row_needles(url: str, rows) -> list[bytes]:
+    """The stored bytes of ``rows``' data as the store's tip holds them: each row's point, and
+    its sketch row when the store keeps one (:func:`files_holding`'s needles for those rows)."""
+    import numpy as np
+
+    from storage.index import has_sketch
+    from storage.store import read_rows_at
+
+    store = FairpipeStore.open(url)
+    session = store.readonly_session()
+    rows = np.asarray(rows, dtype=np.int64)
+    needles = [x.astype("<f4").tobytes() for x in read_rows_at(session, "points", rows)]
+    if has_sketch(store.attrs(session)):
+        needles += [x.tobytes() for x in read_rows_at(session, "sketch", rows)]
+    return needles
+
+
 def files_holding(folder, needles: list[bytes]) -> list[tuple[str, int]]:
     """``(file, needle)`` for each file under ``folder`` (a local store) whose bytes, as stored
     or decompressed, hold one of ``needles``: the proof that erased rows are in no stored byte

@@ -6,6 +6,11 @@ Layout (store format 2):
   one writer owns), so a query reads the few rows it needs; ``ids`` int64 (n,), ``groups`` int32
   (n,), ``alive`` bool (n,), chunked by ``chunk_rows``; group names and parameters in the root
   attributes;
+- ``sketch`` uint8 (n, d + 12) in chunks of ``SKETCH_BLOCK`` rows: a byte per coordinate of each
+  point plus its range and error bound (:func:`fairpipe.neighbors.sketch_points`), written with
+  the points and erased with them; a query decides most candidates' distances from it
+  (:mod:`storage.reader`). Root attribute ``point_sketch`` true; stores made before it have none
+  and are read without it;
 - ``lsh/projections`` (d, L*k), ``lsh/offsets`` (L*k,), ``lsh/multipliers`` (k,): the hash
   functions (:meth:`fairpipe.neighbors.E2LSH.to_arrays`); their parameters in the root attribute
   ``lsh`` as ``{"k", "n_tables", "width", "seed", "segment_bits"}`` (the library's ``n_hashes``
@@ -24,8 +29,8 @@ Layout (store format 2):
   holds at most 1/``DELTA_SHARE`` of the live rows; the append that would pass that rebuilds
   the segments from both layers and drops the delta. A query reads a bucket from both layers.
 
-A forgotten row keeps its place (row numbers are stable) but is erased: points zeroed, group -1,
-``alive`` false, and it leaves every bucket. Format 1 stores (uint64 ``lsh/keys`` and (L, n)
+A forgotten row keeps its place (row numbers are stable) but is erased: points and sketch zeroed,
+group -1, ``alive`` false, and it leaves every bucket. Format 1 stores (uint64 ``lsh/keys`` and (L, n)
 padded index arrays) are read as they are and upgraded to format 2 by the next write.
 """
 
@@ -42,6 +47,7 @@ import numpy as np
 from fairpipe.neighbors import (
     E2LSH,
     ROW_BLOCK,
+    SKETCH_EXTRA,
     BucketIndex,
     FairNN,
     build_segments,
@@ -51,13 +57,24 @@ from fairpipe.neighbors import (
     partition_bits,
     patch,
     segment_of,
+    sketch_points,
     unmix,
 )
-from storage.store import FORMAT, open_array, open_group, read_array, read_rows_at, write_rows
+from storage.store import (
+    FORMAT,
+    open_array,
+    open_group,
+    read_array,
+    read_arrays,
+    read_rows_at,
+    write_rows,
+)
 
 TARGET_CHUNK_BYTES = 16 << 20
 EMPTY_KEY = np.iinfo(np.uint64).max
 POINT_BLOCK = 2048  # rows per chunk of points (1 MB at d = 128): what a query reads for one row
+SKETCH_BLOCK = 4096  # rows per chunk of the point sketch (0.5 MB at d = 128)
+SKETCH_ATTR = "point_sketch"  # root attribute: the store keeps a sketch of every row's point
 SEGMENT_CHUNK = 65536  # int32 entries per chunk of a segment: most segments are one chunk
 SEGMENT_CAPACITY = 1 << 34  # the segments' last dimension: larger than any segment can be
 MAX_SEGMENTS = 1 << 20  # segments per table at most (2**31 rows at 2048 rows per segment)
@@ -109,13 +126,31 @@ def layer_bits(attrs: dict) -> dict[str, int]:
 
 def load_lsh(session, attrs: dict) -> E2LSH:
     """The store's hash functions (``attrs``: the root attributes)."""
+    names = ("projections", "offsets", "multipliers")
+    arrays = dict(zip(names, read_arrays(session, [f"lsh/{name}" for name in names])))
+    return lsh_from_arrays(arrays, attrs)
+
+
+def lsh_from_arrays(arrays: dict, attrs: dict) -> E2LSH:
+    """The hash functions from their stored arrays and the root attributes."""
     params = {name: attrs["lsh"][store] for name, store in LSH_STORE_NAMES.items()}
-    arrays = {name: read_array(session, f"lsh/{name}") for name in ("projections", "offsets",
-                                                                    "multipliers")}  # fmt: skip
     return E2LSH.from_arrays(arrays, **params)
 
 
 # -- writing rows ---------------------------------------------------------------------------------
+def has_sketch(attrs) -> bool:
+    """Whether the store keeps the point sketch (stores made before it do not; they are read
+    without it)."""
+    return bool(attrs.get(SKETCH_ATTR, False))
+
+
+def write_points(session, start: int, X: np.ndarray, sketch: bool) -> None:
+    """Write new rows' points at ``start``, and their sketch when the store keeps one."""
+    write_rows(session, "points", start, X)
+    if sketch:
+        write_rows(session, "sketch", start, sketch_points(X))
+
+
 def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
     """The empty arrays of a new store, and its hash functions."""
     # Points in chunks of POINT_BLOCK rows (dividing chunk_rows, so a writer of chunk_rows rows
@@ -127,6 +162,13 @@ def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
     block = math.gcd(chunk_rows, POINT_BLOCK)
     root.create_array("points", shape=(0, d), chunks=(block, d), dtype="float32",
                       compressors=None)  # fmt: skip
+    # The sketch (fairpipe.neighbors.sketch_points, d + 12 bytes a row): a query decides most
+    # candidates' distances from it and reads the points of the few it cannot (a quarter of
+    # the bytes of the points; a cold query's read of the candidates was most of its time).
+    block = math.gcd(chunk_rows, SKETCH_BLOCK)
+    root.create_array("sketch", shape=(0, d + SKETCH_EXTRA), chunks=(block, d + SKETCH_EXTRA),
+                      dtype="uint8", compressors=None)  # fmt: skip
+    root.attrs[SKETCH_ATTR] = True
     root.create_array("ids", shape=(0,), chunks=(chunk_rows,), dtype="int64")
     root.create_array("groups", shape=(0,), chunks=(chunk_rows,), dtype="int32")
     root.create_array("alive", shape=(0,), chunks=(chunk_rows,), dtype="bool")
@@ -137,7 +179,8 @@ def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
 
 def grow(root, n_total: int) -> None:
     """Make room for ``n_total`` rows."""
-    for name in ("points", "ids", "groups", "alive"):
+    names = ["points", "ids", "groups", "alive"] + (["sketch"] if has_sketch(root.attrs) else [])
+    for name in names:
         arr = root[name]
         arr.resize((n_total, *arr.shape[1:]))
 
@@ -162,10 +205,12 @@ def write_new_rows(session, start: int, ids, groups) -> None:
 
 
 def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
-    """Erase the live ``rows`` (sorted) in place, chunk by chunk: points zeroed, groups -1,
-    alive false; the root's ``n_alive`` drops by their number."""
+    """Erase the live ``rows`` (sorted) in place, chunk by chunk: points (and sketch) zeroed,
+    groups -1, alive false; the root's ``n_alive`` drops by their number."""
     root.attrs["n_alive"] = int(root.attrs["n_alive"]) - int(rows.size)
     erased: list[tuple[str, object]] = [("points", 0.0), ("groups", -1), ("alive", False)]
+    if has_sketch(root.attrs):
+        erased.append(("sketch", 0))
     if "keys" in root["lsh"]:  # a format 1 store not yet upgraded
         erased.append(("lsh/keys", EMPTY_KEY))
     for c in np.unique(rows // chunk_rows):

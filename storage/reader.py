@@ -2,11 +2,14 @@
 
 :func:`open_store` gives a :class:`StoreReader`. Its :meth:`~StoreReader.sample` and
 :meth:`~StoreReader.neighbourhood` read, per query, one segment per LSH table (the one holding the
-query's bucket: :mod:`fairpipe.neighbors._segments`) and the points of the candidates the sampler
-looks at (chunks of ``POINT_BLOCK`` rows); :meth:`~StoreReader.predict` reads the model's root.
-Segments and points read are cached for the reader's life. A query runs the same kernel as the
-in-memory :class:`fairpipe.neighbors.FairNN` on a small index made of the query's own buckets, so with the same seed it draws exactly what ``FairNN`` draws (the exact sampler stays
-exactly uniform). :meth:`~StoreReader.preload` reads everything once into a ``FairNN`` for the
+query's bucket: :mod:`fairpipe.neighbors._segments`) and the sketch of the candidates the sampler
+looks at (a byte per coordinate, in chunks of ``SKETCH_BLOCK`` rows), whose distance bounds
+decide most of them; the points (chunks of ``POINT_BLOCK`` rows) only of those they leave
+undecided (a candidate decided by its bounds lies on the same side of every threshold as its
+exact distance); :meth:`~StoreReader.predict` reads the model's root. Segments and points read
+are cached for the reader's life. A query runs the same kernel as the in-memory
+:class:`fairpipe.neighbors.FairNN` on a small index made of the query's own buckets, so with the
+same seed it draws exactly what ``FairNN`` draws (the exact sampler stays exactly uniform). :meth:`~StoreReader.preload` reads everything once into a ``FairNN`` for the
 hot path of a long-lived process (memory about n x (d + 2L) x 4 bytes); the ``rank`` sampler,
 whose permutation spans every row, always uses it.
 """
@@ -21,9 +24,11 @@ import numpy as np
 from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import (
     E2LSH,
+    SKETCH_EXTRA,
     FairNN,
     QueryStats,
     SampleResult,
+    ambiguous,
     bucket_members,
     check_sample_options,
     mix,
@@ -31,10 +36,25 @@ from fairpipe.neighbors import (
     query_generator,
     sample_query,
     segment_of,
+    sketch_bounds,
 )
 from fairpipe.validation import IdLookup, check_points
-from storage.index import LAYERS, layer_bits, load_lsh, load_sampler, store_format
-from storage.store import FairpipeStore, open_array, read_array, read_many, read_rows_at
+from storage.index import (
+    LAYERS,
+    has_sketch,
+    layer_bits,
+    load_sampler,
+    lsh_from_arrays,
+    store_format,
+)
+from storage.store import (
+    FairpipeStore,
+    open_array,
+    read_array,
+    read_arrays,
+    read_many,
+    read_rows_at,
+)
 
 UNKNOWN_ID = "Id {id} is not in the store {url}."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
@@ -55,23 +75,57 @@ class _RowCache:
     """``points[local rows]`` for the kernel, read from the store on first use: a read takes
     every candidate in the chunks it opens (the sampler asks for candidates in several rounds,
     and a chunk of points costs the same to read for one row as for all), so each chunk is read
-    once per query. Holds the candidates' points only (not whole chunks)."""
+    once per query. Holds the candidates' points only (not whole chunks).
+
+    Its :meth:`sq_distances` decides distances from the candidates' sketch where it can (a
+    quarter of the bytes, read the same way) and reads the points of the rest only."""
 
     def __init__(self, reader: StoreReader, rows: np.ndarray):
         self.reader, self.rows = reader, rows
         self.values = np.zeros((rows.shape[0], reader.d), dtype=np.float32)
         self.have = np.zeros(rows.shape[0], dtype=bool)
         self.chunk_of = rows // reader.point_block
+        self.sketch: np.ndarray | None = None
+        self.exact_reads = 0  # candidates whose distance needed the point (for tests and stats)
 
     def __getitem__(self, local) -> np.ndarray:
         local = np.asarray(local)
         missing = local[~self.have[local]]
         if missing.size:
-            opened = np.isin(self.chunk_of, np.unique(self.chunk_of[missing]))
-            fill = np.flatnonzero(opened & ~self.have)
-            self.values[fill] = read_rows_at(self.reader.session, "points", self.rows[fill])
-            self.have[fill] = True
+            self._fill(self.have, self.chunk_of, missing, "points", self.values)
         return self.values[local]
+
+    def _fill(self, have, chunk_of, missing, name: str, values) -> None:
+        opened = np.isin(chunk_of, np.unique(chunk_of[missing]))
+        fill = np.flatnonzero(opened & ~have)
+        values[fill] = read_rows_at(self.reader.session, name, self.rows[fill])
+        have[fill] = True
+
+    def sq_distances(self, local, query: np.ndarray, thresholds) -> np.ndarray:
+        """Squared distances of ``local`` rows to ``query``, exact where the bounds from the
+        sketch do not settle every threshold or the point is already read, else a value inside
+        the bounds (on the same side of every threshold): see
+        :func:`fairpipe.neighbors.sq_distances`."""
+        local = np.asarray(local)
+        block = self.reader.sketch_block
+        if block is None:  # a store without a sketch
+            diff = self[local] - query
+            return np.einsum("ij,ij->i", diff, diff)
+        if self.sketch is None:
+            self.sketch = np.zeros((self.rows.shape[0], self.reader.d + SKETCH_EXTRA), np.uint8)
+            self.sketch_have = np.zeros(self.rows.shape[0], dtype=bool)
+            self.sketch_chunk = self.rows // block
+        missing = local[~self.sketch_have[local]]
+        if missing.size:
+            self._fill(self.sketch_have, self.sketch_chunk, missing, "sketch", self.sketch)
+        lower2, upper2 = sketch_bounds(self.sketch[local], query)
+        exact = ambiguous(lower2, upper2, thresholds) | self.have[local]
+        self.exact_reads += int(np.count_nonzero(exact & ~self.have[local]))
+        diff = self[local[exact]] - query
+        d2 = np.einsum("ij,ij->i", diff, diff)
+        out = ((lower2 + upper2) / 2).astype(d2.dtype)
+        out[exact] = d2
+        return out
 
 
 class StoreReader:
@@ -92,6 +146,7 @@ class StoreReader:
         self._segments: dict[tuple[str, int, int], np.ndarray] = {}
         self._points: dict[int, np.ndarray] = {}
         self._point_block: int | None = None
+        self._sketch_block: int | None | bool = False  # False: not looked up yet
         self._lookup: IdLookup | None = None
         self._nn: FairNN | None = None
         self._model: tuple[np.ndarray, np.ndarray] | None = None
@@ -103,8 +158,14 @@ class StoreReader:
 
     @property
     def lsh(self) -> E2LSH:
+        """The store's hash functions (read with the index's segment lengths: one round trip)."""
         if self._lsh is None:
-            self._lsh = load_lsh(self.session, self.attrs)
+            names = ("projections", "offsets", "multipliers")
+            layers = [layer for layer in layer_bits(self.attrs) if layer not in self._lengths]
+            got = read_arrays(self.session, [f"lsh/{name}" for name in names]
+                              + [f"lsh/{LAYERS[layer][1]}" for layer in layers])  # fmt: skip
+            self._lengths.update(zip(layers, got[len(names) :]))
+            self._lsh = lsh_from_arrays(dict(zip(names, got)), self.attrs)
         return self._lsh
 
     def segments(self, wanted: list[tuple[str, int, int]]) -> list[np.ndarray]:
@@ -127,6 +188,14 @@ class StoreReader:
         if self._point_block is None:
             self._point_block = int(open_array(self.session, "points").chunks[0])
         return self._point_block
+
+    @property
+    def sketch_block(self) -> int | None:
+        """Rows per chunk of the stored point sketch; None for a store without one."""
+        if self._sketch_block is False:
+            sketch = open_array(self.session, "sketch") if has_sketch(self.attrs) else None
+            self._sketch_block = None if sketch is None else int(sketch.chunks[0])
+        return self._sketch_block  # type: ignore[return-value]
 
     def points_at(self, rows: np.ndarray) -> np.ndarray:
         """Points of stored ``rows`` (cached)."""
@@ -271,6 +340,7 @@ class StoreReader:
             )  # fmt: skip
             rows[i, : got.shape[0]] = cand[got]
             counts[i] = got.shape[0]
+            st.extra.update(candidates=int(cand.shape[0]), points_read=int(points.have.sum()))
             stats.append(st)
         ids = np.full(rows.shape, -1, dtype=np.int64)
         drawn = rows >= 0

@@ -6,6 +6,8 @@
   that change independently (the stored index's layout).
 - :class:`FairNN`: fit, sample (``exact``, ``approx``, ``rank``, ``uniform``, ``weighted``
   samplers over ``buckets``, ``approximate`` or ``exact`` neighbourhoods) and delete.
+- :func:`sketch_points`, :func:`sketch_bounds`: a byte per coordinate of each point, and the
+  distance bounds it gives (a stored query reads it instead of most candidates' points).
 - :func:`evaluate_tv`, :func:`tv_to_uniform`, :func:`noise_floor`: how fair the samples are.
 - :func:`estimate_bucket_width`: a bucket width from the data.
 """
@@ -24,6 +26,7 @@ from fairpipe.neighbors._degree_sampling import (
     degree_of,
     neighbourhood,
     sample_query,
+    sq_distances,
 )
 from fairpipe.neighbors._evaluation import (
     EVALUATED_SAMPLERS,
@@ -51,6 +54,7 @@ from fairpipe.neighbors._segments import (
     segment_of,
     unmix,
 )
+from fairpipe.neighbors._sketch import SKETCH_EXTRA, ambiguous, sketch_bounds, sketch_points
 
 __all__ = [
     "E2LSH", "EVALUATED_SAMPLERS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
@@ -58,5 +62,7 @@ __all__ = [
     "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",
     "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",
     "sample_query", "tv_to_uniform", "width_sample_rows", "build_segments", "bucket_members",
-    "check_sample_options", "query_generator", "decode", "entries", "mix", "pack", "partition_bits", "patch", "segment_of", "unmix",
+    "check_sample_options", "query_generator", "decode", "entries", "mix", "pack",
+    "partition_bits", "patch", "segment_of", "unmix", "SKETCH_EXTRA", "ambiguous",
+    "sketch_bounds", "sketch_points", "sq_distances",
 ]  # fmt: skip

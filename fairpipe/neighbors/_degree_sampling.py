@@ -88,6 +88,19 @@ def query_buckets(index, q_buckets: np.ndarray, complete: bool = False) -> Query
     return QueryBuckets(lo[nz], size[nz], q_buckets[nz], nz)
 
 
+def sq_distances(points, rows: np.ndarray, query: np.ndarray, thresholds: tuple) -> np.ndarray:
+    """Squared distances from ``query`` to ``points[rows]``, used only through comparisons with
+    ``thresholds`` (squared). ``points`` is an array, or an object with its own
+    ``sq_distances(rows, query, thresholds)`` that may return, for rows it can decide without
+    the point, any value on the same side of every threshold as the exact one (a store reader
+    deciding from a sketch of the points)."""
+    own = getattr(points, "sq_distances", None)
+    if own is not None:
+        return own(rows, query, thresholds)
+    diff = points[rows] - query
+    return np.einsum("ij,ij->i", diff, diff)
+
+
 def _members_at(index, qb: QueryBuckets, b: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Members of draws ``v`` (positions in the concatenated active prefixes), in buckets ``b``."""
     rows = index.members[qb.base[b] + v]
@@ -129,8 +142,7 @@ def _filter_all_outliers(index, qb: QueryBuckets, points, q, far2: float) -> Non
         if arr is None:
             arr = index.members[qb.lo[j] : qb.lo[j] + qb.size[j]]
         arr = arr[: active[j]]
-        diff = points[arr] - q
-        keep = arr[np.einsum("ij,ij->i", diff, diff) <= far2]
+        keep = arr[sq_distances(points, arr, q, (far2,)) <= far2]
         full = np.empty(qb.size[j], dtype=np.int64)
         full[: keep.shape[0]] = keep
         qb.local[j] = full
@@ -208,8 +220,7 @@ def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, nea
     near = None
     removed = 0
     if mode != "buckets":
-        diff = points[uniq] - query
-        d2 = np.einsum("ij,ij->i", diff, diff)
+        d2 = sq_distances(points, uniq, query, (far2, near2) if mode == "exact" else (far2,))
         keep = (d2 <= far2)[inv]
         removed = int(keep.size - np.count_nonzero(keep))
         rows, bucket, inv = rows[keep], bucket[keep], inv[keep]
@@ -371,8 +382,7 @@ def _draw_lazy(
     rows = _members_at(index, qb, b, v)
     accept = None
     if mode != "buckets":
-        diff = points[rows] - query
-        d2 = np.einsum("ij,ij->i", diff, diff)
+        d2 = sq_distances(points, rows, query, (far2, near2) if mode == "exact" else (far2,))
         outlier = d2 > far2
         accept = ~outlier
         if outlier.any():
@@ -401,7 +411,5 @@ def neighbourhood(index, points, query, q_buckets, mode: str, radius: float, c: 
     rows = np.unique(np.concatenate([index.members[a : a + s] for a, s in zip(qb.lo, qb.size)]))
     if mode == "buckets":
         return rows
-    diff = points[rows] - query
-    d2 = np.einsum("ij,ij->i", diff, diff)
-    limit = radius if mode == "exact" else c * radius
-    return rows[d2 <= limit**2]
+    limit2 = (radius if mode == "exact" else c * radius) ** 2
+    return rows[sq_distances(points, rows, query, (limit2,)) <= limit2]

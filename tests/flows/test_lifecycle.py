@@ -61,7 +61,8 @@ def summarize_options(folder):
 
 
 def artifacts(path) -> dict:
-    """Every model array of the store, and its index as (key, id) pairs per table."""
+    """Every model array of the store, its live rows' sketch and its index as (key, id) pairs
+    per table."""
     s = FairpipeStore.open(str(path)).readonly_session()
     out: dict = {}
     attrs = dict(FairpipeStore.open(str(path)).attrs(s))
@@ -75,6 +76,8 @@ def artifacts(path) -> dict:
         for level in range(3):
             for name in ("candidates", "evaluation", "value", "calls"):
                 out[f"summary/{level}/{name}"] = read_array(s, f"summary/level_{level}/{name}")
+    alive = read_array(s, "alive")  # the live rows' sketch, by id
+    out["sketch"] = read_array(s, "sketch")[alive][np.argsort(read_array(s, "ids")[alive])]
     for t, (keys, ids) in enumerate(index_entries(s)):
         out[f"index/{t}/keys"], out[f"index/{t}/ids"] = keys, ids
     return out

@@ -16,7 +16,7 @@ from flows.backfill import BackfillOptions, run_backfill
 from flows.cli import app
 from flows.forget import ForgetOptions, _apply_batch, run_forget
 from flows.ingest import IngestOptions, run_ingest
-from storage.erasure import files_holding
+from storage.erasure import files_holding, row_needles
 from storage.queue import file_request, pending, read_request
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore, read_array
@@ -135,9 +135,10 @@ def test_commands(store, tmp_path):
 
 
 def point_bytes(url, rows):
-    """The stored bytes of the points of ``rows`` (as the rows hold them now)."""
-    pts = FairpipeStore.open(url).read("points")
-    return [pts[r].astype("<f4").tobytes() for r in rows]
+    """The stored bytes of the points and sketch rows of ``rows`` (as the rows hold them now)."""
+    needles = row_needles(url, rows)
+    assert len(needles) == 2 * len(rows)  # the store keeps a sketch
+    return needles
 
 
 @pytest.mark.parametrize("index_jobs", [False, True])
@@ -154,7 +155,7 @@ def test_a_drain_with_the_default_retention_leaves_no_byte_of_the_erased_rows(
     ids = st.read("ids")
     rows = [3, 200, 577]
     needles = point_bytes(store, rows)
-    assert len({n for _, n in files_holding(store, needles)}) == 3  # the scan finds them
+    assert len({n for _, n in files_holding(store, needles)}) == 6  # the scan finds them
     rid = file_request(store, ids[rows]).request_id
     res = run_forget(store, None, **THREADS)
     assert res["erasure"]["receipts_erased"] == 1 and res["erasure"]["chunks_deleted"] > 0
@@ -166,6 +167,7 @@ def test_a_drain_with_the_default_retention_leaves_no_byte_of_the_erased_rows(
         except (ArrayNotFoundError, GroupNotFoundError):  # the repository's empty first snapshot
             continue
         assert not points[rows].any()
+        assert not st.read("sketch", session=st.readonly_session(snap["id"]))[rows].any()
     (r,) = read_receipts(st.readonly_session())
     assert r["request"] == rid and r["erased_at"] >= r["applied_at"]
 

@@ -104,3 +104,16 @@ def test_bad_queries_name_what_is_wrong(store, tmp_path):
     (tmp_path / "folder" / "x.txt").write_text("x")
     with pytest.raises(NotAStoreError):
         fairpipe.open_store(str(tmp_path / "folder"))
+
+
+def test_a_small_neighbourhood_is_decided_from_the_sketch(store):
+    """A query whose neighbourhood is small looks at every candidate's distance: the sketch
+    decides them, and only the chunks of points holding undecided candidates are read."""
+    path, nn, _ = store
+    reader = fairpipe.open_store(str(path))
+    kw = dict(radius=0.4, n_samples=10, seed=0, with_neighbourhood=True)
+    got = reader.sample(query_rows=[0], **kw)
+    assert np.array_equal(got.ids, nn.sample(query_rows=[0], **kw).ids)
+    extra = got.stats[0].extra
+    assert got.neighbourhood_sizes[0] < 20 < extra["candidates"]
+    assert extra["points_read"] < extra["candidates"] / 2, extra
