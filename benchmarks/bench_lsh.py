@@ -251,6 +251,13 @@ def run_peak(args: list[str], env: dict) -> tuple[dict | None, float, float]:
     return info["result"], info["peak_rss_mb"], wall
 
 
+def wall_of(args: list[str], env: dict) -> float:
+    """Wall seconds of the command run as a bare subprocess (its output discarded)."""
+    t0 = time.perf_counter()
+    subprocess.run(args, capture_output=True, env=env, check=True)
+    return time.perf_counter() - t0
+
+
 def numpy_hash_seconds(n: int, d: int, seed: int) -> float:
     """Baseline: numpy hashing the same points (d x L*k float32 product, floored), blocks of
     the generator's rows generated outside the timed part."""
@@ -298,19 +305,20 @@ def bench_scale(sizes: list[int], chunk_rows: int) -> None:
             index = total - n * 128 * 4  # beyond the points (raw float32; they hardly compress)
             report(f"store n={n:,}: bytes per point beyond the points (L = 100)",
                    f"{index / n:,.0f}", f"{total / 2**30:.2f} GiB")  # fmt: skip
-            # Cold queries and `--help` alternate, COLD_RUNS each (this VM's wall times vary
-            # by 20% from run to run): medians, and the largest query's RSS.
+            # Cold queries and `fairpipe --help` alternate, COLD_RUNS each (this VM's wall times
+            # vary by 20% from run to run), both timed the same way (a bare subprocess of the
+            # command: no wrapper), medians; then each query once more under the RSS wrapper.
             helps, walls, rss_max, sizes = [], [], 0.0, []
             for i in range(COLD_RUNS):
-                _, help_rss, help_wall = run_peak([sys.executable, "-c", HELP_JSON], env)
-                res, rss, wall = run_peak(
-                    [exe, "sample", "--store", store, "--query-row", str(12345 + i),
-                     "--samples", "10", "--json"], env)  # fmt: skip
+                helps.append(wall_of([exe, "--help"], env))
+                query = [exe, "sample", "--store", store, "--query-row", str(12345 + i),
+                         "--samples", "10", "--json"]  # fmt: skip
+                walls.append(wall_of(query, env))
+                res, rss, _ = run_peak(query, env)
                 assert res is not None
-                helps.append(help_wall)
-                walls.append(wall)
                 rss_max = max(rss_max, rss)
                 sizes.append(res["neighbourhood_size"])
+            _, help_rss, _ = run_peak([sys.executable, "-c", HELP_JSON], env)
             wall, help_wall = float(np.median(walls)), float(np.median(helps))
             report(f"cold sample n={n:,}: median wall s of {COLD_RUNS} rows (baseline: --help)",
                    f"{wall:.2f}", f"{help_wall:.2f}", f"{wall / help_wall:.2f}x")  # fmt: skip
@@ -349,7 +357,7 @@ def bench_append(exe: str, env: dict, tmp: Path, store: str, n: int, build: floa
 
 
 COLD_RUNS = 5
-# `fairpipe --help` as a JSON-printing command (so run_peak can wrap it).
+# `fairpipe --help` as a JSON-printing command (so run_peak can measure its RSS).
 HELP_JSON = (
     "import subprocess, sys, json; "
     "subprocess.run([sys.executable.replace('python', 'fairpipe'), '--help'], "
