@@ -9,8 +9,8 @@ their commit, and a last small commit writes each receipt's commit id.
 
 In each batch:
 Erase the rows (points and sketch zeroed, groups -1, alive = false), remove them from the LSH
-buckets (only the segments holding them are rewritten; their keys are recomputed from their points), and
-update the clustering model: for DC-k-means only the deleted rows' leaves are
+buckets (only the segments holding them are rewritten; their keys are recomputed from their
+points), and update the clustering model: for DC-k-means only the deleted rows' leaves are
 recomputed (from their remaining points), then only those leaves' ancestors; a Q-k-means model
 certifies each deletion from its metadata and retrains only when one is not certified. A fair
 summary, if the store has one, is updated the same way as the DC tree (its leaves, then their

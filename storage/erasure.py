@@ -17,9 +17,11 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
+
 from fairpipe.errors import FairpipeInputError
 from storage.receipts import read_receipts, write_receipts
-from storage.store import FairpipeStore
+from storage.store import FairpipeStore, read_rows_at
 
 RETENTION_KEY = "erasure_retention"
 DEFAULT_RETENTION = "0"
@@ -118,10 +120,7 @@ def holds(raw: bytes, needles: list[bytes]) -> bool:
 def row_needles(url: str, rows) -> list[bytes]:
     """The stored bytes of ``rows``' data as the store's tip holds them: each row's point, and
     its sketch row when the store keeps one (:func:`files_holding`'s needles for those rows)."""
-    import numpy as np
-
-    from storage.index import has_sketch
-    from storage.store import read_rows_at
+    from storage.index import has_sketch  # not at the top: status and configure import this module
 
     store = FairpipeStore.open(url)
     session = store.readonly_session()

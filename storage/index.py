@@ -46,6 +46,7 @@ import numpy as np
 
 from fairpipe.neighbors import (
     E2LSH,
+    LSH_ARRAYS,
     ROW_BLOCK,
     SKETCH_EXTRA,
     BucketIndex,
@@ -126,9 +127,8 @@ def layer_bits(attrs: dict) -> dict[str, int]:
 
 def load_lsh(session, attrs: dict) -> E2LSH:
     """The store's hash functions (``attrs``: the root attributes)."""
-    names = ("projections", "offsets", "multipliers")
-    arrays = dict(zip(names, read_arrays(session, [f"lsh/{name}" for name in names])))
-    return lsh_from_arrays(arrays, attrs)
+    arrays = read_arrays(session, [f"lsh/{name}" for name in LSH_ARRAYS])
+    return lsh_from_arrays(dict(zip(LSH_ARRAYS, arrays)), attrs)
 
 
 def lsh_from_arrays(arrays: dict, attrs: dict) -> E2LSH:

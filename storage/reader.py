@@ -9,14 +9,16 @@ undecided (a candidate decided by its bounds lies on the same side of every thre
 exact distance); :meth:`~StoreReader.predict` reads the model's root. Segments and points read
 are cached for the reader's life. A query runs the same kernel as the in-memory
 :class:`fairpipe.neighbors.FairNN` on a small index made of the query's own buckets, so with the
-same seed it draws exactly what ``FairNN`` draws (the exact sampler stays exactly uniform). :meth:`~StoreReader.preload` reads everything once into a ``FairNN`` for the
-hot path of a long-lived process (memory about n x (d + 2L) x 4 bytes); the ``rank`` sampler,
-whose permutation spans every row, always uses it.
+same seed it draws exactly what ``FairNN`` draws (the exact sampler stays exactly uniform).
+:meth:`~StoreReader.preload` reads everything once into a ``FairNN`` for the hot path of a
+long-lived process (memory about n x (d + 2L) x 4 bytes); the ``rank`` sampler, whose
+permutation spans every row, always uses it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,7 @@ import numpy as np
 from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import (
     E2LSH,
+    LSH_ARRAYS,
     SKETCH_EXTRA,
     FairNN,
     QueryStats,
@@ -37,6 +40,7 @@ from fairpipe.neighbors import (
     sample_query,
     segment_of,
     sketch_bounds,
+    sq_distances,
 )
 from fairpipe.validation import IdLookup, check_points
 from storage.index import (
@@ -71,58 +75,56 @@ class _LocalIndex:
     members: np.ndarray
 
 
-class _RowCache:
-    """``points[local rows]`` for the kernel, read from the store on first use: a read takes
-    every candidate in the chunks it opens (the sampler asks for candidates in several rounds,
-    and a chunk of points costs the same to read for one row as for all), so each chunk is read
-    once per query. Holds the candidates' points only (not whole chunks).
+class _Rows:
+    """Rows ``rows`` of one stored array, read on first use: a read takes every one of ``rows``
+    in the chunks it opens (the sampler asks for candidates in several rounds, and a chunk costs
+    the same to read for one row as for all), so each chunk is read once per query. Holds those
+    rows only (not whole chunks)."""
 
-    Its :meth:`sq_distances` decides distances from the candidates' sketch where it can (a
-    quarter of the bytes, read the same way) and reads the points of the rest only."""
-
-    def __init__(self, reader: StoreReader, rows: np.ndarray):
-        self.reader, self.rows = reader, rows
-        self.values = np.zeros((rows.shape[0], reader.d), dtype=np.float32)
+    def __init__(self, session, name: str, rows: np.ndarray, width: int, dtype, block: int):
+        self.session, self.name, self.rows = session, name, rows
+        self.values = np.zeros((rows.shape[0], width), dtype=dtype)
         self.have = np.zeros(rows.shape[0], dtype=bool)
-        self.chunk_of = rows // reader.point_block
-        self.sketch: np.ndarray | None = None
-        self.exact_reads = 0  # candidates whose distance needed the point (for tests and stats)
+        self.chunk_of = rows // block
 
     def __getitem__(self, local) -> np.ndarray:
         local = np.asarray(local)
         missing = local[~self.have[local]]
         if missing.size:
-            self._fill(self.have, self.chunk_of, missing, "points", self.values)
+            opened = np.isin(self.chunk_of, np.unique(self.chunk_of[missing]))
+            fill = np.flatnonzero(opened & ~self.have)
+            self.values[fill] = read_rows_at(self.session, self.name, self.rows[fill])
+            self.have[fill] = True
         return self.values[local]
 
-    def _fill(self, have, chunk_of, missing, name: str, values) -> None:
-        opened = np.isin(chunk_of, np.unique(chunk_of[missing]))
-        fill = np.flatnonzero(opened & ~have)
-        values[fill] = read_rows_at(self.reader.session, name, self.rows[fill])
-        have[fill] = True
+
+class _Candidates:
+    """A query's candidates as the kernel reads points (``[local rows]``), read on first use
+    (:class:`_Rows`). Its :meth:`sq_distances` decides distances from the candidates' sketch
+    where it can (a quarter of the bytes, read the same way) and reads the points of the rest
+    only."""
+
+    def __init__(self, reader: StoreReader, rows: np.ndarray):
+        session, d = reader.session, reader.d
+        self.points = _Rows(session, "points", rows, d, np.float32, reader.point_block)
+        block = reader.sketch_block
+        self.sketch = (None if block is None
+                       else _Rows(session, "sketch", rows, d + SKETCH_EXTRA, np.uint8, block))  # fmt: skip
+
+    def __getitem__(self, local) -> np.ndarray:
+        return self.points[local]
 
     def sq_distances(self, local, query: np.ndarray, thresholds) -> np.ndarray:
-        """Squared distances of ``local`` rows to ``query``, exact where the bounds from the
-        sketch do not settle every threshold or the point is already read, else a value inside
-        the bounds (on the same side of every threshold): see
+        """Squared distances of ``local`` rows to ``query``: exact where the bounds from the
+        sketch do not settle every threshold (every row, without a sketch), else a value inside
+        the bounds, so on the same side of every threshold: see
         :func:`fairpipe.neighbors.sq_distances`."""
         local = np.asarray(local)
-        block = self.reader.sketch_block
-        if block is None:  # a store without a sketch
-            diff = self[local] - query
-            return np.einsum("ij,ij->i", diff, diff)
-        if self.sketch is None:
-            self.sketch = np.zeros((self.rows.shape[0], self.reader.d + SKETCH_EXTRA), np.uint8)
-            self.sketch_have = np.zeros(self.rows.shape[0], dtype=bool)
-            self.sketch_chunk = self.rows // block
-        missing = local[~self.sketch_have[local]]
-        if missing.size:
-            self._fill(self.sketch_have, self.sketch_chunk, missing, "sketch", self.sketch)
+        if self.sketch is None:  # a store made before the sketch
+            return sq_distances(self.points, local, query, thresholds)
         lower2, upper2 = sketch_bounds(self.sketch[local], query)
-        exact = ambiguous(lower2, upper2, thresholds) | self.have[local]
-        self.exact_reads += int(np.count_nonzero(exact & ~self.have[local]))
-        diff = self[local[exact]] - query
-        d2 = np.einsum("ij,ij->i", diff, diff)
+        exact = ambiguous(lower2, upper2, thresholds)
+        d2 = sq_distances(self.points, local[exact], query, thresholds)
         out = ((lower2 + upper2) / 2).astype(d2.dtype)
         out[exact] = d2
         return out
@@ -146,7 +148,6 @@ class StoreReader:
         self._segments: dict[tuple[str, int, int], np.ndarray] = {}
         self._points: dict[int, np.ndarray] = {}
         self._point_block: int | None = None
-        self._sketch_block: int | None | bool = False  # False: not looked up yet
         self._lookup: IdLookup | None = None
         self._nn: FairNN | None = None
         self._model: tuple[np.ndarray, np.ndarray] | None = None
@@ -160,7 +161,7 @@ class StoreReader:
     def lsh(self) -> E2LSH:
         """The store's hash functions (read with the index's segment lengths: one round trip)."""
         if self._lsh is None:
-            names = ("projections", "offsets", "multipliers")
+            names = LSH_ARRAYS
             layers = [layer for layer in layer_bits(self.attrs) if layer not in self._lengths]
             got = read_arrays(self.session, [f"lsh/{name}" for name in names]
                               + [f"lsh/{LAYERS[layer][1]}" for layer in layers])  # fmt: skip
@@ -189,13 +190,12 @@ class StoreReader:
             self._point_block = int(open_array(self.session, "points").chunks[0])
         return self._point_block
 
-    @property
+    @cached_property
     def sketch_block(self) -> int | None:
         """Rows per chunk of the stored point sketch; None for a store without one."""
-        if self._sketch_block is False:
-            sketch = open_array(self.session, "sketch") if has_sketch(self.attrs) else None
-            self._sketch_block = None if sketch is None else int(sketch.chunks[0])
-        return self._sketch_block  # type: ignore[return-value]
+        if not has_sketch(self.attrs):
+            return None
+        return int(open_array(self.session, "sketch").chunks[0])
 
     def points_at(self, rows: np.ndarray) -> np.ndarray:
         """Points of stored ``rows`` (cached)."""
@@ -330,7 +330,7 @@ class StoreReader:
         stats: list[QueryStats] = []
         for i in range(Q.shape[0]):
             cand, index, point_buckets, q_buckets = self._buckets(Q[i])
-            points: Any = _RowCache(self, cand)  # indexed as the kernel indexes points
+            points: Any = _Candidates(self, cand)  # indexed as the kernel indexes points
             if sizes is not None:
                 sizes[i] = neighbourhood(index, points, Q[i], q_buckets, mode, radius, c).shape[0]
             got, st = sample_query(
@@ -340,7 +340,8 @@ class StoreReader:
             )  # fmt: skip
             rows[i, : got.shape[0]] = cand[got]
             counts[i] = got.shape[0]
-            st.extra.update(candidates=int(cand.shape[0]), points_read=int(points.have.sum()))
+            st.extra.update(candidates=int(cand.shape[0]),
+                            points_read=int(points.points.have.sum()))  # fmt: skip
             stats.append(st)
         ids = np.full(rows.shape, -1, dtype=np.int64)
         drawn = rows >= 0
@@ -359,7 +360,7 @@ class StoreReader:
         out = []
         for i in range(Q.shape[0]):
             cand, index, _, q_buckets = self._buckets(Q[i])
-            local = neighbourhood(index, _RowCache(self, cand), Q[i], q_buckets, mode, radius, c)
+            local = neighbourhood(index, _Candidates(self, cand), Q[i], q_buckets, mode, radius, c)
             out.append(self.ids_at(cand[local]))
         return out
 

@@ -40,7 +40,7 @@ from fairpipe.neighbors._evaluation import (
 )
 from fairpipe.neighbors._fair_nn import FairNN, SampleResult, check_sample_options, query_generator
 from fairpipe.neighbors._key_directory import KeyDirectory
-from fairpipe.neighbors._lsh import E2LSH, ROW_BLOCK
+from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, ROW_BLOCK
 from fairpipe.neighbors._rank_sampling import RankState
 from fairpipe.neighbors._segments import (
     bucket_members,
@@ -57,7 +57,7 @@ from fairpipe.neighbors._segments import (
 from fairpipe.neighbors._sketch import SKETCH_EXTRA, ambiguous, sketch_bounds, sketch_points
 
 __all__ = [
-    "E2LSH", "EVALUATED_SAMPLERS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
+    "E2LSH", "EVALUATED_SAMPLERS", "LSH_ARRAYS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
     "BucketIndex", "FairNN", "KeyDirectory", "QueryStats", "RankState", "SampleResult",
     "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",
     "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",
