@@ -51,7 +51,15 @@ from storage.index import (
     write_removal,
 )
 from storage.models import write_model
-from storage.queue import Request, delete_requests, file_request, has_queue, new_request, pending
+from storage.queue import (
+    Request,
+    delete_requests,
+    file_request,
+    has_queue,
+    new_request,
+    pending,
+    sweep_abandoned,
+)
 from storage.queue import read_request as read_queued
 from storage.receipts import REQUESTS_KEY, read_receipts, write_receipts
 from storage.store import FairpipeStore, read_array
@@ -181,6 +189,8 @@ def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request],
     # Also after a crash between a batch's commit and this step (a rerun finds no batch to do).
     if any(r["commit"] is None for r in read_receipts(store.readonly_session())):
         _record_commits(store, o)
+    # Files of producers killed before their request was filed: never applied, but they hold ids.
+    merged["abandoned_removed"] = sweep_abandoned(store.url)
     merged["timings"] = timings
     return merged
 

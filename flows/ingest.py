@@ -316,6 +316,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             timings["bucket_index"] = time.perf_counter() - t0
         finally:
             staging.remove()
+        swept = staging.swept
 
         updated: dict = {}
         if appending:  # the model and summary take the new rows in (their leaves and ancestors)
@@ -348,6 +349,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         "buckets_per_table": buckets,
         "segments_written": written,
         "new_groups": new_groups,
+        "stale_staging_removed": swept,  # folders of killed ingests of this store, removed
         **updated,
         "rows_per_second": rows_s,
         "timings": timings,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from storage.erasure import retention_of
-from storage.queue import filed_at, pending
+from storage.queue import abandoned, filed_at, pending
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore, read_array
 from storage.summary import has_summary, read_summary_ids
@@ -55,6 +55,7 @@ def store_status(url: str) -> dict:
             "count": len(waiting),
             "oldest": waiting[0] if waiting else None,
             "oldest_age_seconds": oldest,
+            "abandoned": abandoned(url),  # files of producers killed before filing
         },  # fmt: skip
         "last_commit": {k: last[k] for k in ("id", "time", "message")},
         "artifacts": artifacts,

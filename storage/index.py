@@ -37,6 +37,7 @@ padded index arrays) are read as they are and upgraded to format 2 by the next w
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import tempfile
 import uuid
@@ -243,6 +244,19 @@ def write_dataset_attrs(root, before: dict, *, n: int, n_alive: int, d: int, see
 
 
 # -- staging: the keys of new rows, between the hashing jobs and the index jobs -------------------
+STAGING_MARK = ".fairpipe-staging."  # a local store's staging folder: .<store><mark><random>
+
+
+def stale_staging(local_dir: Path) -> list[Path]:
+    """Staging folders of the local store ``local_dir`` (any there while its writer lock is held
+    were left by a killed ingest: only an ingest holding the lock makes one)."""
+    name = re.compile(re.escape(f".{local_dir.name}{STAGING_MARK}") + r"[a-z0-9_]+")
+    parent = local_dir.parent
+    if not parent.is_dir():
+        return []
+    return [p for p in parent.iterdir() if name.fullmatch(p.name) and p.is_dir()]
+
+
 class Staging:
     """The new rows' keys, between the hashing jobs and the index jobs, outside the repository
     (so no object of it outlives the ingest): beside a local store, else in the temporary folder
@@ -251,9 +265,20 @@ class Staging:
     every file (memory-mapped; one file write per chunk instead of a Zarr chunk per table)."""
 
     def __init__(self, local_dir: Path | None, base: int, n_total: int):
-        parent = local_dir.parent if local_dir is not None else None
-        self.path = Path(tempfile.mkdtemp(prefix=f".fairpipe-staging-{uuid.uuid4().hex[:6]}-",
-                                          dir=parent))  # fmt: skip
+        """Made by an ingest holding the store's writer lock. Beside a local store the folder is
+        named after it, so the folders of earlier ingests of the same store, killed before they
+        could remove their own (8 bytes a row and table: 8 GB at 10M rows and L = 100), are found and removed first:
+        :attr:`swept` counts them."""
+        self.swept = 0
+        if local_dir is None:
+            self.path = Path(tempfile.mkdtemp(prefix=f".fairpipe-staging-{uuid.uuid4().hex[:6]}-"))
+        else:
+            stale = stale_staging(local_dir)
+            for old in stale:
+                shutil.rmtree(old, ignore_errors=True)
+            self.swept = len(stale)
+            self.path = Path(tempfile.mkdtemp(prefix=f".{local_dir.name}{STAGING_MARK}",
+                                              dir=local_dir.parent))  # fmt: skip
         self.base, self.n_total = base, n_total
 
     def write(self, start: int, keys: np.ndarray) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from storage.urls import parse_store_url
+from storage.urls import parse_store_url, s3_endpoint
 
 QUEUE_DIR = "queue"
 NO_QUEUE = (
@@ -35,6 +36,10 @@ NO_QUEUE = (
     "bucket; {url} is neither (its requests can only be applied at once: 'fairpipe forget --ids')."
 )
 BAD_REQUEST = "The request object {path} is not a fairpipe deletion request ({why})."
+# A producer writes a request under a temporary name and links it to its own within
+# milliseconds; a temporary file older than this was left by a producer killed before its
+# request was filed (it holds ids, so the next drain deletes it).
+ABANDONED_AFTER_SECONDS = 3600.0
 
 
 class _Folder:
@@ -74,6 +79,20 @@ class _Folder:
 
     def delete(self, name: str) -> None:
         (self.folder / name).unlink(missing_ok=True)
+
+    def abandoned(self, now: float) -> list[Path]:
+        """Temporary request files older than ABANDONED_AFTER_SECONDS (their producer died
+        before linking them: they were never filed)."""
+        if not self.folder.is_dir():
+            return []
+        old = []
+        for p in self.folder.glob(".*.json.*.tmp"):
+            try:
+                if now - p.stat().st_mtime > ABANDONED_AFTER_SECONDS:
+                    old.append(p)
+            except FileNotFoundError:  # linked and removed by its producer meanwhile
+                continue
+        return old
 
 
 class _Bucket:
@@ -123,7 +142,7 @@ def _backend(url: str) -> _Folder | _Bucket | None:
     k = spec.kwargs
     prefix = "/".join(p for p in (k.get("prefix", ""), QUEUE_DIR) if p)
     if spec.scheme == "s3":
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        endpoint = s3_endpoint()
         plain_http = bool(endpoint and endpoint.startswith("http://"))
         return _Bucket(url, S3Store(k["bucket"], prefix=prefix,
                                     client_options={"allow_http": plain_http}))  # fmt: skip
@@ -196,6 +215,25 @@ def read_request(url: str, request_id: str) -> Request:
                        str(body["requested_at"]))  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise FairpipeInputError(BAD_REQUEST.format(path=backend.where(name), why=e)) from None
+
+
+def abandoned(url: str) -> int:
+    """Temporary request files of producers killed before filing (a local queue only: a bucket
+    is written with one conditional put, which leaves nothing behind)."""
+    backend = _backend(url)
+    return len(backend.abandoned(time.time())) if isinstance(backend, _Folder) else 0
+
+
+def sweep_abandoned(url: str) -> int:
+    """Delete the temporary request files :func:`abandoned` counts (they hold ids); returns how
+    many were deleted."""
+    backend = _backend(url)
+    if not isinstance(backend, _Folder):
+        return 0
+    old = backend.abandoned(time.time())
+    for p in old:
+        p.unlink(missing_ok=True)
+    return len(old)
 
 
 def delete_requests(url: str, request_ids) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from fairpipe.errors import FairpipeInputError
 from storage.lock import StoreBusyError, WriterLock, lock_path_for
-from storage.urls import make_storage, parse_store_url
+from storage.urls import make_storage, parse_store_url, probe_endpoint
 
 FORMAT = 2
 TXN_PREFIX = "fairpipe-txn-"
@@ -336,6 +336,9 @@ class FairpipeStore:
         if spec.local_dir is not None and spec.local_dir.exists():
             if not spec.local_dir.is_dir():
                 raise NotAStoreError(NOT_A_STORE.format(url=url, why="it is a file"))
+        unreachable = probe_endpoint(spec)
+        if unreachable is not None:
+            raise FairpipeInputError(UNREACHABLE.format(url=url, why=unreachable))
         storage = make_storage(url, spec)
         try:
             exists = icechunk.Repository.exists(storage)

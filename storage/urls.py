@@ -10,6 +10,7 @@ is named by ``AWS_ENDPOINT_URL`` (path-style requests; plain http allowed when t
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -69,6 +70,35 @@ def parse_store_url(url: str) -> StorageSpec:
 _MEMORY: dict[str, object] = {}
 
 
+def s3_endpoint() -> str | None:
+    """The S3-compatible server named in the environment (MinIO, moto, Ceph...), if any."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+PROBE_SECONDS = 5.0
+
+
+def probe_endpoint(spec: StorageSpec) -> str | None:
+    """Why the store's own S3 endpoint cannot be reached, or None: one TCP connection, so a
+    server that is down or a wrong port is reported in at most PROBE_SECONDS (the S3 client
+    would retry for about 15 s first). Public endpoints are not probed."""
+    endpoint = s3_endpoint()
+    if spec.scheme != "s3" or endpoint is None:
+        return None
+    parts = urlparse(endpoint)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return f"the endpoint {endpoint} has no valid port"
+    if not parts.hostname:
+        return f"the endpoint {endpoint} names no host"
+    try:
+        socket.create_connection((parts.hostname, port), timeout=PROBE_SECONDS).close()
+    except OSError as e:
+        return f"no server answers at {endpoint}: {e.strerror or type(e).__name__}"
+    return None
+
+
 def make_storage(url: str, spec: StorageSpec):
     import icechunk
 
@@ -82,7 +112,7 @@ def make_storage(url: str, spec: StorageSpec):
         return _MEMORY[url]
     factory = getattr(icechunk, f"{spec.scheme}_storage")
     kwargs = dict(spec.kwargs)
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = s3_endpoint()
     if spec.scheme == "s3" and endpoint:
         kwargs.update(endpoint_url=endpoint, allow_http=endpoint.startswith("http://"),
                       force_path_style=True,

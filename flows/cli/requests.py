@@ -99,6 +99,9 @@ def _render_status(r: dict) -> None:
         f"{p['count']}" + (f" (oldest {p['oldest_age_seconds']:.0f} s)" if p["count"] else ""),
         markup=False,
     )
+    if p["abandoned"]:
+        out.print(f"{p['abandoned']} temporary request files of producers killed before filing "
+                  "(never applied; the next drain deletes them)", markup=False)  # fmt: skip
     out.print(f"last commit {r['last_commit']['id']} at {r['last_commit']['time']}: "
               f"{r['last_commit']['message']}", markup=False)  # fmt: skip
     for name, a in r["artifacts"].items():

@@ -11,7 +11,7 @@ from fairpipe import FairpipeInputError
 from flows.ingest import IngestOptions, run_ingest
 from flows.sample import load_sampler, sample_store
 from storage import NotAStoreError, StoreBusyError, open_store
-from storage.index import index_entries, read_segments
+from storage.index import STAGING_MARK, index_entries, read_segments
 
 ARRAYS = (
     "points",
@@ -126,10 +126,20 @@ def test_failed_ingest_leaves_the_store_as_it_was_and_a_rerun_finishes(prefect_s
     for name in ARRAYS:
         assert np.array_equal(before[name], after[name])
     assert open_store(str(store)).repo.list_branches() == {"main"}
+    assert not [p for p in tmp_path.iterdir() if "staging" in p.name]  # the failed run's, removed
+    # What an ingest killed by SIGKILL leaves (its staged keys), beside a folder of another
+    # store's staging and one that is no staging: the next ingest of this store removes its own.
+    killed = tmp_path / f".s{STAGING_MARK}k1ll3d_x"
+    other = tmp_path / f".s2{STAGING_MARK}busy0001"
+    lookalike = tmp_path / f".s{STAGING_MARK}mine.not"
+    for folder in (killed, other, lookalike):
+        folder.mkdir()
+        (folder / "000000000000.npy").write_bytes(b"keys")
     more[650, 2] = 0.0
     np.save(tmp_path / "bad.npy", more)
     res = run_ingest(str(tmp_path / "bad.npy"), str(store), opts)
-    assert res["n"] == 1600
+    assert res["n"] == 1600 and res["stale_staging_removed"] == 1
+    assert not killed.exists() and other.exists() and lookalike.exists()
     arrays, _ = snapshot(store)
     assert np.array_equal(arrays["points"], np.vstack([X, more]))
     assert np.array_equal(arrays["ids"], np.arange(1600))

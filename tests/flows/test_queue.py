@@ -4,6 +4,7 @@ receipts; crashes between the steps of a drain; the commands over it."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -17,7 +18,7 @@ from flows.cli import app
 from flows.forget import ForgetOptions, _apply_batch, run_forget
 from flows.ingest import IngestOptions, run_ingest
 from storage.erasure import files_holding, row_needles
-from storage.queue import file_request, pending, read_request
+from storage.queue import ABANDONED_AFTER_SECONDS, file_request, pending, read_request
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore, read_array
 
@@ -95,6 +96,26 @@ def test_forget_ids_is_a_request_and_a_drain(store):
     assert sorted(res["deleted"]) == [7, 8, 9] and len(res["requests"]) == 2
     receipts = read_receipts(FairpipeStore.open(store).readonly_session())
     assert [r["reason"] for r in receipts] == ["", "ticket 1"]
+
+
+def test_a_drain_deletes_the_files_of_producers_killed_before_filing(store, tmp_path):
+    """A producer killed between writing its temporary file and linking it filed nothing: the
+    file is no request (never applied), but it holds ids, so the next drain deletes it once it
+    is older than a producer could still be working on it."""
+    queue = tmp_path / "s" / "queue"
+    file_request(store, np.array([5]))
+    old = queue / ".20261124T000000000000Z-deadbeef.json.a1b2c3.tmp"
+    young = queue / ".20261124T000001000000Z-cafef00d.json.d4e5f6.tmp"
+    for p in (old, young):
+        p.write_text(json.dumps({"ids": [6, 7]}))
+    past = time.time() - ABANDONED_AFTER_SECONDS - 60
+    os.utime(old, (past, past))
+    status = json.loads(invoke("status", "--store", store, "--json").stdout)
+    assert status["pending_requests"]["count"] == 1 and status["pending_requests"]["abandoned"] == 1
+    res = run_forget(store, None, **THREADS)
+    assert res["deleted"] == [5] and res["abandoned_removed"] == 1
+    assert not old.exists() and young.exists()  # a producer may still be linking the young one
+    assert 6 in alive_ids(store) and 7 in alive_ids(store)  # never filed: never applied
 
 
 def invoke(*args):

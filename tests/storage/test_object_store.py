@@ -128,3 +128,19 @@ def test_a_missing_bucket_is_one_clear_error(s3_server):
 
     with pytest.raises(FairpipeInputError, match="Cannot reach the store s3://no-such-bucket/x"):
         FairpipeStore.open("s3://no-such-bucket/x")
+
+
+def test_a_server_that_is_down_is_one_clear_error_before_any_retry(monkeypatch):
+    """A wrong port or a stopped server: named at once (one TCP connection), not after the S3
+    client's retries."""
+    from fairpipe.errors import FairpipeInputError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    with pytest.raises(FairpipeInputError, match=f"no server answers at http://127.0.0.1:{port}"):
+        FairpipeStore.open("s3://bucket/x")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:notaport")
+    with pytest.raises(FairpipeInputError, match="has no valid port"):
+        FairpipeStore.open("s3://bucket/x")
