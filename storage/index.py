@@ -68,6 +68,7 @@ from storage.store import (
     open_group,
     read_array,
     read_arrays,
+    read_many,
     read_rows_at,
     write_rows,
 )
@@ -397,6 +398,42 @@ def read_table_entries(session, t: int, lengths: np.ndarray,
     return np.concatenate([h for h, _ in parts]), np.concatenate([r for _, r in parts])
 
 
+def read_tables_entries(session, t0: int, lengths: np.ndarray,
+                        layer: str = "main") -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """:func:`read_table_entries` of tables ``t0, t0 + 1, ...`` (``lengths``: their segment
+    lengths, a row per table), their segments fetched together (a read per table cost about
+    4 ms for a small delta, mostly opening the array again)."""
+    sels = [(t0 + j, int(p), slice(0, int(v[p])))
+            for j, v in enumerate(lengths) for p in np.flatnonzero(v)]  # fmt: skip
+    got = iter(read_many(session, f"lsh/{LAYERS[layer][0]}", sels))
+    out = []
+    for v in lengths:
+        parts = [entries(next(got)) for _ in np.flatnonzero(v)]
+        out.append((np.concatenate([h for h, _ in parts]), np.concatenate([r for _, r in parts]))
+                   if parts else (np.zeros(0, np.uint64), np.zeros(0, np.int64)))  # fmt: skip
+    return out
+
+
+READ_AHEAD_ENTRIES = 4_000_000  # indexed entries read ahead at once (64 MB decoded)
+
+
+def _indexed_entries(session, t0: int, t1: int, given: list):
+    """Per table of [t0, t1), the (mixed keys, rows) each layer of ``given`` ((layer, its
+    segment lengths of those tables)) holds, read ahead in runs of tables holding at most
+    READ_AHEAD_ENTRIES entries (or one table)."""
+    held = sum((lengths.sum(axis=1) for _, lengths in given), np.zeros(t1 - t0, np.int64))
+    j = 0
+    while j < t1 - t0:
+        last = j + 1
+        while last < t1 - t0 and held[j : last + 1].sum() <= READ_AHEAD_ENTRIES:
+            last += 1
+        per_layer = [read_tables_entries(session, t0 + j, lengths[j:last], name)
+                     for name, lengths in given]  # fmt: skip
+        for i in range(last - j):
+            yield [layer[i] for layer in per_layer]
+        j = last
+
+
 def _block_shape(lengths: list, old_lengths: list) -> tuple[int, int]:
     """(segments, padded width) of the block :func:`write_tables` writes for tables with these
     new and old segment lengths."""
@@ -446,8 +483,10 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
     old = {name: read_lengths(session, name, slice(t0, t1)) for name in sources}
     prior = old.get(layer)
     out: dict[int, tuple[np.ndarray, int]] = {}
-    # (packed table, its old segment lengths) not yet written: written together, one Zarr call
+    # (packed table, its old segment lengths) not yet written: written together, one Zarr call;
+    # ``shape``: the group's segments and longest segment so far (what sizes its block)
     group: list = []
+    shape = (0, 0)
 
     def flush() -> None:
         g0 = t0 + len(out)
@@ -457,27 +496,26 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
             out[g0 + i] = (lengths, bucket_count(flat, offsets))
         group.clear()
 
-    for j, t in enumerate(range(t0, t1)):
-        parts = [read_table_entries(session, t, lengths[j], name)
-                 for name, lengths in old.items() if lengths is not None]  # fmt: skip
+    given = [(name, lengths) for name, lengths in old.items() if lengths is not None]
+    for j, parts in enumerate(_indexed_entries(session, t0, t1, given)):
         h = np.concatenate([*(p[0] for p in parts), mix(new_keys[j])])
         r = np.concatenate([*(p[1] for p in parts), new_rows])
-        table = (pack(h, r, bits, sorted_rows=not parts),  # staged rows are in row order
+        # Entries of equal key come in increasing rows: each layer's bucket in row order, the
+        # main layer's rows below the delta's, the staged rows (in row order) above both. So a
+        # stable sort by key alone puts every bucket in row order (pack's sorted_rows).
+        table = (pack(h, r, bits, sorted_rows=True),
                  prior[j] if prior is not None else np.zeros(0, np.int32))  # fmt: skip
-        if group and _block_bytes([*group, table]) > WRITE_BLOCK_BYTES:
+        (_, offsets), before = table
+        seg, longest = _block_shape([np.diff(offsets)], [before])
+        grown = (max(shape[0], seg), max(shape[1], longest))
+        if group and (len(group) + 1) * grown[0] * grown[1] * 4 > WRITE_BLOCK_BYTES:
             flush()
+            grown = (seg, longest)
         group.append(table)
+        shape = grown
     if group:
         flush()
     return out
-
-
-def _block_bytes(group: list) -> int:
-    """Bytes of the block :func:`write_tables` builds for ``group``'s (packed table, old
-    segment lengths)."""
-    lengths = [np.diff(offsets) for (_, offsets), _ in group]
-    n_seg, width = _block_shape(lengths, [before for _, before in group])
-    return len(group) * n_seg * width * 4
 
 
 def update_index(session, root, attrs: dict, rows: np.ndarray, keys: np.ndarray) -> int:

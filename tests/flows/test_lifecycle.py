@@ -235,12 +235,15 @@ def test_appends_fill_the_delta_until_one_rebuilds(prefect_server, tmp_path, mon
     """Appends of up to 1/8 of the rows go to the index's delta (only it is written); forgets
     reach rows in both layers; the append that passes 1/8 merges everything into the segments.
     Each state equals a fresh build. Small appends and forgets are done by the flow itself;
-    ``jobs``: as Dask jobs, as large ones are."""
+    ``jobs``: as Dask jobs, as large ones are. The indexed entries a delta or a rebuild reads
+    back come a few tables at a time (as a large delta's do), here 20 entries."""
     import fairpipe.neighbors._segments as segments
     import flows.forget
     import flows.ingest
+    import storage.index
 
     monkeypatch.setattr(segments, "TARGET_SEGMENT_ROWS", 16)
+    monkeypatch.setattr(storage.index, "READ_AHEAD_ENTRIES", 20)
     if jobs:
         monkeypatch.setattr(flows.ingest, "LOCAL_ROWS", 0)
         monkeypatch.setattr(flows.ingest, "LOCAL_ENTRIES", 0)
