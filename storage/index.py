@@ -70,6 +70,7 @@ from storage.store import (
     read_arrays,
     read_many,
     read_rows_at,
+    write_block,
     write_rows,
 )
 
@@ -457,9 +458,7 @@ def write_tables(session, t0: int, packed: list, old_lengths: list,
     for j, ((flat, offsets), v) in enumerate(zip(packed, lengths)):
         for p in np.flatnonzero(v):
             block[j, p, : v[p]] = flat[offsets[p] : offsets[p + 1]]
-    open_array(session, f"lsh/{LAYERS[layer][0]}", mode="r+")[
-        t0 : t0 + len(packed), :n_seg, :width
-    ] = block
+    write_block(session, f"lsh/{LAYERS[layer][0]}", (t0, 0, 0), block)
     return lengths
 
 
