@@ -269,8 +269,8 @@ class Staging:
     def __init__(self, local_dir: Path | None, base: int, n_total: int):
         """Made by an ingest holding the store's writer lock. Beside a local store the folder is
         named after it, so the folders of earlier ingests of the same store, killed before they
-        could remove their own (8 bytes a row and table: 8 GB at 10M rows and L = 100), are found and removed first:
-        :attr:`swept` counts them."""
+        could remove their own (8 bytes a row and table: 8 GB at 10M rows and L = 100), are
+        found and removed first: :attr:`swept` counts them."""
         self.swept = 0
         if local_dir is None:
             self.path = Path(tempfile.mkdtemp(prefix=f".fairpipe-staging-{uuid.uuid4().hex[:6]}-"))

@@ -100,8 +100,9 @@ def write_rows(session, name: str, start: int, values: np.ndarray) -> None:
 def write_block(session, name: str, start: tuple[int, ...], block: np.ndarray) -> None:
     """``array[start : start + block.shape] = block``. A block made of whole chunks of a plainly
     encoded array is encoded here and put straight into the store, its chunks concurrently
-    (zarr's path took 1.7x the time for an index table's segments); a chunk equal to the fill
-    value is deleted instead, as zarr does, so both paths leave the same objects, byte for byte.
+    (alone, zarr's path took 1.7x the time for 416 chunks of segments; an index build in the
+    flow spends 13% less); a chunk equal to the fill value is deleted instead, as zarr does
+    (unless the array writes empty chunks), so both paths leave the same objects, byte for byte.
     Any other block goes through zarr."""
     import asyncio
     import itertools
@@ -115,6 +116,7 @@ def write_block(session, name: str, start: tuple[int, ...], block: np.ndarray) -
     dims = zip(start, block.shape, arr.chunks, arr.shape)
     aligned = all(a % c == 0 and n % c == 0 and a + n <= m for a, n, c, m in dims)
     whole = plain is not None and block.dtype == plain.dtype and aligned
+    keep_empty = bool(arr.config.write_empty_chunks)
     if not whole or block.size == 0:
         arr[region] = block
         return
@@ -126,7 +128,7 @@ def write_block(session, name: str, start: tuple[int, ...], block: np.ndarray) -
         part = block[tuple(slice(i * c, (i + 1) * c) for i, c in zip(local, chunks))]
         coord = tuple(a // c + i for a, c, i in zip(start, chunks, local))
         key = f"{plain.path}/{plain.encode_key(coord)}"
-        empty = bool(np.all(part == plain.fill))
+        empty = not keep_empty and _all_fill(part, plain.fill)
         puts.append((key, None if empty else plain.encode(part)))
     store, proto = session.store, default_buffer_prototype()
 
@@ -143,6 +145,13 @@ def write_block(session, name: str, start: tuple[int, ...], block: np.ndarray) -
         await asyncio.gather(*(one(k, d) for k, d in puts))
 
     sync(put())
+
+
+def _all_fill(part: np.ndarray, fill) -> bool:
+    """Whether every value of ``part`` is the fill value (NaN matching NaN, as in zarr)."""
+    if part.dtype.kind in "fc" and np.isnan(fill):
+        return bool(np.isnan(part).all())
+    return bool((part == fill).all())
 
 
 def write_table_rows(session, name: str, first_table: int, values: np.ndarray) -> None:

@@ -146,6 +146,18 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
 
     by_zarr, direct = sync(objects("by_zarr")), sync(objects("direct"))
     assert by_zarr == direct and len(direct) >= 2 * 3 * 4 - 1
-    assert "c/2/2/1" not in direct and "c/2/2/0" in direct  # the chunk now all fill value was deleted
+    # the chunk now all fill value was deleted (by both)
+    assert "c/2/2/1" not in direct and "c/2/2/0" in direct
     assert np.array_equal(open_array(s, "direct")[:], expected)
     assert np.array_equal(open_array(s, "by_zarr")[:], expected)
+    # A float array whose fill value is NaN: a chunk of NaN is a chunk of the fill value.
+    values = rng.normal(size=(20, 3)).astype(np.float32)
+    values[10:] = np.nan
+    for name in ("f_by_zarr", "f_direct"):
+        root.create_array(name, shape=(40, 3), chunks=(10, 3), dtype="float32",
+                          fill_value=np.nan, **kw)  # fmt: skip
+        open_array(s, name, mode="r+")[:20] = 1.0
+    open_array(s, "f_by_zarr", mode="r+")[:20] = values
+    store_module.write_rows(s, "f_direct", 0, values)
+    f_zarr, f_direct = sync(objects("f_by_zarr")), sync(objects("f_direct"))
+    assert f_zarr == f_direct and sorted(f_direct) == ["c/0/0"]
