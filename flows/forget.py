@@ -81,7 +81,7 @@ def update_index_task(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, blo
     n = len(blocks)
     return dask_map(remove_job, [fork] * n, [attrs] * n, [rows] * n,
                     [keys[:, a:b] for a, b in blocks], [a for a, _ in blocks],
-                    [b for _, b in blocks])  # fmt: skip
+                    [b for _, b in blocks], scatter=(2, 3))  # fmt: skip
 
 
 @dataclass
