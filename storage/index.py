@@ -386,24 +386,12 @@ def _padded(length: int) -> int:
     return -(-length // SEGMENT_CHUNK) * SEGMENT_CHUNK
 
 
-def read_table_entries(session, t: int, lengths: np.ndarray,
-                       layer: str = "main") -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """(mixed keys, rows) of every entry of table ``t`` in ``layer`` (``lengths``: its segment
-    lengths there)."""
-    width = int(lengths.max()) if lengths.size else 0
-    if width == 0:
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    block = read_array(session, f"lsh/{LAYERS[layer][0]}",
-                       (t, slice(0, lengths.shape[0]), slice(0, width)))  # fmt: skip
-    parts = [entries(block[p, : int(lengths[p])]) for p in np.flatnonzero(lengths)]
-    return np.concatenate([h for h, _ in parts]), np.concatenate([r for _, r in parts])
-
-
 def read_tables_entries(session, t0: int, lengths: np.ndarray,
                         layer: str = "main") -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
-    """:func:`read_table_entries` of tables ``t0, t0 + 1, ...`` (``lengths``: their segment
-    lengths, a row per table), their segments fetched together (a read per table cost about
-    4 ms for a small delta, mostly opening the array again)."""
+    """(mixed keys, rows) of every entry of tables ``t0, t0 + 1, ...`` in ``layer``
+    (``lengths``: their segment lengths there, a row per table), their segments fetched
+    together (a read per table cost about 4 ms for a small delta, mostly opening the array
+    again)."""
     sels = [(t0 + j, int(p), slice(0, int(v[p])))
             for j, v in enumerate(lengths) for p in np.flatnonzero(v)]  # fmt: skip
     got = iter(read_many(session, f"lsh/{LAYERS[layer][0]}", sels))
@@ -629,9 +617,9 @@ def load_index(session, attrs: dict) -> BucketIndex:
     delta = read_lengths(session, "delta") if delta_layout(attrs) is not None else None
     tables = []
     for t in range(lengths.shape[0]):
-        h, r = read_table_entries(session, t, lengths[t])
+        h, r = read_tables_entries(session, t, lengths[t : t + 1])[0]
         if delta is not None and delta[t].any():
-            dh, dr = read_table_entries(session, t, delta[t], "delta")
+            dh, dr = read_tables_entries(session, t, delta[t : t + 1], "delta")[0]
             h, r = np.concatenate([h, dh]), np.concatenate([r, dr])
             order = np.lexsort((r, h))
             h, r = h[order], r[order]

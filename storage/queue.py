@@ -217,20 +217,21 @@ def read_request(url: str, request_id: str) -> Request:
         raise FairpipeInputError(BAD_REQUEST.format(path=backend.where(name), why=e)) from None
 
 
-def abandoned(url: str) -> int:
+def _abandoned_files(url: str) -> list[Path]:
     """Temporary request files of producers killed before filing (a local queue only: a bucket
     is written with one conditional put, which leaves nothing behind)."""
     backend = _backend(url)
-    return len(backend.abandoned(time.time())) if isinstance(backend, _Folder) else 0
+    return backend.abandoned(time.time()) if isinstance(backend, _Folder) else []
+
+
+def abandoned(url: str) -> int:
+    """How many :func:`_abandoned_files` the queue holds."""
+    return len(_abandoned_files(url))
 
 
 def sweep_abandoned(url: str) -> int:
-    """Delete the temporary request files :func:`abandoned` counts (they hold ids); returns how
-    many were deleted."""
-    backend = _backend(url)
-    if not isinstance(backend, _Folder):
-        return 0
-    old = backend.abandoned(time.time())
+    """Delete the :func:`_abandoned_files` (they hold ids); returns how many were deleted."""
+    old = _abandoned_files(url)
     for p in old:
         p.unlink(missing_ok=True)
     return len(old)

@@ -147,7 +147,6 @@ class StoreReader:
         self._lengths: dict[str, np.ndarray] = {}
         self._segments: dict[tuple[str, int, int], np.ndarray] = {}
         self._points: dict[int, np.ndarray] = {}
-        self._point_block: int | None = None
         self._lookup: IdLookup | None = None
         self._nn: FairNN | None = None
         self._model: tuple[np.ndarray, np.ndarray] | None = None
@@ -183,12 +182,10 @@ class StoreReader:
                 self._segments[missing[i]] = seg
         return [self._segments[w] for w in wanted]
 
-    @property
+    @cached_property
     def point_block(self) -> int:
         """Rows per chunk of the stored points."""
-        if self._point_block is None:
-            self._point_block = int(open_array(self.session, "points").chunks[0])
-        return self._point_block
+        return int(open_array(self.session, "points").chunks[0])
 
     @cached_property
     def sketch_block(self) -> int | None:

@@ -154,12 +154,6 @@ def _all_fill(part: np.ndarray, fill) -> bool:
     return bool((part == fill).all())
 
 
-def write_table_rows(session, name: str, first_table: int, values: np.ndarray) -> None:
-    """Write whole table rows [first_table, first_table + len) of an (L, ...) index array."""
-    arr = open_array(session, name, mode="r+")
-    arr[first_table : first_table + values.shape[0]] = values
-
-
 def read_array(session, name: str, sel=slice(None)) -> np.ndarray:
     return np.asarray(open_array(session, name)[sel])
 

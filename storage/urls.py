@@ -76,14 +76,16 @@ def s3_endpoint() -> str | None:
 
 
 PROBE_SECONDS = 5.0
+_ANSWERED: set[str] = set()  # endpoints that answered this process's probe (probed once)
 
 
 def probe_endpoint(spec: StorageSpec) -> str | None:
     """Why the store's own S3 endpoint cannot be reached, or None: one TCP connection, so a
     server that is down or a wrong port is reported in at most PROBE_SECONDS (the S3 client
-    would retry for about 15 s first). Public endpoints are not probed."""
+    would retry for about 15 s first), once per process for an endpoint that answers (a
+    command opens its store several times). Public endpoints are not probed."""
     endpoint = s3_endpoint()
-    if spec.scheme != "s3" or endpoint is None:
+    if spec.scheme != "s3" or endpoint is None or endpoint in _ANSWERED:
         return None
     parts = urlparse(endpoint)
     try:
@@ -96,6 +98,7 @@ def probe_endpoint(spec: StorageSpec) -> str | None:
         socket.create_connection((parts.hostname, port), timeout=PROBE_SECONDS).close()
     except OSError as e:
         return f"no server answers at {endpoint}: {e.strerror or type(e).__name__}"
+    _ANSWERED.add(endpoint)
     return None
 
 
