@@ -76,8 +76,12 @@ DISTRIBUTED_INDEX_ROWS = 256
 
 
 @task(name="update-bucket-index", cache_policy=NO_CACHE)
-def update_index_task(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, blocks: list):
-    """The batch's rows removed from the index, a Dask job per block of tables."""
+def update_index_task(fork, before, attrs: dict, rows: np.ndarray, blocks: list):
+    """The batch's rows removed from the index, a Dask job per block of tables. The rows' bucket
+    keys are computed here, on the cluster, from their points in ``before`` (a read-only
+    session of the transaction before the rows were erased): passed in from the flow, the keys
+    of 50,000 rows made a 38 MB task graph, and Dask warned."""
+    keys = keys_of_rows(before, load_lsh(before, attrs), rows)
     n = len(blocks)
     return dask_map(remove_job, [fork] * n, [attrs] * n, [rows] * n,
                     [keys[:, a:b] for a, b in blocks], [a for a, _ in blocks],
@@ -255,14 +259,19 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             n_rows, chunk_rows = int(attrs["n"]), int(attrs["chunk_rows"])
             attrs = upgrade_format1(txn.session, txn.root, attrs)
             t0 = time.perf_counter()
-            # The rows' bucket keys, from their points (read before they are erased).
-            keys = keys_of_rows(txn.session, load_lsh(txn.session, attrs), rows)
+            # The rows' bucket keys come from their points, read before they are erased: here
+            # for a small batch, on the cluster from a checkpoint taken now for a large one.
+            distributed = rows.size >= DISTRIBUTED_INDEX_ROWS
+            before = txn.frozen() if distributed else None
+            keys = None
+            if not distributed:
+                keys = keys_of_rows(txn.session, load_lsh(txn.session, attrs), rows)
             erase_rows(txn.session, txn.root, rows, chunk_rows)
             timings["erase"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            if rows.size >= DISTRIBUTED_INDEX_ROWS:
-                blocks = table_blocks(keys.shape[1], int(attrs["n"]))
-                parts = update_index_task.submit(txn.fork(), attrs, rows, keys, blocks).result()
+            if keys is None:
+                blocks = table_blocks(int(attrs["lsh"]["n_tables"]), int(attrs["n"]))
+                parts = update_index_task.submit(txn.fork(), before, attrs, rows, blocks).result()
                 txn.merge([fork for fork, _ in parts])
                 removed = write_removal(txn.session, txn.root, [part for _, part in parts])
             else:

@@ -110,6 +110,10 @@ class _Candidates:
         block = reader.sketch_block
         self.sketch = (None if block is None
                        else _Rows(session, "sketch", rows, d + SKETCH_EXTRA, np.uint8, block))  # fmt: skip
+        # The sketch's distance bounds of each candidate, computed once per query (the
+        # neighbourhood's size and the sampler ask for the same rows): NaN until computed.
+        self._bounds_query: bytes | None = None
+        self._bounds = np.full((2, rows.shape[0]), np.nan)
 
     def __getitem__(self, local) -> np.ndarray:
         return self.points[local]
@@ -122,12 +126,24 @@ class _Candidates:
         local = np.asarray(local)
         if self.sketch is None:  # a store made before the sketch
             return sq_distances(self.points, local, query, thresholds)
-        lower2, upper2 = sketch_bounds(self.sketch[local], query)
+        lower2, upper2 = self._sketch_bounds(local, query)
         exact = ambiguous(lower2, upper2, thresholds)
         d2 = sq_distances(self.points, local[exact], query, thresholds)
         out = ((lower2 + upper2) / 2).astype(d2.dtype)
         out[exact] = d2
         return out
+
+    def _sketch_bounds(self, local: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """:func:`sketch_bounds` of ``local`` rows, each computed once per query."""
+        assert self.sketch is not None
+        key = np.asarray(query, dtype=np.float64).tobytes()
+        if key != self._bounds_query:
+            self._bounds_query = key
+            self._bounds.fill(np.nan)
+        need = np.unique(local[np.isnan(self._bounds[0, local])])
+        if need.size:
+            self._bounds[:, need] = sketch_bounds(self.sketch[need], query)
+        return self._bounds[:, local]
 
 
 class StoreReader:

@@ -82,6 +82,11 @@ class Transaction:
         self.session = self.store.repo.writable_session(self.branch)
         return snap or self.session.snapshot_id
 
+    def frozen(self):
+        """A read-only session (picklable, for jobs) of what the transaction holds now: its
+        writes so far are checkpointed first."""
+        return self.store.readonly_session(self.checkpoint(CHECKPOINT))
+
     def fork(self):
         if self.session.has_uncommitted_changes:
             self.checkpoint(CHECKPOINT)

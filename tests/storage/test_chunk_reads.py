@@ -145,6 +145,10 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
         return {k.split("/", 1)[1]: (await s.store.get(k, proto)).to_bytes() for k in keys}
 
     by_zarr, direct = sync(objects("by_zarr")), sync(objects("direct"))
+    if codec == "gzip":  # its header holds the second it was written (bytes 4-7): not compared
+        by_zarr, direct = (
+            {k: v[:4] + v[8:] for k, v in objs.items()} for objs in (by_zarr, direct)
+        )
     assert by_zarr == direct and len(direct) >= 2 * 3 * 4 - 1
     # the chunk now all fill value was deleted (by both)
     assert "c/2/2/1" not in direct and "c/2/2/0" in direct
