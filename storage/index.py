@@ -614,14 +614,18 @@ def load_index(session, attrs: dict) -> BucketIndex:
     if store_format(attrs) == 1:
         return _load_format1_index(session, int(attrs["n_alive"]))
     lengths = read_array(session, "lsh/segment_lengths")
+    given = [("main", lengths)]
     delta = read_lengths(session, "delta") if delta_layout(attrs) is not None else None
+    if delta is not None:
+        given.append(("delta", delta))
     tables = []
-    for t in range(lengths.shape[0]):
-        h, r = read_tables_entries(session, t, lengths[t : t + 1])[0]
-        if delta is not None and delta[t].any():
-            dh, dr = read_tables_entries(session, t, delta[t : t + 1], "delta")[0]
-            h, r = np.concatenate([h, dh]), np.concatenate([r, dr])
-            order = np.lexsort((r, h))
+    for parts in _indexed_entries(session, 0, lengths.shape[0], given):
+        h = np.concatenate([p[0] for p in parts])
+        r = np.concatenate([p[1] for p in parts])
+        if len(parts) > 1:
+            # Equal keys keep increasing rows under a stable sort: each layer's bucket is in
+            # row order and the main layer's rows are below the delta's (as in index_tables).
+            order = np.argsort(h, kind="stable")
             h, r = h[order], r[order]
         new = np.ones(h.shape[0], dtype=bool)
         if h.shape[0]:
