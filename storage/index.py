@@ -110,7 +110,7 @@ def lsh_attrs(lsh: E2LSH, layout: dict) -> dict:
     (``segment_bits``, and ``delta_bits``/``delta_start`` when there is a delta)."""
     params = lsh.get_params()
     return {**{store: params[name] for name, store in LSH_STORE_NAMES.items()},
-            **{k: int(v) for k, v in layout.items()}}  # fmt: skip
+            "projection": lsh.projection, **{k: int(v) for k, v in layout.items()}}  # fmt: skip
 
 
 def delta_layout(attrs: dict) -> tuple[int, int] | None:
@@ -137,6 +137,8 @@ def load_lsh(session, attrs: dict) -> E2LSH:
 def lsh_from_arrays(arrays: dict, attrs: dict) -> E2LSH:
     """The hash functions from their stored arrays and the root attributes."""
     params = {name: attrs["lsh"][store] for name, store in LSH_STORE_NAMES.items()}
+    # Stores made before the exact projection keep the float32 one their keys were made by.
+    params["projection"] = attrs["lsh"].get("projection", "float32")
     return E2LSH.from_arrays(arrays, **params)
 
 

@@ -27,7 +27,6 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import (
     E2LSH,
     LSH_ARRAYS,
-    SKETCH_EXTRA,
     FairNN,
     QueryStats,
     SampleResult,
@@ -40,7 +39,6 @@ from fairpipe.neighbors import (
     sample_query,
     segment_of,
     sketch_bounds,
-    sq_distances,
 )
 from fairpipe.validation import IdLookup, check_points
 from storage.index import (
@@ -53,6 +51,7 @@ from storage.index import (
 )
 from storage.store import (
     FairpipeStore,
+    for_rows_at,
     open_array,
     read_array,
     read_arrays,
@@ -75,75 +74,78 @@ class _LocalIndex:
     members: np.ndarray
 
 
-class _Rows:
-    """Rows ``rows`` of one stored array, read on first use: a read takes every one of ``rows``
-    in the chunks it opens (the sampler asks for candidates in several rounds, and a chunk costs
-    the same to read for one row as for all), so each chunk is read once per query. Holds those
-    rows only (not whole chunks)."""
-
-    def __init__(self, session, name: str, rows: np.ndarray, width: int, dtype, block: int):
-        self.session, self.name, self.rows = session, name, rows
-        self.values = np.zeros((rows.shape[0], width), dtype=dtype)
-        self.have = np.zeros(rows.shape[0], dtype=bool)
-        self.chunk_of = rows // block
-
-    def __getitem__(self, local) -> np.ndarray:
-        local = np.asarray(local)
-        missing = local[~self.have[local]]
-        if missing.size:
-            opened = np.isin(self.chunk_of, np.unique(self.chunk_of[missing]))
-            fill = np.flatnonzero(opened & ~self.have)
-            self.values[fill] = read_rows_at(self.session, self.name, self.rows[fill])
-            self.have[fill] = True
-        return self.values[local]
-
-
 class _Candidates:
-    """A query's candidates as the kernel reads points (``[local rows]``), read on first use
-    (:class:`_Rows`). Its :meth:`sq_distances` decides distances from the candidates' sketch
-    where it can (a quarter of the bytes, read the same way) and reads the points of the rest
-    only."""
+    """A query's candidates (``rows``) as the sampling kernel sees points: only through
+    :meth:`sq_distances`, which decides distances from the candidates' sketch where it can (a
+    quarter of the bytes) and computes the exact ones of the rest from their points.
+
+    Each is computed once per query and kept as a number, not a point: a read of a chunk (of
+    the sketch or of the points) computes the bounds or the distance of every candidate in it,
+    as the chunk arrives (the sampler asks in several rounds, and a chunk costs the same to
+    read for one row as for all), so each chunk is read once per query and no copy of the
+    candidates' points (50 MB for 100k candidates at d = 128) is made."""
 
     def __init__(self, reader: StoreReader, rows: np.ndarray):
-        session, d = reader.session, reader.d
-        self.points = _Rows(session, "points", rows, d, np.float32, reader.point_block)
+        self.session, self.rows = reader.session, rows
+        self.point_chunk = rows // reader.point_block
         block = reader.sketch_block
-        self.sketch = (None if block is None
-                       else _Rows(session, "sketch", rows, d + SKETCH_EXTRA, np.uint8, block))  # fmt: skip
-        # The sketch's distance bounds of each candidate, computed once per query (the
-        # neighbourhood's size and the sampler ask for the same rows): NaN until computed.
-        self._bounds_query: bytes | None = None
-        self._bounds = np.full((2, rows.shape[0]), np.nan)
+        self.sketch_chunk = None if block is None else rows // block
+        self._query: bytes | None = None
+        self._bounds = np.zeros((2, rows.shape[0]))
+        self._have_bounds = np.zeros(rows.shape[0], dtype=bool)
+        self._exact = np.zeros(rows.shape[0])
+        self._have_exact = np.zeros(rows.shape[0], dtype=bool)
+        self.points_read = 0
 
-    def __getitem__(self, local) -> np.ndarray:
-        return self.points[local]
+    def _for_query(self, query: np.ndarray) -> None:
+        """Forget what was computed for another query."""
+        key = query.dtype.str.encode() + query.tobytes()
+        if key != self._query:
+            self._query = key
+            self._have_bounds.fill(False)
+            self._have_exact.fill(False)
 
     def sq_distances(self, local, query: np.ndarray, thresholds) -> np.ndarray:
         """Squared distances of ``local`` rows to ``query``: exact where the bounds from the
         sketch do not settle every threshold (every row, without a sketch), else a value inside
         the bounds, so on the same side of every threshold: see
         :func:`fairpipe.neighbors.sq_distances`."""
-        local = np.asarray(local)
-        if self.sketch is None:  # a store made before the sketch
-            return sq_distances(self.points, local, query, thresholds)
-        lower2, upper2 = self._sketch_bounds(local, query)
+        local, query = np.asarray(local), np.asarray(query)
+        self._for_query(query)
+        dtype = np.result_type(np.float32, query.dtype)  # the kernel's (points - query)
+        if self.sketch_chunk is None:  # a store made before the sketch
+            return self._exact_at(local, query).astype(dtype)
+
+        def bounds(fill: np.ndarray, sketch: np.ndarray) -> None:
+            self._bounds[:, fill] = sketch_bounds(sketch, query)
+
+        self._fill(self._have_bounds, self.sketch_chunk, local, "sketch", bounds)
+        lower2, upper2 = self._bounds[:, local]
         exact = ambiguous(lower2, upper2, thresholds)
-        d2 = sq_distances(self.points, local[exact], query, thresholds)
-        out = ((lower2 + upper2) / 2).astype(d2.dtype)
-        out[exact] = d2
+        out = ((lower2 + upper2) / 2).astype(dtype)
+        out[exact] = self._exact_at(local[exact], query).astype(dtype)
         return out
 
-    def _sketch_bounds(self, local: np.ndarray, query: np.ndarray) -> np.ndarray:
-        """:func:`sketch_bounds` of ``local`` rows, each computed once per query."""
-        assert self.sketch is not None
-        key = np.asarray(query, dtype=np.float64).tobytes()
-        if key != self._bounds_query:
-            self._bounds_query = key
-            self._bounds.fill(np.nan)
-        need = np.unique(local[np.isnan(self._bounds[0, local])])
-        if need.size:
-            self._bounds[:, need] = sketch_bounds(self.sketch[need], query)
-        return self._bounds[:, local]
+    def _exact_at(self, local: np.ndarray, query: np.ndarray) -> np.ndarray:
+        def take(fill: np.ndarray, points: np.ndarray) -> None:
+            diff = points - query  # as the kernel computes it, row by row
+            self._exact[fill] = np.einsum("ij,ij->i", diff, diff)
+            self.points_read += fill.shape[0]
+
+        self._fill(self._have_exact, self.point_chunk, local, "points", take)
+        return self._exact[local]
+
+    def _fill(self, have: np.ndarray, chunk_of: np.ndarray, local: np.ndarray, name: str,
+              compute) -> None:  # fmt: skip
+        """Compute (``compute(candidates, values)``) for every candidate not yet done that lies
+        in a chunk of array ``name`` holding one of ``local``, reading each such chunk once."""
+        missing = local[~have[local]]
+        if not missing.size:
+            return
+        fill = np.flatnonzero(np.isin(chunk_of, np.unique(chunk_of[missing])) & ~have)
+        for_rows_at(self.session, name, self.rows[fill],
+                    lambda part, values: compute(fill[part], values))  # fmt: skip
+        have[fill] = True
 
 
 class StoreReader:
@@ -301,7 +303,10 @@ class StoreReader:
         starts = np.zeros(self.n_tables + 1, dtype=np.int64)
         np.cumsum(sizes, out=starts[1:])
         members = np.concatenate(local).astype(np.int64) if rows.size else np.zeros(0, np.int64)
-        point_buckets = np.full((rows.shape[0], self.n_tables), -2, dtype=np.int64)
+        # Compared with q_buckets only: the smallest integer type holding -2 .. L - 1 (a
+        # tenth of the int64 bytes at L = 100, where 100k candidates made 76 MB).
+        small = np.int8 if self.n_tables < 2**7 else np.int16 if self.n_tables < 2**15 else np.int32
+        point_buckets = np.full((rows.shape[0], self.n_tables), -2, dtype=small)
         for t, loc in enumerate(local):
             point_buckets[loc, t] = t
         q_buckets = np.where(sizes > 0, np.arange(self.n_tables), -1)
@@ -343,7 +348,7 @@ class StoreReader:
         stats: list[QueryStats] = []
         for i in range(Q.shape[0]):
             cand, index, point_buckets, q_buckets = self._buckets(Q[i])
-            points: Any = _Candidates(self, cand)  # indexed as the kernel indexes points
+            points: Any = _Candidates(self, cand)  # the kernel's points
             if sizes is not None:
                 sizes[i] = neighbourhood(index, points, Q[i], q_buckets, mode, radius, c).shape[0]
             got, st = sample_query(
@@ -354,7 +359,7 @@ class StoreReader:
             rows[i, : got.shape[0]] = cand[got]
             counts[i] = got.shape[0]
             st.extra.update(candidates=int(cand.shape[0]),
-                            points_read=int(points.points.have.sum()))  # fmt: skip
+                            points_read=points.points_read)  # fmt: skip
             stats.append(st)
         ids = np.full(rows.shape, -1, dtype=np.int64)
         drawn = rows >= 0

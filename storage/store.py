@@ -351,16 +351,33 @@ def read_many(session, name: str, selections: list) -> list[np.ndarray]:
 
 def read_rows_at(session, name: str, rows: np.ndarray) -> np.ndarray:
     """Rows ``rows`` (sorted or not) of array ``name``: only the chunks holding them are read,
-    each once, straight from the store when the array is plainly encoded and split along rows
-    only (zarr's orthogonal selection otherwise)."""
+    each once (:func:`for_rows_at`)."""
+    arr = open_array(session, name)
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.empty((rows.size, *arr.shape[1:]), dtype=arr.dtype)
+
+    def take(part: np.ndarray, values: np.ndarray) -> None:
+        out[part] = values
+
+    for_rows_at(session, name, rows, take)
+    return out
+
+
+def for_rows_at(session, name: str, rows: np.ndarray, take) -> None:
+    """Hand ``take(positions, values)`` the values of ``rows[positions]`` of array ``name``, a
+    chunk at a time as each arrives: only the chunks holding ``rows`` are read, each once,
+    straight from the store when the array is plainly encoded and split along rows only (then
+    at most ``READ_CONCURRENCY`` chunks are held at once, and nothing the size of all ``rows``
+    is, unless ``take`` keeps it); zarr's orthogonal selection otherwise (one call)."""
     arr = open_array(session, name)
     rows = np.asarray(rows, dtype=np.int64)
     if rows.size == 0:
-        return np.zeros((0, *arr.shape[1:]), dtype=arr.dtype)
+        return
     plain = _plain_chunks(arr)
     if plain is None or tuple(arr.chunks[1:]) != tuple(arr.shape[1:]):
         sel = (rows,) + (slice(None),) * (arr.ndim - 1)
-        return np.asarray(arr.get_orthogonal_selection(sel))
+        take(np.arange(rows.size), np.asarray(arr.get_orthogonal_selection(sel)))
+        return
     if rows.min() < 0 or rows.max() >= arr.shape[0]:
         bad = rows[(rows < 0) | (rows >= arr.shape[0])][0]
         raise IndexError(f"Row {bad} is out of range for {name} of {arr.shape[0]} rows.")
@@ -369,14 +386,12 @@ def read_rows_at(session, name: str, rows: np.ndarray) -> np.ndarray:
     chunk = rows[order] // block
     firsts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
     ends = np.r_[firsts[1:], rows.size]
-    out = np.empty((rows.size, *arr.shape[1:]), dtype=arr.dtype)
 
-    def take(i: int, values: np.ndarray) -> None:
+    def one(i: int, values: np.ndarray) -> None:
         part = order[firsts[i] : ends[i]]
-        out[part] = values[rows[part] - int(chunk[firsts[i]]) * block]
+        take(part, values[rows[part] - int(chunk[firsts[i]]) * block])
 
-    _fetch_chunks(session, plain, [(int(chunk[f]),) + (0,) * (arr.ndim - 1) for f in firsts], take)
-    return out
+    _fetch_chunks(session, plain, [(int(chunk[f]),) + (0,) * (arr.ndim - 1) for f in firsts], one)
 
 
 def replace_array(root, name: str, values: np.ndarray) -> None:

@@ -119,7 +119,7 @@ class FairNN(LSHParameters):
 
     Parameters
     ----------
-    n_hashes, n_tables, bucket_width, seed
+    n_hashes, n_tables, bucket_width, seed, projection
         E2LSH parameters (see :class:`E2LSH`); ``seed`` also fixes the rank permutation of the
         ``rank`` sampler.
     """

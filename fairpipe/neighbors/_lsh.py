@@ -8,10 +8,19 @@ key: the table number in the top 16 bits and a 48-bit hash of the k-tuple below 
 2**-48 per pair; such a merge only adds candidates to a bucket, which the neighbourhood modes then
 filter by distance.
 
-Determinism: the projection is a float32 matrix product. BLAS may sum a row's products in a
-different order for a different number of rows (a one-row product goes through gemv), so rows are
-always hashed in padded blocks of ``ROW_BLOCK`` rows: a point's keys do not depend on which chunk,
-worker or batch it was hashed in.
+Determinism: a point's keys must not depend on which chunk, worker, batch or machine hashed it
+(an append must give the keys a fresh build gives, a forget must find the buckets the ingest
+used). The projection is a float32 matrix product, and BLAS sums a row's products in an order
+that depends on more than the row: on some CPUs (OpenBLAS 0.3.31 on an AMD EPYC: measured) on the
+row's position in the block, on the number of rows and of threads. So each cell of a key is
+defined exactly, by ``projection = "exact"`` (the default): ``floor(v)`` with ``v`` the float64
+sum, in the order of the coordinates, of the (exact) products ``x_j * a_j / w``, plus ``b / w``.
+It is computed from the float32 product where that settles the floor: BLAS's error is at most
+``gamma_d * ||x|| * ||a / w||`` (``gamma_d = d u / (1 - d u)``, u the unit roundoff), so when
+``floor`` is the same at both ends of that interval (plus the float64 sum's own error) it is
+the floor of ``v``; the few cells near an integer (about 4e-5 of them with the defaults) are
+summed in float64, in order. ``projection = "float32"`` is the definition stores made before
+it keep (``floor`` of the float32 product plus the float32 offset: machine-dependent there).
 """
 
 from __future__ import annotations
@@ -37,6 +46,9 @@ MAX_TABLES = (1 << 16) - 1
 MULT_LOW, MULT_HIGH = 1 << 26, 1 << 27
 TOO_MANY_TABLES = "The 'n_tables' parameter of E2LSH must be at most {limit}. Got {value}."
 LSH_ARRAYS = ("projections", "offsets", "multipliers")
+PROJECTIONS = ("exact", "float32")
+BAD_PROJECTION = "The 'projection' parameter of E2LSH must be one of {choices}. Got {value!r}."
+_U32, _U64 = 2.0**-24, 2.0**-53  # unit roundoffs
 
 
 @dataclass(kw_only=True, repr=False, eq=False)
@@ -48,6 +60,7 @@ class LSHParameters(BaseEstimator):
     n_tables: int = 100
     bucket_width: float = 4.0
     seed: int = 0
+    projection: str = "exact"  # how a cell is defined (module docstring); stores keep theirs
 
     def _check_params(self) -> None:
         check_positive_int(self.n_hashes, "n_hashes", "E2LSH")
@@ -56,6 +69,9 @@ class LSHParameters(BaseEstimator):
         check_int(self.seed, "seed", "E2LSH")
         if n_tables > MAX_TABLES:
             raise FairpipeInputError(TOO_MANY_TABLES.format(limit=MAX_TABLES, value=n_tables))
+        if self.projection not in PROJECTIONS:
+            raise FairpipeInputError(BAD_PROJECTION.format(choices=PROJECTIONS,
+                                                           value=self.projection))  # fmt: skip
 
 
 @dataclass(kw_only=True, repr=False, eq=False)
@@ -72,6 +88,10 @@ class E2LSH(LSHParameters):
         Bucket width w (the paper uses w about 3.1-3.3 times the query radius).
     seed : int
         Seed of the projections and offsets.
+    projection : {"exact", "float32"}
+        How a cell ``floor((a . x + b) / w)`` is computed: ``"exact"`` (the default) gives the
+        same bits on every machine, batch and thread count; ``"float32"`` is the definition of
+        stores made before it (see the module docstring).
 
     Examples
     --------
@@ -132,6 +152,15 @@ class E2LSH(LSHParameters):
         top = float(self.multipliers_.max()) if self.multipliers_.size else 1.0
         self._cell_limit = 2.0**53 / (top * max(int(self.n_hashes), 1) * 2.0)
         self._mult_f64 = self.multipliers_.astype(np.float64)
+        # The exact projection (module docstring): the float64 operands of the in-order sums,
+        # and per column gamma_d * ||a_c / w|| (float32 product's and float64 sum's errors),
+        # rounded up, so that ||x|| times it bounds |float32 product - v| but for the offset.
+        d = self.n_features_in_
+        self._a_f64 = self._scaled_a.astype(np.float64)
+        self._b_f64 = self._scaled_b.astype(np.float64)
+        gamma = d * _U32 / (1 - d * _U32) + (d + 2) * _U64 / (1 - (d + 2) * _U64)
+        norms = np.sqrt(np.einsum("ij,ij->j", self._a_f64, self._a_f64))
+        self._col_bound = gamma * (1 + 1e-6) * norms
         return self
 
     def hash(self, X: np.ndarray) -> np.ndarray:
@@ -164,33 +193,55 @@ class E2LSH(LSHParameters):
                 src = block
             np.matmul(src, self._scaled_a, out=proj)
             if compiled:
-                self._fold_compiled(proj[:rows], out[:, start:stop] if by_table else
+                self._fold_compiled(proj[:rows], src[:rows], out[:, start:stop] if by_table else
                                     out[start:stop], by_table)  # fmt: skip
             elif by_table:
-                out[:, start:stop] = self._fold(proj[:rows]).T
+                out[:, start:stop] = self._fold(proj[:rows], src[:rows]).T
             else:
-                out[start:stop] = self._fold(proj[:rows])
+                out[start:stop] = self._fold(proj[:rows], src[:rows])
         return out
 
-    def _fold_compiled(self, proj: np.ndarray, out: np.ndarray, by_table: bool) -> None:
+    def _fold_compiled(self, proj: np.ndarray, X: np.ndarray, out: np.ndarray,
+                       by_table: bool) -> None:  # fmt: skip
         """:meth:`_fold` by the compiled kernel into ``out`` ((rows, L), or (L, rows) when
         ``by_table``): the same bits; worth loading numba for a large batch only."""
         from fairpipe.neighbors._pack import fold_block
 
-        fold_block(proj, self._scaled_b, self.multipliers_, self.n_tables, HASH_MASK, TABLE_SHIFT,
-                   out, by_table)  # fmt: skip
+        fold_block(proj, X, self._scaled_b, self._a_f64, self._b_f64, self._col_bound,
+                   self.multipliers_, self.n_tables, HASH_MASK, TABLE_SHIFT, out, by_table,
+                   self.projection == "exact")  # fmt: skip
 
-    def _fold(self, proj: np.ndarray) -> np.ndarray:
-        proj += self._scaled_b
-        np.floor(proj, out=proj)
-        shape = (proj.shape[0], self.n_tables, self.n_hashes)
-        if proj.size and max(-float(proj.min()), float(proj.max())) < self._cell_limit:
+    def _cells(self, proj: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """The floored cells (rows, L * k) float64 of rows ``X`` from their float32 product
+        ``proj`` with the scaled projections (overwritten), by the ``projection`` definition."""
+        if self.projection == "float32":
+            proj += self._scaled_b
+            return np.floor(proj, out=proj).astype(np.float64)
+        t = proj.astype(np.float64)
+        t += self._b_f64
+        x_norm = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64)) * (1 + 1e-6)
+        bound = np.multiply.outer(x_norm, self._col_bound)
+        bound += 8 * _U64 * (np.abs(t) + 1)
+        cells = np.floor(t - bound)
+        i, c = np.nonzero(np.floor(t + bound, out=t) != cells)
+        if i.size:  # near an integer: the in-order float64 sum decides
+            acc = np.zeros(i.shape[0])
+            for j in range(X.shape[1]):
+                acc += X[i, j].astype(np.float64) * self._a_f64[j, c]
+            acc += self._b_f64[c]
+            cells[i, c] = np.floor(acc)
+        return cells
+
+    def _fold(self, proj: np.ndarray, X: np.ndarray) -> np.ndarray:
+        cells = self._cells(proj, X)
+        shape = (cells.shape[0], self.n_tables, self.n_hashes)
+        if cells.size and max(-float(cells.min()), float(cells.max())) < self._cell_limit:
             # Exact: every partial sum is an integer below 2**53 (about twice as fast).
-            total = proj.reshape(shape).astype(np.float64) @ self._mult_f64
+            total = cells.reshape(shape) @ self._mult_f64
             folded = total.astype(np.int64).view(np.uint64)
         else:
             # Wrapping uint64 arithmetic: the same sum modulo 2**64.
-            cells = proj.astype(np.int64).view(np.uint64).reshape(shape)
-            folded = np.einsum("ntk,k->nt", cells, self.multipliers_)
+            cells_u = cells.astype(np.int64).view(np.uint64).reshape(shape)
+            folded = np.einsum("ntk,k->nt", cells_u, self.multipliers_)
         # Then a bijective mixer.
         return (splitmix64(folded) & HASH_MASK) | self._table_prefix

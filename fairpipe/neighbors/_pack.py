@@ -15,6 +15,7 @@ import numpy as np
 from fairpipe.parallel import compiled, splitmix64_one
 
 SMALL = 64  # ranges of the first pass up to this size are insertion-sorted
+U64 = 2.0**-53  # float64 unit roundoff
 
 
 @compiled
@@ -93,20 +94,46 @@ def fill_segments(hs, rows, bits):
 
 
 @compiled
-def fold_block(proj, offsets, multipliers, n_tables, mask, shift, out, by_table):
+def fold_block(proj, X, offsets, a, b, col_bound, multipliers, n_tables, mask, shift, out,
+               by_table, exact):  # fmt: skip
     """:meth:`E2LSH._fold` in one pass: ``out[i, t]`` (``out[t, i]`` when ``by_table``) = the
-    bucket key of row i in table t from its projections ``proj`` (rows, L * k) float32 (before
-    the offsets): the floored cells, their wrapping uint64 sum with the multipliers, SplitMix64,
-    the 48-bit mask and the table prefix.
-    The same bits as the numpy version (whose float64 sums are exact, so equal to this sum)."""
+    bucket key of row i (of ``X``) in table t from its projections ``proj`` (rows, L * k)
+    float32 (before the offsets): the floored cells (by the exact definition when ``exact``,
+    from ``a``, ``b`` (float64 scaled projections and offsets) and ``col_bound``; else the
+    float32 sum with ``offsets``), their wrapping uint64 sum with the multipliers, SplitMix64,
+    the 48-bit mask and the table prefix. The same bits as the numpy version (whose float64
+    sums of cells are exact, so equal to this sum; its cells are summed in the same order)."""
     k = multipliers.shape[0]
+    d, m = X.shape[1], proj.shape[1]
+    cells = np.empty(m, dtype=np.float64)
     for i in range(proj.shape[0]):
+        if exact:
+            x_norm = 0.0
+            for j in range(d):
+                x_norm += np.float64(X[i, j]) * np.float64(X[i, j])
+            x_norm = np.sqrt(x_norm) * (1 + 1e-6)
+            near = 0
+            for c in range(m):  # branch-free: vectorised
+                v = np.float64(proj[i, c]) + b[c]
+                bound = x_norm * col_bound[c] + 8 * U64 * (abs(v) + 1.0)
+                cells[c] = np.floor(v - bound)
+                near += np.floor(v + bound) != cells[c]
+            if near:  # cells near an integer: the in-order float64 sum decides
+                for c in range(m):
+                    v = np.float64(proj[i, c]) + b[c]
+                    bound = x_norm * col_bound[c] + 8 * U64 * (abs(v) + 1.0)
+                    if np.floor(v + bound) != cells[c]:
+                        s = 0.0
+                        for j in range(d):
+                            s += np.float64(X[i, j]) * a[j, c]
+                        cells[c] = np.floor(s + b[c])
+        else:
+            for c in range(m):
+                cells[c] = np.floor(proj[i, c] + offsets[c])
         for t in range(n_tables):
             acc = np.uint64(0)
-            for j in range(k):
-                c = t * k + j
-                cell = np.floor(proj[i, c] + offsets[c])
-                acc += np.uint64(np.int64(cell)) * multipliers[j]
+            for h in range(k):
+                acc += np.uint64(np.int64(cells[t * k + h])) * multipliers[h]
             key = (splitmix64_one(acc) & mask) | (np.uint64(t) << shift)
             if by_table:
                 out[t, i] = key

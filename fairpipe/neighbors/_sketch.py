@@ -21,6 +21,7 @@ SKETCH_EXTRA = 12  # lo, step, err as float32 bytes after the d codes
 # relative for the sum of d non-negative squares) and of the bounds here, so a row decided by
 # its bounds falls on the same side as the kernel's own float32 distance would.
 MARGIN = 1e-4
+BOUNDS_BLOCK = 2048  # rows per block of :func:`sketch_bounds`
 
 
 def sketch_points(X: np.ndarray) -> np.ndarray:
@@ -53,14 +54,26 @@ def sketch_points(X: np.ndarray) -> np.ndarray:
 
 def sketch_bounds(sketch: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper bounds (float64) of the squared distances from ``query`` to the rows
-    whose sketch rows are ``sketch``."""
+    whose sketch rows are ``sketch``.
+
+    Computed in blocks of ``BOUNDS_BLOCK`` rows: the float64 temporaries of a block stay in the
+    cache, where those of 100k candidates at once (200 MB) cost a cold process more in page
+    faults than the arithmetic (0.07-0.37 s against 0.02 s at d = 128). Each row's arithmetic
+    is the same either way, so are its bounds."""
     d = sketch.shape[1] - SKETCH_EXTRA
-    meta = np.ascontiguousarray(sketch[:, d:]).view(np.float32).astype(np.float64)
-    lo, step, err = meta[:, 0], meta[:, 1], meta[:, 2]
-    approx = lo[:, None] + step[:, None] * sketch[:, :d]
-    diff = approx - np.asarray(query, dtype=np.float64)
-    dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-    return np.square(np.maximum(dist - err, 0.0)), np.square(dist + err)
+    query = np.asarray(query, dtype=np.float64)
+    lower2 = np.empty(sketch.shape[0], dtype=np.float64)
+    upper2 = np.empty(sketch.shape[0], dtype=np.float64)
+    for a in range(0, sketch.shape[0], BOUNDS_BLOCK):
+        block = sketch[a : a + BOUNDS_BLOCK]
+        meta = np.ascontiguousarray(block[:, d:]).view(np.float32).astype(np.float64)
+        lo, step, err = meta[:, 0], meta[:, 1], meta[:, 2]
+        approx = lo[:, None] + step[:, None] * block[:, :d]
+        diff = approx - query
+        dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        lower2[a : a + BOUNDS_BLOCK] = np.square(np.maximum(dist - err, 0.0))
+        upper2[a : a + BOUNDS_BLOCK] = np.square(dist + err)
+    return lower2, upper2
 
 
 def ambiguous(lower2: np.ndarray, upper2: np.ndarray, thresholds) -> np.ndarray:

@@ -1,7 +1,10 @@
+import math
+
 import numpy as np
 import pytest
 
 from fairpipe import E2LSH, FairpipeInputError
+from fairpipe.hashing import splitmix64
 from fairpipe.neighbors import BucketIndex, KeyDirectory, build_table, remove_rows
 from fairpipe.neighbors._key_directory import home_slots
 from fairpipe.neighbors._lsh import COMPILED_FOLD_ROWS
@@ -28,6 +31,64 @@ def test_keys_do_not_depend_on_chunking(chunk):
     whole = lsh.hash(X)
     parts = np.vstack([lsh.hash(X[i : i + chunk]) for i in range(0, X.shape[0], chunk)])
     assert np.array_equal(whole, parts)
+
+
+def exact_reference_keys(lsh: E2LSH, X: np.ndarray) -> np.ndarray:
+    """Keys by the exact definition, in plain Python: each cell the floor of the float64 sum,
+    in coordinate order, of x_j * (a_j / w) (float32 operands, exact products) plus b / w."""
+    a, b = lsh._scaled_a.astype(np.float64), lsh._scaled_b.astype(np.float64)
+    k, L = lsh.n_hashes, lsh.n_tables
+    acc = np.zeros((X.shape[0], L), dtype=np.uint64)
+    for i in range(X.shape[0]):
+        for t in range(L):
+            total = 0
+            for h in range(k):
+                c = t * k + h
+                v = 0.0
+                for j in range(X.shape[1]):
+                    v += float(X[i, j]) * float(a[j, c])
+                cell = math.floor(v + float(b[c]))
+                total = (total + (cell % 2**64) * int(lsh.multipliers_[h])) % 2**64
+            acc[i, t] = total
+    prefix = np.arange(L, dtype=np.uint64) << np.uint64(48)
+    return (splitmix64(acc) & np.uint64((1 << 48) - 1)) | prefix
+
+
+@pytest.mark.parametrize("width", [1e-4, 2.0])  # nearly every cell near an integer; a few
+@pytest.mark.parametrize("n", [300, COMPILED_FOLD_ROWS + 300])  # the numpy and compiled folds
+def test_keys_are_the_exact_definition_wherever_a_row_sits(width, n):
+    """A row's keys do not depend on its place in a batch, the batch's size or the BLAS
+    threads: BLAS's float32 product does (on some CPUs by the row's position in the block), so
+    cells near an integer are decided by the in-order float64 sum. Checked against a plain
+    Python reference of the definition, at offsets that move rows within their blocks."""
+    X = data(n=n + 40, d=24, seed=7)
+    lsh = E2LSH(n_hashes=5, n_tables=8, bucket_width=width, seed=2).fit(X)
+    want = exact_reference_keys(lsh, X[:40])
+    first = lsh.hash(X[:n])
+    for s in (1, 5, 13, 37):
+        got = lsh.hash(X[s : s + n])
+        assert np.array_equal(got[: 40 - s], want[s:]), s
+        assert np.array_equal(got[: n - s], first[s:]), s
+    assert np.array_equal(first[:40], want)
+    assert np.array_equal(np.vstack([lsh.hash(X[i : i + 1]) for i in range(40)]), want)
+
+
+def test_the_float32_projection_of_older_stores_is_kept():
+    """Stores made before the exact projection keep their keys' definition: floor of the
+    float32 product plus the float32 offset (same batch, so the same BLAS sums)."""
+    X = data(n=500, d=12, seed=3)
+    lsh = E2LSH(n_hashes=4, n_tables=6, bucket_width=0.7, seed=1, projection="float32").fit(X)
+    block = np.zeros((256, 12), np.float32)
+    block[:200] = X[:200]
+    proj = np.matmul(block, lsh._scaled_a)[:200]
+    proj += lsh._scaled_b
+    cells = np.floor(proj).astype(np.int64).view(np.uint64).reshape(200, 6, 4)
+    folded = np.einsum("ntk,k->nt", cells, lsh.multipliers_)
+    prefix = np.arange(6, dtype=np.uint64) << np.uint64(48)
+    want = (splitmix64(folded) & np.uint64((1 << 48) - 1)) | prefix
+    assert np.array_equal(lsh.hash(X[:200]), want)
+    with pytest.raises(FairpipeInputError, match="'projection' parameter of E2LSH"):
+        E2LSH(projection="float64").fit(X)
 
 
 def test_keys_match_a_scalar_reference():
