@@ -52,6 +52,7 @@ from fairpipe.neighbors import (
     SKETCH_EXTRA,
     BucketIndex,
     FairNN,
+    NotInBucket,
     build_segments,
     entries,
     mix,
@@ -552,6 +553,12 @@ def write_removal(session, root, parts: list[dict]) -> int:
     return sum(part["rewritten"] for part in parts)
 
 
+NOT_IN_BUCKET = (
+    "Row {row} is not in the bucket of table {table} ({layer} layer) that its key, recomputed "
+    "from its point, names: the index and the hash disagree. Nothing was written."
+)
+
+
 def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndarray, t0: int):
     """Rewrite the segments of tables [t0, t0 + keys.shape[1]) of ``layer`` without ``rows``.
     Returns those tables' (segment lengths, bucket counts, segments rewritten)."""
@@ -581,7 +588,11 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
                 seg = block[p, :old]
             else:
                 seg = np.asarray(segs[t, p, :old]) if old else np.zeros(0, np.int32)
-            new = patch(seg, bits, rows[seg_of == p])
+            mine = seg_of == p
+            try:  # each row must be where its key, recomputed from its point, says
+                new = patch(seg, bits, rows[mine], removed_h=h_all[mine, j])
+            except NotInBucket as e:  # never leave a row number behind in another bucket
+                raise RuntimeError(NOT_IN_BUCKET.format(row=e.row, table=t, layer=layer)) from e
             counts[j] += (int(new[0]) if new.size else 0) - (int(seg[0]) if seg.size else 0)
             new_segs[int(p)] = new
             rewritten += 1

@@ -43,6 +43,7 @@ from fairpipe.neighbors._key_directory import KeyDirectory
 from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, ROW_BLOCK
 from fairpipe.neighbors._rank_sampling import RankState
 from fairpipe.neighbors._segments import (
+    NotInBucket,
     bucket_members,
     build_segments,
     decode,
@@ -62,7 +63,7 @@ __all__ = [
     "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",
     "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",
     "sample_query", "tv_to_uniform", "width_sample_rows", "build_segments", "bucket_members",
-    "check_sample_options", "query_generator", "decode", "entries", "mix", "pack",
+    "check_sample_options", "query_generator", "decode", "entries", "NotInBucket", "mix", "pack",
     "partition_bits", "patch", "segment_of", "unmix", "SKETCH_EXTRA", "ambiguous",
     "sketch_bounds", "sketch_points", "sq_distances",
 ]  # fmt: skip

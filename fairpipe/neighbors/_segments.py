@@ -145,11 +145,38 @@ def bucket_members(seg: np.ndarray, hq) -> np.ndarray:
     return members[(int(ends[j - 1]) if j else 0) : int(ends[j])]
 
 
-def _without(seg: np.ndarray, removed) -> np.ndarray:
+class NotInBucket(RuntimeError):
+    """A row to remove is not a member of the bucket its key names (``row``)."""
+
+    def __init__(self, row: int):
+        super().__init__(f"Row {row} is not in the bucket its key names.")
+        self.row = row
+
+
+def _check_removed(h, ends, members, gone, removed, removed_h) -> None:
+    """Raise :class:`NotInBucket` for the first of ``removed`` that is not a member of the
+    bucket with mixed key ``removed_h`` (``gone``: the members that are one of ``removed``)."""
+    pos = np.flatnonzero(gone)
+    order = np.argsort(removed, kind="stable")
+    held = np.zeros(removed.shape[0], dtype=bool)
+    if pos.size:
+        at = order[np.searchsorted(removed[order], members[pos])]
+        bucket = np.searchsorted(ends, pos, side="right")  # ends[b - 1] <= pos < ends[b]
+        held[at] = h[bucket] == np.asarray(removed_h, np.uint64)[at]
+    if not held.all():
+        raise NotInBucket(int(removed[np.argmin(held)]))
+
+
+def _without(seg: np.ndarray, removed, removed_h=None) -> np.ndarray:
     """The segment without the rows ``removed``: the (h, row) order is kept, so no sort (the
-    arrays :func:`pack` gives on the remaining entries)."""
+    arrays :func:`pack` gives on the remaining entries). With ``removed_h`` (their mixed
+    keys), each must be a member of that bucket (:class:`NotInBucket`)."""
     h, ends, members = decode(seg)
-    keep = ~np.isin(members, np.asarray(removed if removed is not None else [], np.int32))
+    removed = np.asarray(removed if removed is not None else [], np.int32)
+    gone = np.isin(members, removed)
+    if removed_h is not None and removed.size:
+        _check_removed(h, ends, members, gone, removed, removed_h)
+    keep = ~gone
     if keep.all():
         return seg.copy() if seg.size else np.zeros(1, dtype=np.int32)
     sizes = np.diff(ends, prepend=0)
@@ -162,11 +189,14 @@ def _without(seg: np.ndarray, removed) -> np.ndarray:
     ])  # fmt: skip
 
 
-def patch(seg: np.ndarray, bits: int, removed=None, added_h=None, added_rows=None) -> np.ndarray:
+def patch(seg: np.ndarray, bits: int, removed=None, added_h=None, added_rows=None,
+          removed_h=None) -> np.ndarray:  # fmt: skip
     """The segment without the rows ``removed`` and with the entries (``added_h``,
-    ``added_rows``): the segment a fresh build on the resulting rows gives."""
+    ``added_rows``): the segment a fresh build on the resulting rows gives. With
+    ``removed_h`` (the removed rows' mixed keys; removals only), a removed row that is not in
+    its key's bucket raises :class:`NotInBucket` instead of being left behind."""
     if added_h is None or not len(added_h):
-        return _without(seg, removed)
+        return _without(seg, removed, removed_h)
     h, rows = entries(seg)
     if removed is not None and len(removed):
         keep = ~np.isin(rows, removed)

@@ -24,7 +24,7 @@ from flows.ingest import IngestOptions, run_ingest
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.index import index_entries
 from storage.models import read_model
-from storage.store import FairpipeStore, open_group, read_array
+from storage.store import FairpipeStore, open_group, read_array, write_rows
 from storage.summary import has_summary
 
 NAMES = np.array(["a", "b", "c"])
@@ -207,6 +207,27 @@ def test_bad_appends_write_nothing(prefect_server, tmp_path):
     res = run_ingest(src, str(plain), IngestOptions(seed=4, lsh_k=3, lsh_width=3.0,
                      groups_file=str(tmp_path / "new_groups.npy"), **extra), **THREADS)  # fmt: skip
     assert res["new_groups"] == ["z"] and res["groups"]["z"] == int((labels[200:] == "a").sum())
+
+
+def test_a_forget_never_leaves_a_row_in_a_bucket_its_key_does_not_name(prefect_server, tmp_path):
+    """A forget finds each row's buckets by rehashing its point. Were the stored keys made by
+    another definition (here: the point changed behind the store's back), the row would stay
+    in its old bucket; the forget stops with an error naming the row and writes nothing."""
+    X, ids, labels = pool(200)
+    store = tmp_path / "store"
+    ingest(tmp_path, store, "b0", X, ids, labels, **LSH)
+    repo = FairpipeStore.open(str(store))
+    with repo.transaction("tamper") as txn:
+        write_rows(txn.session, "points", 7, X[7:8] + 50.0)
+    before = head(store)
+    with pytest.raises(RuntimeError, match="Row 7 is not in the bucket of table"):
+        run_forget(str(store), [int(ids[7])], **THREADS)
+    assert head(store) == before
+    # The request stays pending (nothing is lost): the next drain meets it first, and stops
+    # the same way until the store is repaired.
+    with pytest.raises(RuntimeError, match="Row 7 is not in the bucket of table"):
+        run_forget(str(store), [int(ids[8])], **THREADS)
+    assert head(store) == before
 
 
 def test_negative_ids_are_refused_at_ingest(prefect_server, tmp_path):

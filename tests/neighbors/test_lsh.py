@@ -8,7 +8,14 @@ from fairpipe.hashing import splitmix64
 from fairpipe.neighbors import BucketIndex, KeyDirectory, build_table, remove_rows
 from fairpipe.neighbors._key_directory import home_slots
 from fairpipe.neighbors._lsh import COMPILED_FOLD_ROWS
-from fairpipe.neighbors._segments import mix, pack, segment_of
+from fairpipe.neighbors._segments import (
+    NotInBucket,
+    build_segments,
+    mix,
+    pack,
+    patch,
+    segment_of,
+)
 
 
 def data(n=3000, d=24, seed=0):
@@ -215,6 +222,27 @@ def test_removing_rows_gives_the_table_a_fresh_build_gives(seed):
     want = build_table(keys, alive & ~dead)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
+def test_a_removal_checks_each_row_is_in_its_keys_bucket():
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 40, size=300).astype(np.uint64)
+    flat, offsets = build_segments(keys, np.arange(300), bits=0)
+    seg, h = flat[offsets[0] : offsets[1]], mix(keys)
+    rows = np.array([260, 5, 17])  # any order
+    kept = np.setdiff1d(np.arange(300), rows)
+    fresh = build_segments(keys[kept], kept, bits=0)[0]
+    assert np.array_equal(patch(seg, 0, rows, removed_h=h[rows]), fresh)
+    other = h[rows].copy()
+    other[2] = h[(keys != keys[17]).argmax()]  # row 17 under another bucket's key
+    with pytest.raises(NotInBucket) as e:
+        patch(seg, 0, rows, removed_h=other)
+    assert e.value.row == 17
+    with pytest.raises(NotInBucket) as e:  # not a member at all
+        patch(seg, 0, np.array([5, 300]), removed_h=h[[5, 17]])
+    assert e.value.row == 300
+    with pytest.raises(NotInBucket):  # an empty segment
+        patch(np.zeros(1, np.int32), 0, np.array([0]), removed_h=h[:1])
 
 
 @pytest.mark.parametrize("width", [2.0, 1e-7])  # exact float64 sums, then the wrapping path
