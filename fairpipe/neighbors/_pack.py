@@ -16,6 +16,7 @@ from fairpipe.parallel import compiled, splitmix64_one
 
 SMALL = 64  # ranges of the first pass up to this size are insertion-sorted
 U64 = 2.0**-53  # float64 unit roundoff
+CELL_CLAMP = 2.0**62  # fairpipe.neighbors._lsh.CELL_CLAMP
 
 
 @compiled
@@ -127,6 +128,8 @@ def fold_block(proj, X, offsets, a, b, col_bound, multipliers, n_tables, mask, s
                         for j in range(d):
                             s += np.float64(X[i, j]) * a[j, c]
                         cells[c] = np.floor(s + b[c])
+            for c in range(m):  # as E2LSH._cells: a defined int64 on every CPU
+                cells[c] = min(max(cells[c], -CELL_CLAMP), CELL_CLAMP)
         else:
             for c in range(m):
                 cells[c] = np.floor(proj[i, c] + offsets[c])

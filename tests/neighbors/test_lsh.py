@@ -42,7 +42,8 @@ def test_keys_do_not_depend_on_chunking(chunk):
 
 def exact_reference_keys(lsh: E2LSH, X: np.ndarray) -> np.ndarray:
     """Keys by the exact definition, in plain Python: each cell the floor of the float64 sum,
-    in coordinate order, of x_j * (a_j / w) (float32 operands, exact products) plus b / w."""
+    in coordinate order, of x_j * (a_j / w) (float32 operands, exact products) plus b / w,
+    clamped to +-2**62."""
     a, b = lsh._scaled_a.astype(np.float64), lsh._scaled_b.astype(np.float64)
     k, L = lsh.n_hashes, lsh.n_tables
     acc = np.zeros((X.shape[0], L), dtype=np.uint64)
@@ -54,7 +55,7 @@ def exact_reference_keys(lsh: E2LSH, X: np.ndarray) -> np.ndarray:
                 v = 0.0
                 for j in range(X.shape[1]):
                     v += float(X[i, j]) * float(a[j, c])
-                cell = math.floor(v + float(b[c]))
+                cell = min(max(math.floor(v + float(b[c])), -(2**62)), 2**62)  # clamped
                 total = (total + (cell % 2**64) * int(lsh.multipliers_[h])) % 2**64
             acc[i, t] = total
     prefix = np.arange(L, dtype=np.uint64) << np.uint64(48)
@@ -78,6 +79,33 @@ def test_keys_are_the_exact_definition_wherever_a_row_sits(width, n):
         assert np.array_equal(got[: n - s], first[s:]), s
     assert np.array_equal(first[:40], want)
     assert np.array_equal(np.vstack([lsh.hash(X[i : i + 1]) for i in range(40)]), want)
+
+
+def test_a_float32_product_that_overflows_is_summed_in_float64():
+    """Finite points whose float32 product overflows (inf - inf: NaN) while the exact sum is
+    small: both folds take the in-order float64 sum (found by a review: the numpy fold kept
+    the NaN cell)."""
+    lsh = E2LSH(n_hashes=4, n_tables=16, bucket_width=1.0, seed=3).fit(2)
+    a = lsh._scaled_a
+    c = int(np.flatnonzero((np.abs(a[0]) > 1.2) & (np.abs(a[1]) > 1.2))[0])
+    scale = 2.0**128 / 2.0 ** float(np.ceil(np.log2(float(np.abs(a[:, c]).max()))))
+    x = np.array([[np.sign(a[0, c]) * abs(a[1, c]) * scale,
+                   -np.sign(a[1, c]) * abs(a[0, c]) * scale]], np.float32)  # fmt: skip
+    assert np.isfinite(x).all()
+    with np.errstate(all="ignore"):
+        assert not np.isfinite((x @ a)[0, c])
+        want = exact_reference_keys(lsh, x)
+        assert np.array_equal(lsh.hash(x), want)  # the numpy fold
+        assert np.array_equal(lsh.hash(np.repeat(x, COMPILED_FOLD_ROWS + 1, axis=0))[:1], want)
+
+
+def test_many_near_cells_at_a_large_dimension_stay_small():
+    """At d = 2,000 with points far from the origin most cells are near an integer (the
+    bound grows with d and ||x||): the numpy fold sums them in parts (it took 5.7 GiB for one
+    block at once) and still gives the definition."""
+    X = (np.random.default_rng(2).normal(size=(60, 2000)) + 10.0).astype(np.float32)
+    lsh = E2LSH(n_hashes=3, n_tables=4, bucket_width=4.0, seed=1).fit(X)
+    assert np.array_equal(lsh.hash(X[:5]), exact_reference_keys(lsh, X[:5]))
 
 
 def test_the_float32_projection_of_older_stores_is_kept():
