@@ -51,7 +51,7 @@ TOO_MANY_TABLES = "The 'n_tables' parameter of E2LSH must be at most {limit}. Go
 LSH_ARRAYS = ("projections", "offsets", "multipliers")
 PROJECTIONS = ("exact", "float32")
 BAD_PROJECTION = "The 'projection' parameter of E2LSH must be one of {choices}. Got {value!r}."
-_U32, _U64 = 2.0**-24, 2.0**-53  # unit roundoffs
+U32, U64 = 2.0**-24, 2.0**-53  # unit roundoffs (float32, float64)
 NEAR_ENTRIES = 1 << 20  # products of near cells summed at once (8 MB of float64)
 CELL_CLAMP = 2.0**62  # |cell| above it is clamped (exact projection)
 
@@ -164,13 +164,13 @@ class E2LSH(LSHParameters):
         self._a_f64 = self._scaled_a.astype(np.float64)
         self._b_f64 = self._scaled_b.astype(np.float64)
         self._a_f64_t = np.ascontiguousarray(self._a_f64.T)
-        gamma = d * _U32 / (1 - d * _U32) + (d + 2) * _U64 / (1 - (d + 2) * _U64)
+        gamma = d * U32 / (1 - d * U32) + (d + 2) * U64 / (1 - (d + 2) * U64)
         norms = np.sqrt(np.einsum("ij,ij->j", self._a_f64, self._a_f64))
         self._col_bound = gamma * (1 + 1e-6) * norms
         # The numpy fold's per-row bound: ||x|| times the largest column bound, and the terms
         # bounding |t| (the largest column norm, the largest offset plus one).
-        top = float(norms.max(initial=0.0)) * (1 + 1e-6)
-        self._row_bound = (float(self._col_bound.max(initial=0.0)), top,
+        widest = float(norms.max(initial=0.0)) * (1 + 1e-6)
+        self._row_bound = (float(self._col_bound.max(initial=0.0)), widest,
                            float(np.abs(self._b_f64).max(initial=0.0)) + 1.0)  # fmt: skip
         return self
 
@@ -235,7 +235,7 @@ class E2LSH(LSHParameters):
         # One bound per row (the largest column's): |v - t| <= bound, with |t| itself bounded
         # by ||x|| max ||a_c / w|| + max |b / w| (Cauchy-Schwarz), so no (rows, L * k) bound.
         x_norm = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64)) * (1 + 1e-6)
-        bound = x_norm * self._row_bound[0] + 8 * _U64 * (
+        bound = x_norm * self._row_bound[0] + 8 * U64 * (
             x_norm * self._row_bound[1] + self._row_bound[2]
         )
         bound = bound[:, None]

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from fairpipe.neighbors._lsh import CELL_CLAMP, U64
 from fairpipe.parallel import compiled, splitmix64_one
 
 SMALL = 64  # ranges of the first pass up to this size are insertion-sorted
-U64 = 2.0**-53  # float64 unit roundoff
-CELL_CLAMP = 2.0**62  # fairpipe.neighbors._lsh.CELL_CLAMP
 
 
 @compiled
@@ -107,6 +106,7 @@ def fold_block(proj, X, offsets, a, b, col_bound, multipliers, n_tables, mask, s
     k = multipliers.shape[0]
     d, m = X.shape[1], proj.shape[1]
     cells = np.empty(m, dtype=np.float64)
+    upper = np.empty(m, dtype=np.float64)  # floor at the top of each cell's interval
     for i in range(proj.shape[0]):
         if exact:
             x_norm = 0.0
@@ -118,12 +118,11 @@ def fold_block(proj, X, offsets, a, b, col_bound, multipliers, n_tables, mask, s
                 v = np.float64(proj[i, c]) + b[c]
                 bound = x_norm * col_bound[c] + 8 * U64 * (abs(v) + 1.0)
                 cells[c] = np.floor(v - bound)
-                near += np.floor(v + bound) != cells[c]
+                upper[c] = np.floor(v + bound)
+                near += upper[c] != cells[c]
             if near:  # cells near an integer: the in-order float64 sum decides
                 for c in range(m):
-                    v = np.float64(proj[i, c]) + b[c]
-                    bound = x_norm * col_bound[c] + 8 * U64 * (abs(v) + 1.0)
-                    if np.floor(v + bound) != cells[c]:
+                    if upper[c] != cells[c]:
                         s = 0.0
                         for j in range(d):
                             s += np.float64(X[i, j]) * a[j, c]
