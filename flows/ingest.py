@@ -50,11 +50,11 @@ from storage.index import (
     delta_layout,
     drop_arrays,
     grow,
-    has_sketch,
     index_tables,
     live_group_counts,
     load_lsh,
     row_chunks,
+    sketch_arrays,
     table_blocks,
     upgrade_format1,
     write_bucket_counts,
@@ -139,7 +139,7 @@ def plan_source_task(source: str, options: IngestOptions) -> SourcePlan:
 
 
 @task(name="hash-and-write-rows", cache_policy=NO_CACHE)
-def write_rows_task(fork, plans, lsh, chunks, base, staging, sketch: bool):
+def write_rows_task(fork, plans, lsh, chunks, base, staging, sketch: list[str]):
     """Read, write and hash the new rows, a Dask job per row chunk (``plans``: each chunk's
     share of the source plan, :func:`chunk_plan`)."""
     n = len(chunks)
@@ -301,7 +301,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             # of the source only (no n-sized array in the task graph).
             write_new_rows(txn.session, base, ids, codes)
             plans = [chunk_plan(plan, a, b) for a, b in chunks]
-            sketch = has_sketch(txn.root.attrs)
+            sketch = sketch_arrays(txn.root.attrs)
             if appending and plan.n <= LOCAL_ROWS:
                 for p, (a, b) in zip(plans, chunks):
                     ingest_chunk(txn.session, p, lsh, a, b, base, staging, sketch)

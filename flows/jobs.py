@@ -19,9 +19,9 @@ from storage.index import Staging, index_tables, remove_from_tables, write_point
 
 
 def ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
-                 staging: Staging, sketch: bool):  # fmt: skip
+                 staging: Staging, sketch: list[str]):  # fmt: skip
     """Rows [a, b) of the source (``plan``: their share of it) read, written at ``base + a``
-    (with their sketch when ``sketch``) and hashed; their keys staged for the index jobs."""
+    (with the sketch arrays ``sketch`` names) and hashed; their keys staged for the index jobs."""
     t0 = time.perf_counter()
     X = read_source_rows(plan, a, b)
     write_points(fork, base + a, X, sketch)

@@ -50,9 +50,14 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
                 "draws": st.draws,
                 "outliers_removed": st.outliers,
                 "outlier_scan": st.outlier_scan,
-                # the lazy path: candidates in the query's buckets, and how many of their
-                # points were read (the others were decided from the sketch)
-                **{k: st.extra[k] for k in ("candidates", "points_read") if k in st.extra},
+                # the lazy path: candidates in the query's buckets, how many of their points
+                # were read, and how many bounds the sketch's residual narrowed (the others
+                # were decided from the sketch)
+                **{
+                    k: st.extra[k]
+                    for k in ("candidates", "points_read", "refined")
+                    if k in st.extra
+                },
             }
         )
     result = {

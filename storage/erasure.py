@@ -119,15 +119,15 @@ def holds(raw: bytes, needles: list[bytes]) -> bool:
 
 def row_needles(url: str, rows) -> list[bytes]:
     """The stored bytes of ``rows``' data as the store's tip holds them: each row's point, and
-    its sketch row when the store keeps one (:func:`files_holding`'s needles for those rows)."""
-    from storage.index import has_sketch  # not at the top: status and configure import this module
+    its sketch rows when the store keeps them (:func:`files_holding`'s needles for those rows)."""
+    from storage.index import sketch_arrays  # not at the top: status and configure import this
 
     store = FairpipeStore.open(url)
     session = store.readonly_session()
     rows = np.asarray(rows, dtype=np.int64)
     needles = [x.astype("<f4").tobytes() for x in read_rows_at(session, "points", rows)]
-    if has_sketch(store.attrs(session)):
-        needles += [x.tobytes() for x in read_rows_at(session, "sketch", rows)]
+    for name in sketch_arrays(store.attrs(session)):
+        needles += [x.tobytes() for x in read_rows_at(session, name, rows)]
     return needles
 
 

@@ -11,6 +11,10 @@ Layout (store format 2):
   the points and erased with them; a query decides most candidates' distances from it
   (:mod:`storage.reader`). Root attribute ``point_sketch`` true; stores made before it have none
   and are read without it;
+- ``sketch_residual`` uint8 (n, d + 4), chunked as the sketch: a signed byte per coordinate
+  refining it (:func:`fairpipe.neighbors.sketch_levels`), written and erased with it; a query
+  reads it only for the candidates the sketch leaves open. Root attribute
+  ``point_sketch_residual`` true; stores made before it have none;
 - ``lsh/projections`` (d, L*k), ``lsh/offsets`` (L*k,), ``lsh/multipliers`` (k,): the hash
   functions (:meth:`fairpipe.neighbors.E2LSH.to_arrays`); their parameters in the root attribute
   ``lsh`` as ``{"k", "n_tables", "width", "seed", "segment_bits"}`` (the library's ``n_hashes``
@@ -29,7 +33,7 @@ Layout (store format 2):
   holds at most 1/``DELTA_SHARE`` of the live rows; the append that would pass that rebuilds
   the segments from both layers and drops the delta. A query reads a bucket from both layers.
 
-A forgotten row keeps its place (row numbers are stable) but is erased: points and sketch zeroed,
+A forgotten row keeps its place (row numbers are stable) but is erased: points and sketches zeroed,
 group -1, ``alive`` false, and it leaves every bucket. Format 1 stores (uint64 ``lsh/keys`` and (L, n)
 padded index arrays) are read as they are and upgraded to format 2 by the next write.
 """
@@ -48,6 +52,7 @@ import numpy as np
 from fairpipe.neighbors import (
     E2LSH,
     LSH_ARRAYS,
+    RESIDUAL_EXTRA,
     ROW_BLOCK,
     SKETCH_EXTRA,
     BucketIndex,
@@ -60,7 +65,7 @@ from fairpipe.neighbors import (
     partition_bits,
     patch,
     segment_of,
-    sketch_points,
+    sketch_levels,
     unmix,
 )
 from storage.store import (
@@ -80,6 +85,7 @@ EMPTY_KEY = np.iinfo(np.uint64).max
 POINT_BLOCK = 2048  # rows per chunk of points (1 MB at d = 128): what a query reads for one row
 SKETCH_BLOCK = 4096  # rows per chunk of the point sketch (0.5 MB at d = 128)
 SKETCH_ATTR = "point_sketch"  # root attribute: the store keeps a sketch of every row's point
+RESIDUAL_ATTR = "point_sketch_residual"  # root attribute: and its residual
 SEGMENT_CHUNK = 65536  # int32 entries per chunk of a segment: most segments are one chunk
 SEGMENT_CAPACITY = 1 << 34  # the segments' last dimension: larger than any segment can be
 MAX_SEGMENTS = 1 << 20  # segments per table at most (2**31 rows at 2048 rows per segment)
@@ -150,11 +156,25 @@ def has_sketch(attrs) -> bool:
     return bool(attrs.get(SKETCH_ATTR, False))
 
 
-def write_points(session, start: int, X: np.ndarray, sketch: bool) -> None:
-    """Write new rows' points at ``start``, and their sketch when the store keeps one."""
+def has_residual(attrs) -> bool:
+    """Whether the store keeps the sketch's residual (stores made before it do not)."""
+    return has_sketch(attrs) and bool(attrs.get(RESIDUAL_ATTR, False))
+
+
+def sketch_arrays(attrs) -> list[str]:
+    """The per-row sketch arrays the store keeps: none, ``sketch``, or it and its residual."""
+    return ["sketch", "sketch_residual"][: has_sketch(attrs) + has_residual(attrs)]
+
+
+def write_points(session, start: int, X: np.ndarray, sketches: list[str]) -> None:
+    """Write new rows' points at ``start``, and the sketch arrays ``sketches`` the store keeps
+    (:func:`sketch_arrays`)."""
     write_rows(session, "points", start, X)
-    if sketch:
-        write_rows(session, "sketch", start, sketch_points(X))
+    if sketches:
+        sketch, residual = sketch_levels(X, residual="sketch_residual" in sketches)
+        write_rows(session, "sketch", start, sketch)
+        if residual is not None:
+            write_rows(session, "sketch_residual", start, residual)
 
 
 def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
@@ -175,6 +195,11 @@ def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
     root.create_array("sketch", shape=(0, d + SKETCH_EXTRA), chunks=(block, d + SKETCH_EXTRA),
                       dtype="uint8", compressors=None)  # fmt: skip
     root.attrs[SKETCH_ATTR] = True
+    # Its residual (d + 4 bytes a row), read only for the candidates the sketch leaves open:
+    # where they are many (a radius where candidates are dense) it replaces reading their points.
+    root.create_array("sketch_residual", shape=(0, d + RESIDUAL_EXTRA),
+                      chunks=(block, d + RESIDUAL_EXTRA), dtype="uint8", compressors=None)  # fmt: skip
+    root.attrs[RESIDUAL_ATTR] = True
     root.create_array("ids", shape=(0,), chunks=(chunk_rows,), dtype="int64")
     root.create_array("groups", shape=(0,), chunks=(chunk_rows,), dtype="int32")
     root.create_array("alive", shape=(0,), chunks=(chunk_rows,), dtype="bool")
@@ -185,7 +210,7 @@ def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
 
 def grow(root, n_total: int) -> None:
     """Make room for ``n_total`` rows."""
-    names = ["points", "ids", "groups", "alive"] + (["sketch"] if has_sketch(root.attrs) else [])
+    names = ["points", "ids", "groups", "alive"] + sketch_arrays(root.attrs)
     for name in names:
         arr = root[name]
         arr.resize((n_total, *arr.shape[1:]))
@@ -211,12 +236,11 @@ def write_new_rows(session, start: int, ids, groups) -> None:
 
 
 def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
-    """Erase the live ``rows`` (sorted) in place, chunk by chunk: points (and sketch) zeroed,
+    """Erase the live ``rows`` (sorted) in place, chunk by chunk: points (and sketches) zeroed,
     groups -1, alive false; the root's ``n_alive`` drops by their number."""
     root.attrs["n_alive"] = int(root.attrs["n_alive"]) - int(rows.size)
     erased: list[tuple[str, object]] = [("points", 0.0), ("groups", -1), ("alive", False)]
-    if has_sketch(root.attrs):
-        erased.append(("sketch", 0))
+    erased += [(name, 0) for name in sketch_arrays(root.attrs)]
     if "keys" in root["lsh"]:  # a format 1 store not yet upgraded
         erased.append(("lsh/keys", EMPTY_KEY))
     for c in np.unique(rows // chunk_rows):

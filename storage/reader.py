@@ -4,7 +4,8 @@
 :meth:`~StoreReader.neighbourhood` read, per query, one segment per LSH table (the one holding the
 query's bucket: :mod:`fairpipe.neighbors._segments`) and the sketch of the candidates the sampler
 looks at (a byte per coordinate, in chunks of ``SKETCH_BLOCK`` rows), whose distance bounds
-decide most of them; the points (chunks of ``POINT_BLOCK`` rows) only of those they leave
+decide most of them; the sketch's residual (a signed byte per coordinate) only of those they
+leave undecided, and the points (chunks of ``POINT_BLOCK`` rows) only of those it leaves
 undecided (a candidate decided by its bounds lies on the same side of every threshold as its
 exact distance); :meth:`~StoreReader.predict` reads the model's root. Segments and points read
 are cached for the reader's life. A query runs the same kernel as the in-memory
@@ -27,6 +28,8 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import (
     E2LSH,
     LSH_ARRAYS,
+    RESIDUAL_EXTRA,
+    SKETCH_EXTRA,
     FairNN,
     QueryStats,
     SampleResult,
@@ -36,6 +39,7 @@ from fairpipe.neighbors import (
     mix,
     neighbourhood,
     query_generator,
+    residual_bounds,
     sample_query,
     segment_of,
     sketch_bounds,
@@ -43,6 +47,7 @@ from fairpipe.neighbors import (
 from fairpipe.validation import IdLookup, check_points
 from storage.index import (
     LAYERS,
+    has_residual,
     has_sketch,
     layer_bits,
     load_sampler,
@@ -77,7 +82,8 @@ class _LocalIndex:
 class _Candidates:
     """A query's candidates (``rows``) as the sampling kernel sees points: only through
     :meth:`sq_distances`, which decides distances from the candidates' sketch where it can (a
-    quarter of the bytes) and computes the exact ones of the rest from their points.
+    quarter of the bytes), then from the sketch's residual where it can, and computes the exact
+    ones of the rest from their points.
 
     Each is computed once per query and kept as a number, not a point: a read of a chunk (of
     the sketch or of the points) computes the bounds or the distance of every candidate in it,
@@ -95,7 +101,17 @@ class _Candidates:
         self._have_bounds = np.zeros(rows.shape[0], dtype=bool)
         self._exact = np.zeros(rows.shape[0])
         self._have_exact = np.zeros(rows.shape[0], dtype=bool)
-        self.points_read = 0
+        self.points_read = self.refined = 0
+        # With a residual: the candidates' sketch rows are kept (the residual refines them) and
+        # their residual rows as their chunks arrive; refined bounds are computed only for the
+        # candidates a threshold asks about that the sketch leaves open.
+        block = reader.residual_block
+        self.residual_chunk = None if block is None else rows // block
+        if self.residual_chunk is not None:
+            self._sketch = np.zeros((rows.shape[0], reader.d + SKETCH_EXTRA), dtype=np.uint8)
+            self._residual = np.zeros((rows.shape[0], reader.d + RESIDUAL_EXTRA), np.uint8)
+            self._have_residual = np.zeros(rows.shape[0], dtype=bool)
+            self._have_fine = np.zeros(rows.shape[0], dtype=bool)
 
     def _for_query(self, query: np.ndarray) -> None:
         """Forget what was computed for another query."""
@@ -104,6 +120,8 @@ class _Candidates:
             self._query = key
             self._have_bounds.fill(False)
             self._have_exact.fill(False)
+            if self.residual_chunk is not None:
+                self._have_fine.fill(False)
 
     def sq_distances(self, local, query: np.ndarray, thresholds) -> np.ndarray:
         """Squared distances of ``local`` rows to ``query``: exact where the bounds from the
@@ -118,13 +136,38 @@ class _Candidates:
 
         def bounds(fill: np.ndarray, sketch: np.ndarray) -> None:
             self._bounds[:, fill] = sketch_bounds(sketch, query)
+            if self.residual_chunk is not None:
+                self._sketch[fill] = sketch
 
         self._fill(self._have_bounds, self.sketch_chunk, local, "sketch", bounds)
         lower2, upper2 = self._bounds[:, local]
         exact = ambiguous(lower2, upper2, thresholds)
+        if self.residual_chunk is not None and exact.any():
+            self._refine(local[exact], query)
+            lower2, upper2 = self._bounds[:, local]
+            exact = ambiguous(lower2, upper2, thresholds)
         out = ((lower2 + upper2) / 2).astype(dtype)
         out[exact] = self._exact_at(local[exact], query).astype(dtype)
         return out
+
+    def _refine(self, local: np.ndarray, query: np.ndarray) -> None:
+        """Narrow the bounds of ``local`` rows (whose sketch bounds are known) to their
+        intersection with the residual's."""
+        assert self.residual_chunk is not None  # only called for a store with a residual
+        need = local[~self._have_fine[local]]
+        if not need.size:
+            return
+
+        def keep(fill: np.ndarray, residual: np.ndarray) -> None:
+            self._residual[fill] = residual
+
+        self._fill(self._have_residual, self.residual_chunk, need, "sketch_residual", keep)
+        lower2, upper2 = residual_bounds(self._sketch[need], self._residual[need], query)
+        np.maximum(self._bounds[0, need], lower2, out=lower2)
+        np.minimum(self._bounds[1, need], upper2, out=upper2)
+        self._bounds[:, need] = lower2, upper2
+        self._have_fine[need] = True
+        self.refined += need.shape[0]
 
     def _exact_at(self, local: np.ndarray, query: np.ndarray) -> np.ndarray:
         def take(fill: np.ndarray, points: np.ndarray) -> None:
@@ -211,6 +254,13 @@ class StoreReader:
         if not has_sketch(self.attrs):
             return None
         return int(open_array(self.session, "sketch").chunks[0])
+
+    @cached_property
+    def residual_block(self) -> int | None:
+        """Rows per chunk of the sketch's stored residual; None for a store without one."""
+        if not has_residual(self.attrs):
+            return None
+        return int(open_array(self.session, "sketch_residual").chunks[0])
 
     def points_at(self, rows: np.ndarray) -> np.ndarray:
         """Points of stored ``rows`` (cached)."""
@@ -358,8 +408,8 @@ class StoreReader:
             )  # fmt: skip
             rows[i, : got.shape[0]] = cand[got]
             counts[i] = got.shape[0]
-            st.extra.update(candidates=int(cand.shape[0]),
-                            points_read=points.points_read)  # fmt: skip
+            st.extra.update(candidates=int(cand.shape[0]), points_read=points.points_read,
+                            refined=points.refined)  # fmt: skip
             stats.append(st)
         ids = np.full(rows.shape, -1, dtype=np.int64)
         drawn = rows >= 0

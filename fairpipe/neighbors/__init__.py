@@ -7,7 +7,9 @@
 - :class:`FairNN`: fit, sample (``exact``, ``approx``, ``rank``, ``uniform``, ``weighted``
   samplers over ``buckets``, ``approximate`` or ``exact`` neighbourhoods) and delete.
 - :func:`sketch_points`, :func:`sketch_bounds`: a byte per coordinate of each point, and the
-  distance bounds it gives (a stored query reads it instead of most candidates' points).
+  distance bounds it gives (a stored query reads it instead of most candidates' points);
+  :func:`sketch_levels`, :func:`residual_bounds`: with a residual byte per coordinate that
+  tightens them about 200 times.
 - :func:`evaluate_tv`, :func:`tv_to_uniform`, :func:`noise_floor`: how fair the samples are.
 - :func:`estimate_bucket_width`: a bucket width from the data.
 """
@@ -55,7 +57,15 @@ from fairpipe.neighbors._segments import (
     segment_of,
     unmix,
 )
-from fairpipe.neighbors._sketch import SKETCH_EXTRA, ambiguous, sketch_bounds, sketch_points
+from fairpipe.neighbors._sketch import (
+    RESIDUAL_EXTRA,
+    SKETCH_EXTRA,
+    ambiguous,
+    residual_bounds,
+    sketch_bounds,
+    sketch_levels,
+    sketch_points,
+)
 
 __all__ = [
     "E2LSH", "EVALUATED_SAMPLERS", "LSH_ARRAYS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
@@ -65,5 +75,6 @@ __all__ = [
     "sample_query", "tv_to_uniform", "width_sample_rows", "build_segments", "bucket_members",
     "check_sample_options", "query_generator", "decode", "entries", "NotInBucket", "mix", "pack",
     "partition_bits", "patch", "segment_of", "unmix", "SKETCH_EXTRA", "ambiguous",
-    "sketch_bounds", "sketch_points", "sq_distances",
+    "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",
+    "sketch_levels",
 ]  # fmt: skip

@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 
 from fairpipe import FairNN
-from fairpipe.neighbors import ambiguous, sketch_bounds, sketch_points, sq_distances
+from fairpipe.neighbors import (
+    ambiguous,
+    residual_bounds,
+    sketch_bounds,
+    sketch_levels,
+    sketch_points,
+    sq_distances,
+)
 
 
 @pytest.mark.parametrize("scale", [1e-4, 1.0, 1e4, 1e7])
@@ -26,11 +33,40 @@ def test_bounds_hold_at_every_scale(scale):
     assert np.array_equal((lower2[settled] <= t), (d2[settled] <= t))
 
 
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 1e4, 1e7, 1e30])
+def test_the_residual_bounds_hold_and_are_far_tighter(scale):
+    """The residual's bounds contain the exact distance at every scale, on rows with one value,
+    two values and a subnormal range too, and leave a small fraction of the rows the sketch
+    leaves open at a threshold where distances are dense. The sketch is the same with or
+    without its residual."""
+    rng = np.random.default_rng(2)
+    X = (rng.normal(size=(6000, 64)) * scale + rng.normal() * 5 * scale).astype(np.float32)
+    X[0] = 3.0
+    X[1, :32], X[1, 32:] = -scale, scale
+    X[2] = np.float32(1e-42) * np.arange(64)  # a subnormal range: 1 / step overflows
+    q = (X[7] + rng.normal(size=64) * 0.3 * scale).astype(np.float32)
+    sketch, residual = sketch_levels(X)
+    assert np.array_equal(sketch, sketch_points(X))
+    assert residual is not None and residual.shape == (6000, 64 + 4)
+    d2 = np.square(X.astype(np.float64) - q.astype(np.float64)).sum(axis=1)
+    lower1, upper1 = sketch_bounds(sketch, q)
+    lower2, upper2 = residual_bounds(sketch, residual, q)
+    for lower, upper in ((lower1, upper1), (lower2, upper2)):
+        assert np.isfinite(lower).all() and np.isfinite(upper).all()
+        assert (lower <= d2 * (1 + 1e-9)).all() and (d2 <= upper * (1 + 1e-9)).all()
+    width1, width2 = np.sqrt(upper1) - np.sqrt(lower1), np.sqrt(upper2) - np.sqrt(lower2)
+    assert np.median(width1[3:] / width2[3:]) > 100  # rows 0-2 have width 0 or a floor
+    t = float(np.median(d2))
+    open1, open2 = ambiguous(lower1, upper1, [t]).sum(), ambiguous(lower2, upper2, [t]).sum()
+    assert open1 > 100 and open2 < open1 / 10, (open1, open2)
+
+
 class SketchedPoints:
     """Points seen only through the sketch, plus the exact rows the bounds leave open."""
 
-    def __init__(self, X):
-        self.X, self.sketch, self.exact = X, sketch_points(X), 0
+    def __init__(self, X, residual: bool = False):
+        self.X, self.exact = X, 0
+        self.sketch, self.residual = sketch_levels(X, residual)
 
     def __getitem__(self, rows):
         return self.X[rows]
@@ -41,14 +77,22 @@ class SketchedPoints:
     def sq_distances(self, rows, query, thresholds):
         lower2, upper2 = sketch_bounds(self.sketch[rows], query)
         exact = ambiguous(lower2, upper2, thresholds)
+        if self.residual is not None:  # narrowed as the store reader narrows them
+            lo2, up2 = residual_bounds(self.sketch[rows[exact]], self.residual[rows[exact]], query)
+            lower2[exact], upper2[exact] = (
+                np.maximum(lower2[exact], lo2),
+                np.minimum(upper2[exact], up2),
+            )
+            exact = ambiguous(lower2, upper2, thresholds)
         self.exact += int(exact.sum())
         out = ((lower2 + upper2) / 2).astype(np.float32)
         out[exact] = sq_distances(self.X, rows[exact], query, thresholds)
         return out
 
 
+@pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("mode", ["approximate", "exact"])
-def test_sampling_through_the_sketch_draws_what_the_points_draw(mode):
+def test_sampling_through_the_sketch_draws_what_the_points_draw(mode, residual):
     """Radii at the distances of actual points (exact ties) and at the median distance: the
     kernel given the sketch draws exactly what it draws given the points."""
     rng = np.random.default_rng(4)
@@ -60,7 +104,7 @@ def test_sampling_through_the_sketch_draws_what_the_points_draw(mode):
     for radius in [tie, tie / 2, float(np.median(d)), 2.0]:
         want = nn.sample(query_rows=[5, 9], radius=radius, n_samples=30, seed=3, mode=mode,
                          with_neighbourhood=True)  # fmt: skip
-        nn.points_ = sketched = SketchedPoints(X)
+        nn.points_ = sketched = SketchedPoints(X, residual)
         got = nn.sample(query_rows=[5, 9], radius=radius, n_samples=30, seed=3, mode=mode,
                         with_neighbourhood=True)  # fmt: skip
         nn.points_ = X

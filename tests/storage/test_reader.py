@@ -117,3 +117,31 @@ def test_a_small_neighbourhood_is_decided_from_the_sketch(store):
     extra = got.stats[0].extra
     assert got.neighbourhood_sizes[0] < 20 < extra["candidates"]
     assert extra["points_read"] < extra["candidates"] / 2, extra
+
+
+def test_candidates_the_sketch_leaves_open_are_decided_by_its_residual(prefect_server, tmp_path):
+    """At a radius where many candidates' distances lie (the median distance to the query, in
+    32 dimensions), the sketch leaves a share of them open: the residual decides nearly all of
+    those, so few points are read, and the draws and the neighbourhood are FairNN's (also at a
+    radius that is exactly a candidate's distance, which only its point can decide)."""
+    X = np.random.default_rng(6).normal(size=(4000, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    opts = IngestOptions(seed=1, lsh_k=2, lsh_tables=4, lsh_width=12.0, chunk_rows=1024)
+    run_ingest(str(tmp_path / "x.npy"), str(tmp_path / "s"), opts, **THREADS)
+    nn = FairNN(n_hashes=2, n_tables=4, bucket_width=12.0, seed=1).fit(X)
+    d = np.sqrt(np.square(X - X[0]).sum(axis=1))
+    seen = []
+    for radius in (float(np.median(d)), float(np.sort(d)[1000])):  # dense; an exact tie
+        reader = fairpipe.open_store(str(tmp_path / "s"))
+        assert reader.residual_block is not None
+        kw = dict(radius=radius, n_samples=20, seed=5, with_neighbourhood=True)
+        got = reader.sample(query_rows=[0], **kw)
+        want = nn.sample(query_rows=[0], **kw)
+        assert np.array_equal(got.ids, want.ids)
+        assert np.array_equal(got.neighbourhood_sizes, want.neighbourhood_sizes)
+        seen.append(got.stats[0].extra)
+    dense, tie = seen
+    assert dense["candidates"] > 1000 and dense["refined"] > 30, dense
+    # Without the residual those 30+ open rows would fall in all four chunks of points.
+    assert dense["points_read"] < dense["candidates"], dense
+    assert tie["points_read"] > 0, tie  # the tie was decided on its point
