@@ -59,6 +59,7 @@ from fairpipe.neighbors import (
     FairNN,
     NotInBucket,
     build_segments,
+    decode,
     entries,
     mix,
     pack,
@@ -553,9 +554,10 @@ def remove_from_tables(session, attrs: dict, rows: np.ndarray, keys: np.ndarray,
     parts = [("main", int(attrs["lsh"]["segment_bits"]), slice(0, split))]
     if delta is not None and split < rows.shape[0]:
         parts.append(("delta", delta[0], slice(split, None)))
+    exact = attrs["lsh"].get("projection", "float32") == "exact"
     for layer, bits, sel in parts:
         lengths, counts, rewritten = _remove_rows(session, layer, bits, rows[sel], keys[sel],
-                                                  t0)  # fmt: skip
+                                                  t0, exact)  # fmt: skip
         out["layers"][layer] = (lengths, counts)
         out["rewritten"] += rewritten
     return out
@@ -583,9 +585,17 @@ NOT_IN_BUCKET = (
 )
 
 
-def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndarray, t0: int):
+def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndarray, t0: int,
+                 exact: bool = True):  # fmt: skip
     """Rewrite the segments of tables [t0, t0 + keys.shape[1]) of ``layer`` without ``rows``.
-    Returns those tables' (segment lengths, bucket counts, segments rewritten)."""
+    Returns those tables' (segment lengths, bucket counts, segments rewritten).
+
+    ``exact``: the store's keys have the exact definition, so a row that is not in the bucket
+    its recomputed key names is an error. A store made before it (float32 keys) may have keys
+    that depend on where a row sat in a BLAS block (docs/architecture.md, Determinism): there a
+    table where a row is not found has its removed rows' stored keys read from the table's
+    segments instead (a scan of one table, rare: a cell within a float32 rounding of an
+    integer), so the row leaves the bucket it is in."""
     segments, lengths_name, counts_name = LAYERS[layer]
     t1 = t0 + keys.shape[1]
     lengths = read_array(session, f"lsh/{lengths_name}", slice(t0, t1))
@@ -595,31 +605,22 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
     rewritten = 0
     for j in range(t1 - t0):
         t = t0 + j
-        seg_of = segment_of(h_all[:, j], bits)
-        touched = np.unique(seg_of)
-        if touched.size == 0:
-            continue
-        # Many segments of one table: one read and one write of the table's block instead of
-        # a Zarr call per segment (a batch of 1,000 ids touches every segment at 1M rows).
-        whole = touched.size * 4 > lengths.shape[1]
-        old_width = _padded(int(lengths[j].max() if whole else lengths[j, touched].max()))
-        block = (np.asarray(segs[t, : lengths.shape[1], :old_width]) if whole and old_width
-                 else None)  # fmt: skip
-        new_segs = {}
-        for p in touched:
-            old = int(lengths[j, p])
-            if block is not None:
-                seg = block[p, :old]
-            else:
-                seg = np.asarray(segs[t, p, :old]) if old else np.zeros(0, np.int32)
-            mine = seg_of == p
-            try:  # each row must be where its key, recomputed from its point, says
-                new = patch(seg, bits, rows[mine], removed_h=h_all[mine, j])
-            except NotInBucket as e:  # never leave a row number behind in another bucket
+        try:  # each row must be where its key, recomputed from its point, says
+            plan = _patched_segments(segs, t, bits, lengths[j], rows, h_all[:, j])
+        except NotInBucket as e:  # never leave a row number behind in another bucket
+            if exact:
                 raise RuntimeError(NOT_IN_BUCKET.format(row=e.row, table=t, layer=layer)) from e
-            counts[j] += (int(new[0]) if new.size else 0) - (int(seg[0]) if seg.size else 0)
-            new_segs[int(p)] = new
-            rewritten += 1
+            h = _stored_keys(segs, t, lengths[j], rows, layer)
+            try:
+                plan = _patched_segments(segs, t, bits, lengths[j], rows, h)
+            except NotInBucket as again:
+                message = NOT_IN_BUCKET.format(row=again.row, table=t, layer=layer)
+                raise RuntimeError(message) from again
+        if plan is None:
+            continue
+        new_segs, added, block, old_width = plan
+        counts[j] += added
+        rewritten += len(new_segs)
         if block is not None:
             width = _padded(max(old_width, max(v.shape[0] for v in new_segs.values())))
             out = np.zeros((lengths.shape[1], width), dtype=np.int32)
@@ -637,6 +638,59 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
             segs[t, p, :width] = row
             lengths[j, p] = new.shape[0]
     return lengths, counts, rewritten
+
+
+def _patched_segments(segs, t: int, bits: int, lengths: np.ndarray, rows: np.ndarray,
+                      h: np.ndarray):  # fmt: skip
+    """Table ``t``'s segments holding ``rows`` (mixed keys ``h``) patched without them, nothing
+    written: (new segments by number, change of the bucket count, the table's block of
+    segments when read whole else None, its padded width), or None when no row is given.
+    Raises :class:`NotInBucket` for a row that is not in the bucket ``h`` names."""
+    seg_of = segment_of(h, bits)
+    touched = np.unique(seg_of)
+    if touched.size == 0:
+        return None
+    # Many segments of one table: one read and one write of the table's block instead of a
+    # Zarr call per segment (a batch of 1,000 ids touches every segment at 1M rows).
+    whole = touched.size * 4 > lengths.shape[0]
+    old_width = _padded(int(lengths.max() if whole else lengths[touched].max()))
+    block = np.asarray(segs[t, : lengths.shape[0], :old_width]) if whole and old_width else None
+    new_segs, added = {}, 0
+    for p in touched:
+        old = int(lengths[p])
+        if block is not None:
+            seg = block[p, :old]
+        else:
+            seg = np.asarray(segs[t, p, :old]) if old else np.zeros(0, np.int32)
+        mine = seg_of == p
+        new = patch(seg, bits, rows[mine], removed_h=h[mine])
+        added += (int(new[0]) if new.size else 0) - (int(seg[0]) if seg.size else 0)
+        new_segs[int(p)] = new
+    return new_segs, added, block, old_width
+
+
+def _stored_keys(segs, t: int, lengths: np.ndarray, rows: np.ndarray, layer: str) -> np.ndarray:
+    """The mixed keys of the buckets of table ``t`` (of this layer) that hold ``rows``, read from
+    all its segments; an error naming the first row that is in none."""
+    width = _padded(int(lengths.max()))
+    block = np.asarray(segs[t, : lengths.shape[0], :width]) if width else None
+    h = np.zeros(rows.shape[0], dtype=np.uint64)
+    found = np.zeros(rows.shape[0], dtype=bool)
+    order = np.argsort(rows, kind="stable")
+    for p in np.flatnonzero(lengths):
+        assert block is not None
+        bucket_h, ends, members = decode(block[p, : int(lengths[p])])
+        pos = np.flatnonzero(np.isin(members, rows))
+        at = order[np.searchsorted(rows[order], members[pos])]
+        h[at] = bucket_h[np.searchsorted(ends, pos, side="right")]
+        found[at] = True
+    if not found.all():
+        row = int(rows[np.argmin(found)])
+        raise RuntimeError(
+            f"Row {row} is in no bucket of table {t} ({layer} layer): the index and the rows "
+            "disagree. Nothing was written."
+        )
+    return h
 
 
 def keys_of_rows(session, lsh: E2LSH, rows: np.ndarray) -> np.ndarray:

@@ -230,6 +230,36 @@ def test_a_forget_never_leaves_a_row_in_a_bucket_its_key_does_not_name(prefect_s
     assert head(store) == before
 
 
+@pytest.mark.parametrize("jobs", [False, True])
+def test_a_store_with_float32_keys_forgets_a_row_its_recomputed_key_misses(
+    prefect_server, tmp_path, monkeypatch, jobs
+):
+    """A store made before the exact keys (``lsh.projection`` absent: float32 keys, which on
+    some BLAS depend on where a row sat in a block) may hold a row in a bucket other than the
+    one its recomputed key names. Its forget reads that table's stored keys instead of stopping
+    (a stopped forget would block the deletion queue for good): the row leaves the buckets it
+    is in, and every other entry stays."""
+    import flows.forget
+
+    if jobs:  # the index rewrite as Dask jobs
+        monkeypatch.setattr(flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
+    X, ids, labels = pool(200)
+    store = tmp_path / "store"
+    ingest(tmp_path, store, "b0", X, ids, labels, **LSH)
+    repo = FairpipeStore.open(str(store))
+    with repo.transaction("made before the exact keys") as txn:
+        lsh = dict(txn.root.attrs["lsh"])
+        del lsh["projection"]
+        txn.root.attrs["lsh"] = lsh
+        write_rows(txn.session, "points", 7, X[7:8] + 50.0)  # its keys now miss its buckets
+    before = index_entries(repo.readonly_session())
+    run_forget(str(store), [int(ids[7]), int(ids[8])], **THREADS)
+    after = index_entries(FairpipeStore.open(str(store)).readonly_session())
+    for (k0, i0), (k1, i1) in zip(before, after, strict=True):
+        keep = ~np.isin(i0, ids[[7, 8]])
+        assert np.array_equal(k1, k0[keep]) and np.array_equal(i1, i0[keep])
+
+
 def test_negative_ids_are_refused_at_ingest(prefect_server, tmp_path):
     X, ids, labels = pool(50)
     ids[7] = -3
