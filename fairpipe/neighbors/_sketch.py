@@ -50,7 +50,15 @@ def sketch_levels(X: np.ndarray, residual: bool = True) -> tuple[np.ndarray, np.
     if n == 0:
         return out, fine
     lo, hi = X.min(axis=1), X.max(axis=1)
-    step = (hi - lo) / np.float32(255)
+    with np.errstate(over="ignore"):
+        step = (hi - lo) / np.float32(255)
+    scale = np.maximum(np.abs(lo), np.abs(hi)).astype(np.float64)
+    # A row whose range overflows float32 (values beyond +-1.7e38 of both signs) has step inf,
+    # and inf * 0 made NaN bounds: it is sketched as the constant 0 (step 0, lo 0, codes those
+    # of x itself, clipped), its bound ||x|| (in float64). Other rows are left as they were.
+    wide = ~np.isfinite(step)
+    if wide.any():
+        step[wide], lo = 0, np.where(wide, np.float32(0), lo)
     codes = X - lo[:, None]
     # A row whose range is subnormal (under 2**-126 * 255) has 1 / step = inf, and 0 * inf made
     # NaN codes and a NaN bound (a candidate then decided wrongly): capped, its codes are 0 and
@@ -68,10 +76,11 @@ def sketch_levels(X: np.ndarray, residual: bool = True) -> tuple[np.ndarray, np.
     codes += lo[:, None]
     np.subtract(X, codes, out=codes)
     err = np.sqrt(np.einsum("ij,ij->i", codes, codes, dtype=np.float64))
-    scale = np.maximum(np.abs(lo), np.abs(hi)).astype(np.float64)
     slack = np.sqrt(d) * scale * 2.0**-20
     err = err * (1 + 1e-5) + slack + 1e-30
-    meta = np.stack([lo, step, np.nextafter(err.astype(np.float32), np.float32(np.inf))], axis=1)
+    with np.errstate(over="ignore"):  # a bound beyond float32 is inf: the point decides
+        err32 = np.nextafter(err.astype(np.float32), np.float32(np.inf))
+    meta = np.stack([lo, step, err32], axis=1)
     out[:, d:] = meta.astype(np.float32).view(np.uint8).reshape(n, SKETCH_EXTRA)
     if fine is None:
         return out, None
@@ -81,7 +90,8 @@ def sketch_levels(X: np.ndarray, residual: bool = True) -> tuple[np.ndarray, np.
     # roundings (r * step / FINE, the subtractions) are ulps of the residual, far smaller; a
     # row's r is any integer (a tiny step makes it 0), its err2 is measured after it.
     inverse = np.minimum(FINE / np.where(step > 0, step, 1).astype(np.float64), 1e30)
-    r = codes * inverse.astype(np.float32)[:, None]
+    with np.errstate(over="ignore"):  # a wide row (step 0): any r, its err2 is ||x||
+        r = codes * inverse.astype(np.float32)[:, None]
     np.rint(r, out=r)
     np.clip(r, -127, 127, out=r)
     fine[:, :d] = r.astype(np.int8).view(np.uint8)
@@ -89,7 +99,8 @@ def sketch_levels(X: np.ndarray, residual: bool = True) -> tuple[np.ndarray, np.
     codes -= r
     err2 = np.sqrt(np.einsum("ij,ij->i", codes, codes, dtype=np.float64)) * (1 + 1e-5)
     err2 = err2 + slack + 1e-30
-    err2 = np.nextafter(err2.astype(np.float32), np.float32(np.inf))
+    with np.errstate(over="ignore"):
+        err2 = np.nextafter(err2.astype(np.float32), np.float32(np.inf))
     fine[:, d:] = err2.view(np.uint8).reshape(n, RESIDUAL_EXTRA)
     return out, fine
 
@@ -145,8 +156,8 @@ def residual_bounds(sketch: np.ndarray, residual: np.ndarray,
 
 def ambiguous(lower2: np.ndarray, upper2: np.ndarray, thresholds) -> np.ndarray:
     """Rows whose squared distance bounds do not settle ``d2 <= t`` for every threshold ``t``
-    (with the relative ``MARGIN``)."""
-    out = np.zeros(lower2.shape[0], dtype=bool)
+    (with the relative ``MARGIN``), and rows whose bounds are not numbers (their point decides)."""
+    out = np.isnan(lower2) | np.isnan(upper2)
     for t in thresholds:
         t = float(t)
         out |= (lower2 <= t * (1 + MARGIN)) & (upper2 > t * (1 - MARGIN))

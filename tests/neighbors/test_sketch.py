@@ -61,6 +61,26 @@ def test_the_residual_bounds_hold_and_are_far_tighter(scale):
     assert open1 > 100 and open2 < open1 / 10, (open1, open2)
 
 
+def test_rows_whose_range_overflows_are_left_to_their_points():
+    """A row with values near +-3e38 of both signs has a range beyond float32 (its step was inf
+    and its bounds NaN, which no threshold test catches): its bounds are [0, inf], so a query
+    always reads its point; a row just inside the range keeps finite, valid bounds."""
+    X = np.zeros((3, 8), np.float32)
+    X[0, :2] = 3e38, -3e38
+    X[1, :2] = 1e30, -2e38
+    X[2] = np.arange(8)
+    q = np.ones(8, np.float32)
+    sketch, residual = sketch_levels(X)
+    d2 = np.square(X.astype(np.float64) - q.astype(np.float64)).sum(axis=1)
+    for lower, upper in (sketch_bounds(sketch, q), residual_bounds(sketch, residual, q)):
+        assert lower[0] == 0 and upper[0] == np.inf
+        assert (lower <= d2 * (1 + 1e-9)).all() and (d2 <= upper * (1 + 1e-9)).all()
+        assert np.isfinite(upper[1:]).all()
+        assert ambiguous(lower, upper, [1.0, 1e76]).tolist() == [True, False, False]
+    nan = np.array([np.nan, 1.0])
+    assert ambiguous(nan, nan[::-1], [0.5]).tolist() == [True, True]
+
+
 class SketchedPoints:
     """Points seen only through the sketch, plus the exact rows the bounds leave open."""
 
