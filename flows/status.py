@@ -61,4 +61,19 @@ def store_status(url: str) -> dict:
         "artifacts": artifacts,
         "erasure_retention": retention_of(attrs),
         "not_yet_erased": sum(1 for r in receipts if r["erased_at"] is None),
+        "layout": layout_of(attrs),
     }
+
+
+def layout_of(attrs: dict) -> dict:
+    """What the store's layout has of what later versions write: the key definition (stores
+    before the exact one keep float32 keys), the point sketch and its residual (a cold query
+    reads more without them); ``current`` when it has all, else re-ingesting into a new store
+    gives them."""
+    from storage.index import has_residual, has_sketch, store_format
+
+    out = {"format": store_format(attrs),
+           "keys": attrs["lsh"].get("projection", "float32"),
+           "sketch": has_sketch(attrs), "sketch_residual": has_residual(attrs)}  # fmt: skip
+    out["current"] = out["keys"] == "exact" and out["sketch"] and out["sketch_residual"]
+    return out

@@ -109,6 +109,13 @@ def _render_status(r: dict) -> None:
                   + (f", current: {a['current']}" if a["exists"] else ""), markup=False)  # fmt: skip
     out.print(f"erasure retention: {r['erasure_retention']} ({r['not_yet_erased']} applied "
               f"requests still in earlier snapshots)", markup=False)  # fmt: skip
+    lay = r["layout"]
+    missing = [what for what, have in (("exact keys", lay["keys"] == "exact"),
+                                       ("point sketch", lay["sketch"]),
+                                       ("sketch residual", lay["sketch_residual"])) if not have]  # fmt: skip
+    out.print(f"layout: format {lay['format']}, {lay['keys']} keys"
+              + (f"; without {', '.join(missing)} (re-ingest into a new store to get them)"
+                 if missing else ""), markup=False)  # fmt: skip
 
 
 @command(render=_render_status, read_only=True)

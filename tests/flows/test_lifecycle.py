@@ -21,6 +21,7 @@ from fairpipe.errors import FairpipeInputError
 from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
+from flows.status import store_status
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.index import index_entries
 from storage.models import read_model
@@ -253,6 +254,8 @@ def test_a_store_with_float32_keys_forgets_a_row_its_recomputed_key_misses(
         txn.root.attrs["lsh"] = lsh
         write_rows(txn.session, "points", 7, X[7:8] + 50.0)  # its keys now miss its buckets
     before = index_entries(repo.readonly_session())
+    layout = store_status(str(store))["layout"]
+    assert layout["keys"] == "float32" and not layout["current"]
     run_forget(str(store), [int(ids[7]), int(ids[8])], **THREADS)
     after = index_entries(FairpipeStore.open(str(store)).readonly_session())
     for (k0, i0), (k1, i1) in zip(before, after, strict=True):

@@ -133,6 +133,9 @@ def test_commands(store, tmp_path):
     status = json.loads(invoke("status", "--store", store, "--json").stdout)
     assert status["pending_requests"]["count"] == 1 and status["pending_requests"]["oldest"] == rid
     assert status["n_alive"] == 600
+    assert status["layout"] == {"format": 2, "keys": "exact", "sketch": True,
+                                "sketch_residual": True, "current": True}  # fmt: skip
+    assert "layout: format 2, exact keys\n" in invoke("status", "--store", store).stdout
     assert invoke("forget", "--store", store, "--json").exit_code == 0
     receipts = json.loads(invoke("receipts", "--store", store, "--request", rid, "--json").stdout)
     (r,) = receipts["receipts"]
