@@ -119,7 +119,12 @@ def holds(raw: bytes, needles: list[bytes]) -> bool:
 
 def row_needles(url: str, rows) -> list[bytes]:
     """The stored bytes of ``rows``' data as the store's tip holds them: each row's point, and
-    its sketch rows when the store keeps them (:func:`files_holding`'s needles for those rows)."""
+    its sketch rows when the store keeps them (:func:`files_holding`'s needles for those rows).
+
+    A residual row whose codes are all 0 is left out: its point is its sketch's reconstruction
+    to within 1/512 of a step, and its bytes are then (nearly always) the same as every such
+    row's of the same range (pixels, counts, 0/1 data: one residual row for all), so finding
+    them elsewhere would prove nothing; the row's point and sketch needles stay."""
     from storage.index import sketch_arrays  # not at the top: status and configure import this
 
     store = FairpipeStore.open(url)
@@ -127,7 +132,11 @@ def row_needles(url: str, rows) -> list[bytes]:
     rows = np.asarray(rows, dtype=np.int64)
     needles = [x.astype("<f4").tobytes() for x in read_rows_at(session, "points", rows)]
     for name in sketch_arrays(store.attrs(session)):
-        needles += [x.tobytes() for x in read_rows_at(session, name, rows)]
+        values = read_rows_at(session, name, rows)
+        if name == "sketch_residual":
+            d = int(store.attrs(session)["d"])
+            values = values[values[:, :d].any(axis=1)]
+        needles += [x.tobytes() for x in values]
     return needles
 
 

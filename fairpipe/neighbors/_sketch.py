@@ -60,12 +60,13 @@ def sketch_levels(X: np.ndarray, residual: bool = True) -> tuple[np.ndarray, np.
     if wide.any():
         step[wide], lo = 0, np.where(wide, np.float32(0), lo)
     codes = X - lo[:, None]
-    # A row whose range is subnormal (under 2**-126 * 255) has 1 / step = inf, and 0 * inf made
-    # NaN codes and a NaN bound (a candidate then decided wrongly): capped, its codes are 0 and
-    # its bound the norm of x - lo. Every other row's inverse is unchanged, so are its bits.
+    # A row whose range is subnormal enough that 1 / step overflows has inverse inf, and 0 * inf
+    # made NaN codes and a NaN bound (a candidate then decided wrongly): there it is 1e30, its
+    # codes are 0 and its bound the norm of x - lo. Every finite inverse is unchanged, so are the
+    # other rows' bits.
     with np.errstate(over="ignore"):
         inverse = np.float32(1) / np.where(step > 0, step, np.float32(1))
-    codes *= np.minimum(inverse, np.float32(1e30))[:, None]
+    codes *= np.where(np.isinf(inverse), np.float32(1e30), inverse)[:, None]
     np.rint(codes, out=codes)
     np.clip(codes, 0, 255, out=codes)
     out[:, :d] = codes
@@ -89,7 +90,7 @@ def sketch_levels(X: np.ndarray, residual: bool = True) -> tuple[np.ndarray, np.
     # by about 1.5 float32 ulps of the row's largest magnitude per coordinate, the other
     # roundings (r * step / FINE, the subtractions) are ulps of the residual, far smaller; a
     # row's r is any integer (a tiny step makes it 0), its err2 is measured after it.
-    inverse = np.minimum(FINE / np.where(step > 0, step, 1).astype(np.float64), 1e30)
+    inverse = np.minimum(FINE / np.where(step > 0, step, 1).astype(np.float64), 3e38)
     with np.errstate(over="ignore"):  # a wide row (step 0): any r, its err2 is ||x||
         r = codes * inverse.astype(np.float32)[:, None]
     np.rint(r, out=r)

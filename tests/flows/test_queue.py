@@ -169,6 +169,24 @@ def point_bytes(url, rows):
     return needles
 
 
+def test_the_erasure_proof_holds_on_pixel_data(prefect_server, tmp_path):
+    """Integer rows holding 0 and 255 (pixels) are their own sketch reconstruction: every
+    residual row is the same bytes, so it is no needle (it would be found in the live rows'
+    chunks after a complete erasure); the point and sketch needles are, and are gone."""
+    X = np.random.default_rng(0).integers(0, 256, size=(300, 16)).astype(np.float32)
+    X[:, 0], X[:, 1] = 0, 255
+    np.save(tmp_path / "x.npy", X)
+    store = str(tmp_path / "s")
+    opts = IngestOptions(seed=2, lsh_k=3, lsh_tables=4, lsh_width=200.0, chunk_rows=128)
+    run_ingest(str(tmp_path / "x.npy"), store, opts, **THREADS)
+    needles = row_needles(store, [3, 200])
+    assert len(needles) == 4  # points and sketch rows
+    assert len({n for _, n in files_holding(store, needles)}) == 4
+    ids = FairpipeStore.open(store).read("ids")
+    run_forget(store, [int(ids[3]), int(ids[200])], **THREADS)
+    assert files_holding(store, needles) == []
+
+
 @pytest.mark.parametrize("index_jobs", [False, True])
 def test_a_drain_with_the_default_retention_leaves_no_byte_of_the_erased_rows(
     store, monkeypatch, index_jobs

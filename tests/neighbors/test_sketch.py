@@ -81,6 +81,18 @@ def test_rows_whose_range_overflows_are_left_to_their_points():
     assert ambiguous(nan, nan[::-1], [0.5]).tolist() == [True, True]
 
 
+def test_a_tiny_step_keeps_its_codes_and_a_subnormal_one_gets_zeros():
+    """Only an inverse step that overflows is capped: a row with a tiny normal step (1e-31) is
+    quantized as any other, one with a subnormal step (1 / step = inf) gets codes 0."""
+    X = np.array([[0.0, 255e-31, 127.6e-31], [0.0, 255e-42, 127.6e-42]], np.float32)
+    sketch, residual = sketch_levels(X)
+    assert sketch[0, :3].tolist() == [0, 255, 128] and sketch[1, :3].tolist() == [0, 0, 0]
+    q = np.zeros(3, np.float32)
+    d2 = np.square(X.astype(np.float64)).sum(axis=1)
+    for lower, upper in (sketch_bounds(sketch, q), residual_bounds(sketch, residual, q)):
+        assert (lower <= d2).all() and (d2 <= upper).all()
+
+
 class SketchedPoints:
     """Points seen only through the sketch, plus the exact rows the bounds leave open."""
 
