@@ -70,10 +70,10 @@ def layout_of(attrs: dict) -> dict:
     before the exact one keep float32 keys), the point sketch and its residual (a cold query
     reads more without them); ``current`` when it has all, else re-ingesting into a new store
     gives them."""
-    from storage.index import has_residual, has_sketch, store_format
+    from storage.index import has_residual, has_sketch, key_projection, store_format
 
     out = {"format": store_format(attrs),
-           "keys": attrs["lsh"].get("projection", "float32"),
+           "keys": key_projection(attrs),
            "sketch": has_sketch(attrs), "sketch_residual": has_residual(attrs)}  # fmt: skip
     out["current"] = out["keys"] == "exact" and out["sketch"] and out["sketch_residual"]
     return out

@@ -130,12 +130,12 @@ def row_needles(url: str, rows) -> list[bytes]:
     store = FairpipeStore.open(url)
     session = store.readonly_session()
     rows = np.asarray(rows, dtype=np.int64)
+    attrs = store.attrs(session)
     needles = [x.astype("<f4").tobytes() for x in read_rows_at(session, "points", rows)]
-    for name in sketch_arrays(store.attrs(session)):
+    for name in sketch_arrays(attrs):
         values = read_rows_at(session, name, rows)
         if name == "sketch_residual":
-            d = int(store.attrs(session)["d"])
-            values = values[values[:, :d].any(axis=1)]
+            values = values[values[:, : int(attrs["d"])].any(axis=1)]
         needles += [x.tobytes() for x in values]
     return needles
 

@@ -142,11 +142,17 @@ def load_lsh(session, attrs: dict) -> E2LSH:
     return lsh_from_arrays(dict(zip(LSH_ARRAYS, arrays)), attrs)
 
 
+def key_projection(attrs: dict) -> str:
+    """The definition the store's keys were made with: ``"exact"``, or ``"float32"`` for stores
+    made before it (their ``lsh`` attribute has no ``projection``)."""
+    return attrs["lsh"].get("projection", "float32")
+
+
 def lsh_from_arrays(arrays: dict, attrs: dict) -> E2LSH:
     """The hash functions from their stored arrays and the root attributes."""
     params = {name: attrs["lsh"][store] for name, store in LSH_STORE_NAMES.items()}
     # Stores made before the exact projection keep the float32 one their keys were made by.
-    params["projection"] = attrs["lsh"].get("projection", "float32")
+    params["projection"] = key_projection(attrs)
     return E2LSH.from_arrays(arrays, **params)
 
 
@@ -554,7 +560,7 @@ def remove_from_tables(session, attrs: dict, rows: np.ndarray, keys: np.ndarray,
     parts = [("main", int(attrs["lsh"]["segment_bits"]), slice(0, split))]
     if delta is not None and split < rows.shape[0]:
         parts.append(("delta", delta[0], slice(split, None)))
-    exact = attrs["lsh"].get("projection", "float32") == "exact"
+    exact = key_projection(attrs) == "exact"
     for layer, bits, sel in parts:
         lengths, counts, rewritten = _remove_rows(session, layer, bits, rows[sel], keys[sel],
                                                   t0, exact)  # fmt: skip
