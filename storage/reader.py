@@ -54,6 +54,7 @@ from storage.index import (
     lsh_from_arrays,
     store_format,
 )
+from storage.light import open_light
 from storage.store import (
     FairpipeStore,
     for_rows_at,
@@ -63,6 +64,7 @@ from storage.store import (
     read_many,
     read_rows_at,
 )
+from storage.urls import parse_store_url
 
 UNKNOWN_ID = "Id {id} is not in the store {url}."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
@@ -198,12 +200,19 @@ class StoreReader:
     query needs it."""
 
     def __init__(self, url: str, snapshot: str | None = None):
-        self.store = FairpipeStore.open(url)
-        self.url = self.store.url
-        self.attrs = self.store.require_data()
-        self.session = self.store.readonly_session(snapshot)
-        if snapshot is not None:
-            self.attrs = self.store.attrs(self.session)
+        url = str(url)
+        local = parse_store_url(url).local_dir
+        light = open_light(local, snapshot) if local is not None else None
+        if light is not None:  # a local store: read without zarr (storage.light)
+            self.url = url
+            self.session, self.attrs = light
+        else:
+            store = FairpipeStore.open(url)
+            self.url = store.url
+            self.attrs = store.require_data()
+            self.session = store.readonly_session(snapshot)
+            if snapshot is not None:
+                self.attrs = store.attrs(self.session)
         self.n, self.d = int(self.attrs["n"]), int(self.attrs["d"])
         self.n_tables = int(self.attrs["lsh"]["n_tables"])
         self._lsh: E2LSH | None = None
@@ -213,6 +222,14 @@ class StoreReader:
         self._lookup: IdLookup | None = None
         self._nn: FairNN | None = None
         self._model: tuple[np.ndarray, np.ndarray] | None = None
+
+    @cached_property
+    def full_session(self):
+        """An Icechunk session of the reader's snapshot, for what the light path does not read
+        (the whole store into the in-memory sampler, the clustering model)."""
+        if not getattr(self.session, "is_light", False):
+            return self.session
+        return FairpipeStore.open(self.url).readonly_session(self.session.snapshot_id)
 
     # -- what a query reads ------------------------------------------------------------------
     @property
@@ -369,7 +386,7 @@ class StoreReader:
         """Read the whole index and every row into an in-memory :class:`FairNN` (once); later
         queries use it (the hot path)."""
         if self._nn is None:
-            self._nn = load_sampler(self.session, self.attrs)
+            self._nn = load_sampler(self.full_session, self.attrs)
         return self._nn
 
     def sample(self, queries=None, *, query_rows=None, query_ids=None, radius=None,
@@ -441,7 +458,7 @@ class StoreReader:
 
         if self._model is None:
             kind = require_model(self.attrs, self.url)
-            model = read_model(self.session, kind)
+            model = read_model(self.full_session, kind)
             mass = model.masses_ if isinstance(model, DCKMeans) else model.sizes_[-1]
             self._model = (model.centroids_, mass)
         Q, _ = self._queries(queries, query_rows, query_ids)

@@ -50,7 +50,14 @@ def open_group(session, mode: str = "r"):
 
 
 def open_array(session, name: str, mode: str = "r"):
+    if _is_light(session):  # storage.light: read-only, without zarr
+        return session.array(name)
     return zarr_api().open_array(session.store, path=name, mode=mode)
+
+
+def _is_light(session) -> bool:
+    """Whether ``session`` is a :class:`storage.light.LightSession` (not an Icechunk one)."""
+    return bool(getattr(session, "is_light", False))
 
 
 @dataclass
@@ -191,15 +198,21 @@ class _PlainChunks:
         return bytes(data)
 
     def decode(self, raw) -> np.ndarray:
-        if raw is None:  # a chunk never written holds the fill value
+        """The chunk of a zarr buffer (None: a chunk never written)."""
+        return self.decode_bytes(None if raw is None else raw.as_numpy_array())
+
+    def decode_bytes(self, data) -> np.ndarray:
+        """The chunk of its stored bytes (any buffer; None: a chunk never written)."""
+        if data is None:  # a chunk never written holds the fill value
             return np.full(self.shape, self.fill, dtype=self.dtype)
-        data = raw.as_numpy_array()
         for decode in self.decoders:
             data = decode(data)
         return np.frombuffer(data, dtype=self.dtype).reshape(self.shape)
 
 
 def _plain_chunks(arr) -> _PlainChunks | None:
+    if getattr(arr, "is_light", False):  # a storage.light array: plainly encoded by design
+        return arr.plain
     from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
 
     meta = arr.metadata
@@ -247,6 +260,9 @@ def _fetch_many(session, items: list[tuple[_PlainChunks, tuple[int, ...]]], take
     """:func:`_fetch_chunks` for chunks of several arrays: ``items`` are (array, chunk)."""
     import asyncio
 
+    if _is_light(session):
+        session.fetch(items, take)
+        return
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
@@ -325,9 +341,6 @@ def read_many(session, name: str, selections: list) -> list[np.ndarray]:
     a thread hop per chunk); others go through zarr."""
     import asyncio
 
-    from zarr.api.asynchronous import open_array as open_async
-    from zarr.core.sync import sync
-
     if not selections:
         return []
     arr = open_array(session, name)
@@ -341,6 +354,10 @@ def read_many(session, name: str, selections: list) -> list[np.ndarray]:
 
         _fetch_chunks(session, plain, [p[0] for p in places], take)
         return out
+    if _is_light(session):
+        return [np.asarray(arr[tuple(s)]) for s in selections]
+    from zarr.api.asynchronous import open_array as open_async
+    from zarr.core.sync import sync
 
     async def read() -> list:
         arr = await open_async(store=session.store, path=name, mode="r")

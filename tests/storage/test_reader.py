@@ -145,3 +145,126 @@ def test_candidates_the_sketch_leaves_open_are_decided_by_its_residual(prefect_s
     # Without the residual those 30+ open rows would fall in all four chunks of points.
     assert dense["points_read"] < dense["candidates"], dense
     assert tie["points_read"] > 0, tie  # the tie was decided on its point
+
+
+# -- the light read path (storage.light): no zarr, no icechunk package ---------------------------
+def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
+    """Every array a query reads, whole and by the selections the reader makes, gives the same
+    values through the light view as through zarr on an Icechunk session; and a reader on
+    each path draws the same samples with the same statistics."""
+    import storage.reader
+    from storage.light import QUERY_ARRAYS, LightSession, open_light
+    from storage.store import FairpipeStore, read_array, read_many, read_rows_at
+
+    path, _, _ = store
+    opened = open_light(path)
+    assert opened is not None
+    light, attrs = opened
+    full = FairpipeStore.open(str(path)).readonly_session()
+    assert attrs == FairpipeStore.open(str(path)).attrs(full)
+    present = [name for name in QUERY_ARRAYS if name.split("/")[-1] in _members(full, name)]
+    assert {"points", "sketch", "ids", "alive", "lsh/segments", "lsh/delta"} <= set(present)
+    for name in set(present) - {"lsh/segments", "lsh/delta"}:  # those two: by segment below
+        a, b = read_array(light, name), read_array(full, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for sel in [(slice(5, 3000, 7), 3), (slice(None, None, -3), slice(1, 4)), (-1,), (slice(10, 5),),
+                (2999, slice(None))]:  # fmt: skip
+        assert np.array_equal(read_array(light, "points", sel), read_array(full, "points")[sel])
+    lengths = read_array(full, "lsh/segment_lengths")
+    sels = [(t, p, slice(0, int(lengths[t, p]))) for t in range(lengths.shape[0])
+            for p in range(lengths.shape[1])] + [(0, 0, slice(3, 9))]  # fmt: skip
+    for layer in ("lsh/segments", "lsh/delta"):
+        for a, b in zip(read_many(light, layer, sels), read_many(full, layer, sels)):
+            assert np.array_equal(a, b)
+    rows = np.random.default_rng(0).permutation(3000)[:700]
+    for name in ("points", "sketch", "ids", "alive"):
+        assert np.array_equal(read_rows_at(light, name, rows), read_rows_at(full, name, rows))
+
+    kw = dict(radius=1.5, n_samples=30, seed=2, with_neighbourhood=True)
+    reader = fairpipe.open_store(str(path))
+    assert isinstance(reader.session, LightSession)
+    got = reader.sample(query_rows=[0, 2700, 1234], **kw)
+    monkeypatch.setattr(storage.reader, "open_light", lambda *a: None)
+    ordinary = fairpipe.open_store(str(path))
+    assert not isinstance(ordinary.session, LightSession)
+    want = ordinary.sample(query_rows=[0, 2700, 1234], **kw)
+    assert np.array_equal(got.ids, want.ids)
+    assert np.array_equal(got.neighbourhood_sizes, want.neighbourhood_sizes)
+    assert [s.extra for s in got.stats] == [s.extra for s in want.stats]
+
+
+def _members(session, name: str) -> set[str]:
+    from storage.store import open_group
+
+    group = open_group(session)
+    parent = name.rsplit("/", 1)[0] if "/" in name else ""
+    return set((group[parent] if parent else group).keys())
+
+
+def test_a_cold_query_loads_neither_zarr_nor_the_icechunk_package(store):
+    """The light path's point: a query in a fresh process imports neither. Loading icechunk's
+    compiled module first must not break the package imported after it in the same process
+    (a compiled module is initialised once per process): the in-memory sampler then reads the
+    store through it."""
+    import json
+    import subprocess
+    import sys
+
+    path, _, _ = store
+    code = (
+        "import json, sys, numpy as np, fairpipe\n"
+        f"r = fairpipe.open_store({str(path)!r})\n"
+        "lazy = r.sample(query_rows=[0, 2700], radius=1.5, n_samples=5, seed=1)\n"
+        "loaded = sorted(m for m in ('zarr', 'icechunk') if m in sys.modules)\n"
+        "r.preload()\n"
+        "hot = r.sample(query_rows=[0, 2700], radius=1.5, n_samples=5, seed=1)\n"
+        "print(json.dumps({'loaded': loaded, 'same': bool(np.array_equal(lazy.ids, hot.ids)),\n"
+        "                  'after': 'icechunk' in sys.modules}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "loaded": [], "same": True, "after": True}  # fmt: skip
+
+
+def test_what_the_light_path_cannot_read_is_read_the_ordinary_way(store, tmp_path):
+    """Metadata the light view does not decode gives no view, and the reader then opens the
+    store through Icechunk and zarr: a copy of the store whose bucket counts are re-encoded with
+    gzip samples as the original does. A folder that is not a store gives no view either (the
+    ordinary path names the problem)."""
+    import shutil
+
+    from zarr.codecs import GzipCodec
+
+    from storage.light import LightSession, open_light, plain_chunks
+    from storage.store import FairpipeStore, read_array
+
+    meta = {"zarr_format": 3, "shape": [4], "data_type": "int32", "fill_value": 0,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}  # fmt: skip
+    assert plain_chunks("x", meta).encode_key((1,)) == "c/1"
+    v2 = {**meta, "chunk_key_encoding": {"name": "v2", "configuration": {"separator": "."}}}
+    assert plain_chunks("x", v2).encode_key((1, 2)) == "1.2"
+    assert np.isnan(plain_chunks("x", {**meta, "data_type": "float32", "fill_value": "NaN"}).fill)
+    for bad in ({"codecs": meta["codecs"] + [{"name": "gzip", "configuration": {"level": 1}}]},
+                {"codecs": [{"name": "sharding_indexed", "configuration": {}}]},
+                {"codecs": [{"name": "bytes", "configuration": {"endian": "big"}}]},
+                {"data_type": "string"}, {"zarr_format": 2}):  # fmt: skip
+        assert plain_chunks("x", {**meta, **bad}) is None, bad
+
+    path, _, _ = store
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    fp = FairpipeStore.open(str(copy))
+    with fp.transaction("re-encode") as txn:
+        counts = read_array(txn.session, "lsh/bucket_counts")
+        del txn.root["lsh/bucket_counts"]
+        txn.root.create_array("lsh/bucket_counts", shape=counts.shape, dtype=counts.dtype,
+                              compressors=[GzipCodec()])[...] = counts  # fmt: skip
+    assert open_light(copy) is None and open_light(path) is not None
+    reader = fairpipe.open_store(str(copy))
+    assert not isinstance(reader.session, LightSession)
+    kw = dict(radius=1.5, n_samples=10, seed=3)
+    assert np.array_equal(reader.sample(query_rows=[7], **kw).ids,
+                          fairpipe.open_store(str(path)).sample(query_rows=[7], **kw).ids)  # fmt: skip
+    (tmp_path / "plain").mkdir()
+    assert open_light(tmp_path / "plain") is None and open_light(tmp_path / "none") is None
