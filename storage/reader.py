@@ -43,6 +43,7 @@ from fairpipe.neighbors import (
     sample_query,
     segment_of,
     sketch_bounds,
+    unique_ints,
 )
 from fairpipe.validation import IdLookup, check_points
 from storage.index import (
@@ -189,7 +190,9 @@ class _Candidates:
         missing = local[~have[local]]
         if not missing.size:
             return
-        fill = np.flatnonzero(np.isin(chunk_of, np.unique(chunk_of[missing])) & ~have)
+        wanted = np.zeros(int(chunk_of.max()) + 1, dtype=bool)  # the chunks to read
+        wanted[chunk_of[missing]] = True  # (np.isin of np.unique sorted: 8 ms a call at 95k)
+        fill = np.flatnonzero(wanted[chunk_of] & ~have)
         for_rows_at(self.session, name, self.rows[fill],
                     lambda part, values: compute(fill[part], values))  # fmt: skip
         have[fill] = True
@@ -284,7 +287,7 @@ class StoreReader:
     def points_at(self, rows: np.ndarray) -> np.ndarray:
         """Points of stored ``rows`` (cached)."""
         rows = np.asarray(rows, dtype=np.int64)
-        missing = np.unique([r for r in rows.tolist() if r not in self._points])
+        missing = np.array(sorted({r for r in rows.tolist() if r not in self._points}), np.int64)
         if missing.size:
             for r, x in zip(missing.tolist(), read_rows_at(self.session, "points", missing)):
                 self._points[r] = x
@@ -364,7 +367,7 @@ class StoreReader:
                  for t in range(self.n_tables)]  # fmt: skip
         sizes = np.array([f.shape[0] for f in found], dtype=np.int64)
         rows = (
-            np.unique(np.concatenate(found)).astype(np.int64)
+            unique_ints(np.concatenate(found).astype(np.int64))
             if sizes.sum()
             else np.zeros(0, np.int64)
         )

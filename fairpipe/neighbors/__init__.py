@@ -29,6 +29,7 @@ from fairpipe.neighbors._degree_sampling import (
     neighbourhood,
     sample_query,
     sq_distances,
+    unique_ints,
 )
 from fairpipe.neighbors._evaluation import (
     EVALUATED_SAMPLERS,
@@ -72,7 +73,7 @@ __all__ = [
     "BucketIndex", "FairNN", "KeyDirectory", "QueryStats", "RankState", "SampleResult",
     "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",
     "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",
-    "sample_query", "tv_to_uniform", "width_sample_rows", "build_segments", "bucket_members",
+    "sample_query", "tv_to_uniform", "unique_ints", "width_sample_rows", "build_segments", "bucket_members",
     "check_sample_options", "query_generator", "decode", "entries", "NotInBucket", "mix", "pack",
     "partition_bits", "patch", "segment_of", "unmix", "SKETCH_EXTRA", "ambiguous",
     "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",

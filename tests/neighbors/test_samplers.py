@@ -249,3 +249,17 @@ def test_a_call_without_a_seed_draws_fresh_samples_and_a_seed_repeats_them(skewe
     # 40 draws from a neighbourhood of dozens of points: two fresh calls agree with
     # probability far below 1e-12.
     assert not np.array_equal(draw(None), draw(None))
+
+
+def test_unique_ints_is_np_unique():
+    """The mask path (many values below a small bound) and the np.unique path (few values, or
+    a large bound) give np.unique's sorted values and dtype."""
+    from fairpipe.neighbors import unique_ints
+
+    rng = np.random.default_rng(0)
+    for size, top, dtype in [(0, 1, np.int64), (5, 10, np.int64), (5000, 100, np.int32),
+                             (500_000, 1_000_000, np.int64), (2000, 10**9, np.int64),
+                             (3000, 3000, np.int16)]:  # fmt: skip
+        values = rng.integers(0, top, size=size).astype(dtype)
+        got, want = unique_ints(values), np.unique(values)
+        assert got.dtype == want.dtype and np.array_equal(got, want), (size, top)
