@@ -356,9 +356,15 @@ def source_groups(plan: SourcePlan, a: int, b: int) -> np.ndarray:
 
 
 def read_source_sample(plan: SourcePlan, rows: np.ndarray, step: int = 65536) -> np.ndarray:
-    """The validated rows ``rows`` (sorted positions) of the source, read ``step`` rows at a
-    time (memory bounded by the step, not by the source)."""
+    """The validated rows ``rows`` (sorted positions) of the source. A ``.npy`` file gives just
+    those rows, and a plain CSV just their lines (found from the stored line offsets, parsed
+    alone: the source's bytes are parsed once, by the chunk jobs); any other source, or a
+    sample holding a bad value (whose error must name its row), is read ``step`` rows at a time
+    (memory bounded by the step, not by the source)."""
     rows = np.asarray(rows, dtype=np.int64)
+    quick = _sample_rows(plan, rows) if rows.size else None
+    if quick is not None:
+        return quick
     parts = []
     for a in range(0, plan.n, step):
         mine = rows[(rows >= a) & (rows < a + step)]
@@ -367,6 +373,60 @@ def read_source_sample(plan: SourcePlan, rows: np.ndarray, step: int = 65536) ->
     if not parts:
         return np.zeros((0, plan.d), dtype=np.float32)
     return np.concatenate(parts)
+
+
+def _sample_rows(plan: SourcePlan, rows: np.ndarray) -> np.ndarray | None:
+    """:func:`read_source_sample`'s rows read alone (``.npy``, plain CSV), or None where they
+    cannot be (or hold anything but finite numbers: the full read then names the row)."""
+    try:
+        if plan.kind == "npy" and plan.path is not None:
+            X = np.load(plan.path, mmap_mode="r", allow_pickle=False)
+            if X.ndim != 2 or X.dtype.kind not in "biuf":
+                return None
+            X = np.asarray(X[rows])
+        elif plan.row_offsets is not None and plan.path is not None:
+            X = _csv_lines(plan, rows)
+            if X is None:
+                return None
+        else:
+            return None
+        if X.shape != (rows.size, plan.d) or not np.isfinite(X).all():  # bool, ints: finite
+            return None
+        return check_points(X, where=plan.where, n_features=plan.d)
+    except (FairpipeInputError, ValueError, TypeError, OSError):
+        return None
+
+
+def _csv_lines(plan: SourcePlan, rows: np.ndarray) -> np.ndarray | None:
+    """The feature values (float64) of data rows ``rows`` of a plain CSV: each stride of rows
+    holding one is read as bytes from its stored offset and split into lines; only the wanted
+    lines are parsed. None if a line is missing or a value is not a number."""
+    import io
+
+    import pandas as pd
+
+    assert plan.path is not None and plan.row_offsets is not None
+    offsets = plan.row_offsets
+    lines: list[bytes] = []
+    with open(plan.path, "rb") as f:
+        for j in np.unique(rows // OFFSET_STRIDE).tolist():
+            if j >= offsets.shape[0]:
+                return None
+            f.seek(int(offsets[j]))
+            size = int(offsets[j + 1] - offsets[j]) if j + 1 < offsets.shape[0] else -1
+            block = f.read(size).split(b"\n")
+            for r in (rows[rows // OFFSET_STRIDE == j] - j * OFFSET_STRIDE).tolist():
+                if r >= len(block) or not block[r].strip():
+                    return None
+                lines.append(block[r].rstrip(b"\r"))
+    frame = pd.read_csv(io.BytesIO(b"\n".join(lines)), header=None, names=plan.columns,
+                        usecols=plan.feature_columns)  # fmt: skip
+    if len(frame) != rows.size:
+        return None
+    for col in plan.feature_columns:
+        if not pd.api.types.is_numeric_dtype(frame[col].dtype):
+            return None
+    return frame.to_numpy(dtype=np.float64)  # as read_source_rows
 
 
 def remap_groups(plan: SourcePlan, existing: list[str]) -> tuple[np.ndarray, list[str]]:

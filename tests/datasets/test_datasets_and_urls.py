@@ -148,3 +148,35 @@ def test_group_codes_without_pandas_equal_pandas_codes():
         assert np.array_equal(codes, want_codes)
     codes, names = _codes(np.array([2.5, 1.0, 2.5]), "g.npy", "group")  # floats: pandas
     assert names == ["1.0", "2.5"] and codes.tolist() == [1, 0, 1]
+
+
+def test_a_width_sample_reads_only_its_rows_and_equals_the_full_read(tmp_path, monkeypatch):
+    """The rows the bucket width is estimated from: read alone from a ``.npy`` file and from a
+    plain CSV (its lines found from the stored offsets; CRLF line ends, an id and a group
+    column between the features, quoted values), the same values as reading the source in
+    steps; a bad value in a sampled row is still reported with its row in the source."""
+    import fairpipe.datasets._sources as sources
+    from fairpipe.datasets import plan_source, read_source_sample
+
+    monkeypatch.setattr(sources, "OFFSET_STRIDE", 64)  # several strides in a small file
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(1000, 3)) * 1e3
+    lines = ["a,id,b,g,c"] + [f'{x[0]!r},{i},"{x[1]!r}",g{i % 3},{x[2]:.9g}'
+                              for i, x in enumerate(X.tolist())]  # fmt: skip
+    (tmp_path / "t.csv").write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    np.save(tmp_path / "t.npy", (X * 1e3).astype(np.int64))
+    rows = np.sort(rng.choice(1000, size=150, replace=False))
+    for name, kw in [("t.csv", dict(id_column="id", group_column="g")), ("t.npy", {})]:
+        plan = plan_source(str(tmp_path / name), **kw)
+        assert sources._sample_rows(plan, rows) is not None, name  # the rows alone
+        got = read_source_sample(plan, rows)
+        with monkeypatch.context() as m:
+            m.setattr(sources, "_sample_rows", lambda *a: None)
+            want = read_source_sample(plan, rows, step=100)
+        assert got.dtype == np.float32 and np.array_equal(got, want), name
+    bad = 1 + int(rows[7])  # its line (after the header)
+    lines[bad] = "nan," + lines[bad].split(",", 1)[1]
+    (tmp_path / "t.csv").write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    plan = plan_source(str(tmp_path / "t.csv"), id_column="id", group_column="g")
+    with pytest.raises(FairpipeInputError, match=f"Row {int(rows[7])} of t.csv holds a NaN"):
+        read_source_sample(plan, rows)
