@@ -162,31 +162,49 @@ class LightSession:
         self.snapshot_id = native_session.snapshot_id
         self._arrays: dict[str, LightArray] = {}
 
-    def json(self, key: str) -> dict | None:
-        async def get():
+    def json(self, *keys: str) -> list[dict | None]:
+        """The JSON documents at ``keys`` (None where there is none), fetched together."""
+        store = self.store
+
+        async def one(key: str):
             try:
-                return await self.store.get(key)
+                return await store.get(key)
             except KeyError:
                 return None
 
-        raw = run(get)
-        return None if raw is None else json.loads(bytes(memoryview(raw)))
+        async def get():
+            return await asyncio.gather(*(one(key) for key in keys))
+
+        return [None if raw is None else json.loads(bytes(memoryview(raw))) for raw in run(get)]
 
     def attrs(self) -> dict:
-        meta = self.json("zarr.json")
+        meta = self.json("zarr.json")[0]
         return dict(meta.get("attributes", {})) if meta else {}
+
+    def load(self, names) -> dict:
+        """The root attributes, and every array of ``names`` the store has opened (one round
+        trip for their metadata; raises ValueError for one not plainly encoded)."""
+        root, *metas = self.json("zarr.json", *(f"{name}/zarr.json" for name in names))
+        for name, meta in zip(names, metas):
+            if meta is not None and meta.get("node_type") == "array":
+                self._take(name, meta)
+        return dict(root.get("attributes", {})) if root else {}
+
+    def _take(self, name: str, meta: dict) -> LightArray:
+        plain = plain_chunks(name, meta)
+        if plain is None:
+            raise ValueError(f"{name} is not plainly encoded")
+        self._arrays[name] = LightArray(self, name, meta, plain)
+        return self._arrays[name]
 
     def array(self, name: str) -> LightArray:
         """The array ``name`` (KeyError if there is none, ValueError if it is not plainly
         encoded)."""
         if name not in self._arrays:
-            meta = self.json(f"{name}/zarr.json")
+            meta = self.json(f"{name}/zarr.json")[0]
             if meta is None or meta.get("node_type") != "array":
                 raise KeyError(f"no array {name}")
-            plain = plain_chunks(name, meta)
-            if plain is None:
-                raise ValueError(f"{name} is not plainly encoded")
-            self._arrays[name] = LightArray(self, name, meta, plain)
+            return self._take(name, meta)
         return self._arrays[name]
 
     def fetch(self, items: list[tuple[_PlainChunks, tuple[int, ...]]], take) -> None:
@@ -282,14 +300,9 @@ def open_light(local_dir: Path, snapshot: str | None = None) -> tuple[LightSessi
             session = LightSession(repo.readonly_session(branch="main"))
         else:
             session = LightSession(repo.readonly_session(snapshot_id=snapshot))
-        attrs = session.attrs()
-        if attrs.get("fairpipe_format") is None or not attrs.get("n"):
+        attrs = session.load(QUERY_ARRAYS)  # arrays a store lacks (no delta, no sketch) are
+        if attrs.get("fairpipe_format") is None or not attrs.get("n"):  # never read
             return None
-        for name in QUERY_ARRAYS:
-            try:
-                session.array(name)
-            except KeyError:  # arrays a store does not have (no delta, no sketch) are not read
-                continue
         return session, attrs
     except Exception:  # anything unexpected: the ordinary path opens it and names the problem
         return None
