@@ -35,16 +35,17 @@ from fairpipe.neighbors import (
     partition_bits,
     width_sample_rows,
 )
-from fairpipe.validation import IdLookup
 from flows.jobs import index_job, ingest_chunk
-from flows.runtime import dask_map, default_task_runner, run_flow
+from flows.runtime import cluster_running, dask_map, default_task_runner, run_flow
 from flows.update import update_after_append
 from storage.index import (
     DELTA_SHARE,
     LAYERS,
     Staging,
+    StoredIds,
     buckets_per_table,
     choose_chunk_rows,
+    counts_of,
     create_index,
     create_layout,
     delta_layout,
@@ -62,7 +63,7 @@ from storage.index import (
     write_new_rows,
     write_segment_lengths,
 )
-from storage.store import FairpipeStore, read_array
+from storage.store import FairpipeStore
 from storage.summary import has_summary
 from storage.urls import parse_store_url
 
@@ -97,6 +98,16 @@ DEFAULTS = {"seed": 0, "lsh_k": 15, "lsh_tables": 100}
 # 4M entries took 0.7 s in the flow; before, as Dask jobs, 3.0 s, most of it the cluster's start).
 LOCAL_ENTRIES = 16_000_000
 LOCAL_ROWS = 20_000
+# Where the embedded cluster has not started yet, starting it costs about 1.3 s before any
+# job (its two worker processes): an append of up to LOCAL_CELLS_COLD values (rows x d) is
+# then hashed here too. At d = 128 that is 131,072 rows, about 1.2 s in the flow; measured at
+# 10M rows, a 1% append (100,000 rows) took 4.46 s in the flow on the cluster.
+LOCAL_CELLS_COLD = 1 << 24
+
+
+def append_here(rows: int, d: int) -> bool:
+    """Whether the flow hashes and writes an append of ``rows`` x ``d`` itself (no Dask jobs)."""
+    return rows <= LOCAL_ROWS or (rows * d <= LOCAL_CELLS_COLD and not cluster_running())
 
 
 @dataclass
@@ -263,9 +274,10 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             seed = options.get("seed")
         ids = plan.ids if plan.ids is not None else np.arange(base, base + plan.n, dtype=np.int64)
         if appending:
-            # Stored ids are unique: a binary search of the new ones (1M stored: 0.03 s; a
-            # set intersection sorted both and took 0.86 s)
-            clash = IdLookup(read_array(txn.session, "ids")).rows(ids)[1]
+            # Stored ids are unique: a binary search of the new ones in the chunks of stored
+            # ids whose range may hold one (none for ids that continue the row numbers; a full
+            # read of 1M ids took 0.03 s, a set intersection 0.86 s)
+            clash = StoredIds(txn.session, base).rows(ids)[1]
             if clash.any():
                 first = int(ids[np.argmax(clash)])  # the first in the source's order
                 raise FairpipeInputError(ID_CLASH.format(id=first, where=plan.where, url=store.url))
@@ -302,7 +314,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             write_new_rows(txn.session, base, ids, codes)
             plans = [chunk_plan(plan, a, b) for a, b in chunks]
             sketch = sketch_arrays(txn.root.attrs)
-            if appending and plan.n <= LOCAL_ROWS:
+            if appending and append_here(plan.n, plan.d):
                 for p, (a, b) in zip(plans, chunks):
                     ingest_chunk(txn.session, p, lsh, a, b, base, staging, sketch)
             else:
@@ -327,12 +339,20 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             updated = update_after_append(txn, base, n_total, chunk_rows)
             if updated:
                 timings["models"] = time.perf_counter() - t0
-        per_group = live_group_counts(txn.session, len(group_names))  # every live row has a group
+        # Live rows per group: the kept counts plus the new rows' (an append reads no old row),
+        # or counted from every row where the store keeps none.
+        kept = counts_of(attrs) if appending else np.zeros(0, np.int64)
+        if kept is None:
+            per_group = live_group_counts(txn.session, len(group_names))
+        else:
+            counted = np.bincount(codes, minlength=max(len(group_names), 1))
+            counted[: kept.size] += kept
+            per_group = counted.tolist()
         buckets = buckets_per_table(txn.session)
         if appending:  # the radius suggested for the first rows stays
             radius_hint = attrs.get("suggested_radius", lsh.bucket_width / WIDTH_PER_RADIUS)
         meta = write_dataset_attrs(
-            txn.root, attrs, n=n_total, n_alive=sum(per_group), d=plan.d, seed=seed,
+            txn.root, attrs, n=n_total, per_group=per_group, d=plan.d, seed=seed,
             chunk_rows=chunk_rows,
             group_names=group_names, lsh=lsh, layout=layout, suggested_radius=radius_hint,
             source=source,

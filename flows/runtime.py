@@ -131,6 +131,17 @@ def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
         return flow.with_options(task_runner=runner)(*args, **kwargs)
 
 
+def cluster_running() -> bool:
+    """Whether the flow run's Dask cluster costs nothing more to use: an external one (an
+    address), or an embedded one already started. False for an embedded LocalCluster not yet
+    started (the task runner starts it at its first task), and outside a flow run."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    runner = getattr(context, "task_runner", None)
+    return bool(getattr(runner, "_client", None) or getattr(runner, "address", None))
+
+
 @contextlib.contextmanager
 def dask_client():
     """A Dask client usable from inside a Prefect task running on a Dask worker.

@@ -6,6 +6,9 @@ Layout (store format 2):
   one writer owns), so a query reads the few rows it needs; ``ids`` int64 (n,), ``groups`` int32
   (n,), ``alive`` bool (n,), chunked by ``chunk_rows``; group names and parameters in the root
   attributes;
+- ``id_ranges`` int64 (chunks of ``ids``, 2): the smallest and largest id of each chunk of ``ids``
+  (its attribute ``rows``: the rows it covers), so that finding ids reads only the chunks that
+  may hold them (:class:`StoredIds`); stores made before it have none and read every id;
 - ``sketch`` uint8 (n, d + 12) in chunks of ``SKETCH_BLOCK`` rows: a byte per coordinate of each
   point plus its range and error bound (:func:`fairpipe.neighbors.sketch_points`), written with
   the points and erased with them; a query decides most candidates' distances from it
@@ -69,6 +72,7 @@ from fairpipe.neighbors import (
     sketch_levels,
     unmix,
 )
+from fairpipe.validation import IdLookup
 from storage.store import (
     FORMAT,
     open_array,
@@ -93,6 +97,9 @@ MAX_SEGMENTS = 1 << 20  # segments per table at most (2**31 rows at 2048 rows pe
 INDEX_BLOCK_BYTES = 256 << 20  # index entries one job holds at most
 WRITE_BLOCK_BYTES = 64 << 20  # segments of several tables written in one call, at most
 DELTA_SHARE = 8  # appended rows stay in the delta while at most 1/8 of the live rows
+ID_RANGES = "id_ranges"
+LIVE_PER_GROUP = "live_per_group"  # root attribute: live rows per group
+ID_RANGE_BLOCK = 65536  # chunks of ids per chunk of their ranges (1 MB)
 # The index's two layers: (segments, their lengths, bucket counts) under ``lsh/``.
 LAYERS = {
     "main": ("segments", "segment_lengths", "bucket_counts"),
@@ -208,6 +215,8 @@ def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
                       chunks=(block, d + RESIDUAL_EXTRA), dtype="uint8", compressors=None)  # fmt: skip
     root.attrs[RESIDUAL_ATTR] = True
     root.create_array("ids", shape=(0,), chunks=(chunk_rows,), dtype="int64")
+    root.create_array(ID_RANGES, shape=(0, 2), chunks=(ID_RANGE_BLOCK, 2), dtype="int64")
+    root[ID_RANGES].attrs["rows"] = 0
     root.create_array("groups", shape=(0,), chunks=(chunk_rows,), dtype="int32")
     root.create_array("alive", shape=(0,), chunks=(chunk_rows,), dtype="bool")
     root.create_group("lsh")
@@ -221,6 +230,8 @@ def grow(root, n_total: int) -> None:
     for name in names:
         arr = root[name]
         arr.resize((n_total, *arr.shape[1:]))
+    if ID_RANGES in root:
+        root[ID_RANGES].resize((-(-n_total // root["ids"].chunks[0]), 2))
 
 
 def row_chunks(base: int, n_total: int, chunk_rows: int) -> list[tuple[int, int]]:
@@ -240,14 +251,85 @@ def write_new_rows(session, start: int, ids, groups) -> None:
     write_rows(session, "ids", start, ids)
     write_rows(session, "groups", start, groups)
     write_rows(session, "alive", start, np.ones(ids.shape[0], dtype=bool))
+    write_id_ranges(session, start, np.asarray(ids, dtype=np.int64))
+
+
+def write_id_ranges(session, start: int, ids: np.ndarray) -> None:
+    """``id_ranges`` of the chunks of ``ids`` that rows [start, start + len(ids)) fall in (the
+    first merged with the rows it held before ``start``), and the rows it now covers. A store
+    without it is left so (it reads every id)."""
+    root = open_group(session, mode="a")
+    if ID_RANGES not in root or ids.size == 0:
+        return
+    arr, chunk = root[ID_RANGES], root["ids"].chunks[0]
+    if int(arr.attrs.get("rows", -1)) != start:  # written by a version that did not keep it
+        return
+    end = start + ids.size
+    c0, c1 = start // chunk, (end - 1) // chunk + 1
+    cuts = np.clip(np.arange(c0, c1) * chunk, start, end) - start
+    ranges = np.stack([np.minimum.reduceat(ids, cuts), np.maximum.reduceat(ids, cuts)], axis=1)
+    if start % chunk:  # the first chunk held rows before
+        old = read_array(session, ID_RANGES, slice(c0, c0 + 1))[0]
+        ranges[0] = min(ranges[0, 0], old[0]), max(ranges[0, 1], old[1])
+    write_rows(session, ID_RANGES, c0, ranges)
+    arr.attrs["rows"] = end
+
+
+class StoredIds:
+    """Rows of stored ids, found by reading only the chunks of ``ids`` whose range of ids may
+    hold one asked for (``id_ranges``); ids assigned as row numbers, or increasing in the
+    source, fall in one chunk each, so finding a few costs a few chunks, not n. Where the store
+    keeps no ranges (made before them, or appended by a version that did not keep them), or
+    more than half the chunks may hold one, every id is read once. ``rows`` is
+    :meth:`fairpipe.validation.IdLookup.rows`."""
+
+    def __init__(self, session, n: int):
+        self.session, self.n = session, n
+        self._all: IdLookup | None = None
+        self._chunks: dict[int, IdLookup] = {}
+        self.ranges: np.ndarray | None = None
+        try:
+            arr = open_array(session, ID_RANGES)
+        except (KeyError, FileNotFoundError):  # zarr's ArrayNotFoundError is a FileNotFoundError
+            return
+        self.chunk = int(open_array(session, "ids").chunks[0])
+        if int(arr.attrs.get("rows", -1)) == n and arr.shape[0] == -(-n // self.chunk):
+            self.ranges = read_array(session, ID_RANGES)
+
+    def rows(self, wanted) -> tuple[np.ndarray, np.ndarray]:
+        wanted = np.asarray(wanted, dtype=np.int64)
+        if self._all is None and self.ranges is not None and self.ranges.shape[0]:
+            ordered = np.sort(wanted)
+            lo, hi = self.ranges[:, 0], self.ranges[:, 1]
+            holds = np.searchsorted(ordered, hi, "right") > np.searchsorted(ordered, lo, "left")
+            hit = np.flatnonzero(holds)
+            if 2 * hit.size <= self.ranges.shape[0]:
+                return self._from_chunks(wanted, hit.tolist())
+        if self._all is None:
+            self._all = IdLookup(read_array(self.session, "ids"))
+        return self._all.rows(wanted)
+
+    def _from_chunks(self, wanted: np.ndarray, chunks: list[int]):
+        missing = [c for c in chunks if c not in self._chunks]
+        sels = [slice(c * self.chunk, min((c + 1) * self.chunk, self.n)) for c in missing]
+        for c, values in zip(missing, read_many(self.session, "ids", [(s,) for s in sels])):
+            self._chunks[c] = IdLookup(values)
+        row = np.full(wanted.shape[0], -1, dtype=np.int64)
+        for c in chunks:
+            found, known = self._chunks[c].rows(wanted)
+            row[known] = found + c * self.chunk
+        known = row >= 0
+        return row[known], known
 
 
 def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
     """Erase the live ``rows`` (sorted) in place, chunk by chunk: points (and sketches) zeroed,
     groups -1, alive false; the root's ``n_alive`` drops by their number."""
-    root.attrs["n_alive"] = int(root.attrs["n_alive"]) - int(rows.size)
+    before = dict(root.attrs)
+    per_group = counts_of(before)
+    root.attrs["n_alive"] = int(before["n_alive"]) - int(rows.size)
     erased: list[tuple[str, object]] = [("points", 0.0), ("groups", -1), ("alive", False)]
-    erased += [(name, 0) for name in sketch_arrays(root.attrs)]
+    erased += [(name, 0) for name in sketch_arrays(before)]
     if "keys" in root["lsh"]:  # a format 1 store not yet upgraded
         erased.append(("lsh/keys", EMPTY_KEY))
     for c in np.unique(rows // chunk_rows):
@@ -255,18 +337,23 @@ def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
         sel = rows[(rows >= a) & (rows < a + chunk_rows)] - a
         for name, value in erased:
             block = read_array(session, name, slice(a, a + chunk_rows))
+            if name == "groups" and per_group is not None:
+                per_group -= np.bincount(block[sel], minlength=per_group.size)[: per_group.size]
             block[sel] = value
             write_rows(session, name, a, block)
+    if per_group is not None:
+        root.attrs[LIVE_PER_GROUP] = per_group.tolist()
 
 
-def write_dataset_attrs(root, before: dict, *, n: int, n_alive: int, d: int, seed: int,
+def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: int, seed: int,
                         chunk_rows: int, group_names: list[str], lsh: E2LSH, layout: dict,
                         suggested_radius: float, source: str) -> dict:  # fmt: skip
     """The root attributes after an ingest (``before``: those it started from); returns them."""
     meta = {
         "fairpipe_format": FORMAT,
         "n": n,
-        "n_alive": n_alive,
+        "n_alive": sum(per_group),
+        LIVE_PER_GROUP: per_group,
         "d": d,
         "seed": seed,
         "chunk_rows": chunk_rows,
@@ -842,9 +929,20 @@ def points_and_groups_of(session, lookup, ids: np.ndarray):
 
 
 def live_group_counts(session, n_groups: int) -> list[int]:
-    """Live rows per group (a forgotten row's group is -1)."""
+    """Live rows per group (a forgotten row's group is -1), counted from every row."""
     groups = read_array(session, "groups")[read_array(session, "alive")]
     return np.bincount(groups, minlength=max(n_groups, 1)).tolist()
+
+
+def counts_of(attrs: dict) -> np.ndarray | None:
+    """The live rows per group the root attributes keep (``live_per_group``, kept by every
+    ingest and forget since the thirteenth session), or None where they keep none or the counts
+    disagree with ``n_alive`` (written by a version that did not keep them): then they are
+    counted from every row (:func:`live_group_counts`)."""
+    kept = attrs.get(LIVE_PER_GROUP)
+    if kept is None or sum(kept) != int(attrs.get("n_alive", -1)):
+        return None
+    return np.asarray(kept, dtype=np.int64)
 
 
 def read_segments(session) -> tuple[np.ndarray, np.ndarray]:

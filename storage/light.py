@@ -33,7 +33,7 @@ from storage.store import READ_CONCURRENCY, _PlainChunks
 
 NATIVE = "icechunk._icechunk_python"
 # The arrays of a store a query may read (each must be plainly encoded for the light path).
-QUERY_ARRAYS = ("ids", "alive", "points", "sketch", "sketch_residual", "lsh/projections",
+QUERY_ARRAYS = ("ids", "id_ranges", "alive", "points", "sketch", "sketch_residual", "lsh/projections",
                 "lsh/offsets", "lsh/multipliers", "lsh/segments", "lsh/segment_lengths",
                 "lsh/bucket_counts", "lsh/delta", "lsh/delta_lengths", "lsh/delta_bucket_counts")  # fmt: skip
 
@@ -97,6 +97,7 @@ class LightArray:
         self.dtype = plain.dtype
         self.fill_value = plain.fill
         self.ndim = len(self.shape)
+        self.attrs = dict(meta.get("attributes") or {})
         self.size = int(np.prod(self.shape, dtype=np.int64))
 
     def __getitem__(self, sel) -> np.ndarray:

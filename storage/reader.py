@@ -45,9 +45,10 @@ from fairpipe.neighbors import (
     sketch_bounds,
     unique_ints,
 )
-from fairpipe.validation import IdLookup, check_points
+from fairpipe.validation import check_points
 from storage.index import (
     LAYERS,
+    StoredIds,
     has_residual,
     has_sketch,
     layer_bits,
@@ -222,7 +223,7 @@ class StoreReader:
         self._lengths: dict[str, np.ndarray] = {}
         self._segments: dict[tuple[str, int, int], np.ndarray] = {}
         self._points: dict[int, np.ndarray] = {}
-        self._lookup: IdLookup | None = None
+        self._lookup: StoredIds | None = None
         self._nn: FairNN | None = None
         self._model: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -311,7 +312,7 @@ class StoreReader:
         if ids.size and ids.dtype.kind not in "iu":
             raise FairpipeInputError(f"Ids must be integers. Got values of type {ids.dtype}.")
         if self._lookup is None:
-            self._lookup = IdLookup(read_array(self.session, "ids"))
+            self._lookup = StoredIds(self.session, self.n)
         found, known = self._lookup.rows(ids)
         rows = np.full(ids.shape[0], -1, dtype=np.int64)
         rows[known] = found

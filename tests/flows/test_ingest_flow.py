@@ -199,3 +199,54 @@ def test_json_summary_is_serialisable(digits_store):
     _, result = digits_store
     parsed = json.loads(json.dumps(result, default=str))
     assert {"n", "d", "groups", "commit", "timings"} <= set(parsed)
+
+
+def test_id_ranges_follow_appends_and_find_ids_from_the_chunks_that_may_hold_them(
+    prefect_server, tmp_path
+):
+    """Each chunk of ids keeps its smallest and largest id through appends that start inside a
+    chunk; finding a few ids reads only the chunks whose range may hold them; an append whose
+    id clashes with an old chunk or the shared partial chunk is refused naming it; ranges
+    written by a version that did not keep them (their ``rows`` behind ``n``) are not used."""
+    from storage.index import ID_RANGES, StoredIds
+    from storage.store import FairpipeStore, read_array
+
+    rng = np.random.default_rng(5)
+    ids = 10_000 + rng.permutation(100_000)[:1310]  # unsorted: wide ranges
+    ids[:1000] = np.arange(1000) * 3  # increasing: narrow ranges, one chunk per id
+    parts = [(0, 1000), (1000, 1300), (1300, 1310)]  # appends start inside chunks of 256
+    for k, (a, b) in enumerate(parts):
+        np.save(tmp_path / f"x{k}.npy", rng.normal(size=(b - a, 3)).astype(np.float32))
+        np.save(tmp_path / f"i{k}.npy", ids[a:b])
+    opts = dict(lsh_k=2, lsh_tables=2, lsh_width=1.0)
+    run_ingest(str(tmp_path / "x0.npy"), str(tmp_path / "s"),
+               IngestOptions(chunk_rows=256, ids_file=str(tmp_path / "i0.npy"), **opts))  # fmt: skip
+    for k in (1, 2):
+        run_ingest(str(tmp_path / f"x{k}.npy"), str(tmp_path / "s"),
+                   IngestOptions(ids_file=str(tmp_path / f"i{k}.npy")))  # fmt: skip
+    store = FairpipeStore.open(str(tmp_path / "s"))
+    session = store.readonly_session()
+    stored = read_array(session, "ids")
+    ranges = read_array(session, ID_RANGES)
+    chunks = [stored[a : a + 256] for a in range(0, 1310, 256)]
+    assert np.array_equal(ranges, [[c.min(), c.max()] for c in chunks])
+
+    found = StoredIds(session, 1310)
+    rows, known = found.rows([ids[5], ids[700], -7])
+    assert rows.tolist() == [5, 700] and known.tolist() == [True, True, False]
+    assert found._all is None and sorted(found._chunks) == [0, 2]  # their chunks only
+    rows, known = found.rows(ids)  # every chunk may hold one: all ids read once
+    assert np.array_equal(rows, np.arange(1310)) and found._all is not None
+
+    np.save(tmp_path / "two.npy", np.zeros((2, 3), np.float32))
+    for clash in (int(ids[3]), int(ids[1301])):  # an old chunk; the partial last one
+        np.save(tmp_path / "c.npy", np.array([10**9, clash]))
+        with pytest.raises(Exception, match=f"Id {clash} of two.npy is already in the store"):
+            run_ingest(str(tmp_path / "two.npy"), str(tmp_path / "s"),
+                       IngestOptions(ids_file=str(tmp_path / "c.npy")))  # fmt: skip
+
+    with store.transaction("an older writer") as txn:  # ranges left behind by another version
+        txn.root[ID_RANGES].attrs["rows"] = 1000
+    stale = StoredIds(store.readonly_session(), 1310)
+    assert stale.ranges is None
+    assert stale.rows([ids[1305]])[0].tolist() == [1305]

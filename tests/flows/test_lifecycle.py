@@ -109,7 +109,26 @@ def fresh_build(folder, path, model: str, summary: bool):
     return fresh
 
 
+def assert_kept_figures(path):
+    """What a store keeps to avoid reading every row: the live rows per group (the root's
+    ``live_per_group``) equal a count of every row, and each chunk of ids' ``id_ranges`` its
+    smallest and largest id."""
+    from storage.index import ID_RANGES, counts_of, live_group_counts
+
+    st_ = FairpipeStore.open(str(path))
+    s = st_.readonly_session()
+    attrs = st_.attrs(s)
+    kept = counts_of(attrs)
+    assert kept is not None
+    assert kept.tolist() == live_group_counts(s, len(attrs["group_names"]))
+    ids, chunk = read_array(s, "ids"), int(attrs["chunk_rows"])
+    ranges = [[c.min(), c.max()] for c in np.split(ids, np.arange(chunk, ids.size, chunk))]
+    assert np.array_equal(read_array(s, ID_RANGES), ranges)
+
+
 def assert_same_artifacts(a, b):
+    assert_kept_figures(a)
+    assert_kept_figures(b)
     got, want = artifacts(a), artifacts(b)
     assert sorted(got) == sorted(want)
     for name in want:
