@@ -342,7 +342,7 @@ def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
             block[sel] = value
             write_rows(session, name, a, block)
     if per_group is not None:
-        root.attrs[LIVE_PER_GROUP] = per_group.tolist()
+        root.attrs[LIVE_PER_GROUP] = {"rows": int(before["n"]), "counts": per_group.tolist()}
 
 
 def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: int, seed: int,
@@ -353,7 +353,7 @@ def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: 
         "fairpipe_format": FORMAT,
         "n": n,
         "n_alive": sum(per_group),
-        LIVE_PER_GROUP: per_group,
+        LIVE_PER_GROUP: {"rows": n, "counts": per_group},
         "d": d,
         "seed": seed,
         "chunk_rows": chunk_rows,
@@ -935,14 +935,16 @@ def live_group_counts(session, n_groups: int) -> list[int]:
 
 
 def counts_of(attrs: dict) -> np.ndarray | None:
-    """The live rows per group the root attributes keep (``live_per_group``, kept by every
-    ingest and forget since the thirteenth session), or None where they keep none or the counts
-    disagree with ``n_alive`` (written by a version that did not keep them): then they are
-    counted from every row (:func:`live_group_counts`)."""
+    """The live rows per group the root attributes keep (``live_per_group``: the counts and the
+    ``n`` they were kept at, by every ingest and forget since the thirteenth session), or None
+    where they keep none, or another version wrote since (``n`` moved: it appended; the counts
+    no longer sum to ``n_alive``: it forgot): then they are counted from every row
+    (:func:`live_group_counts`)."""
     kept = attrs.get(LIVE_PER_GROUP)
-    if kept is None or sum(kept) != int(attrs.get("n_alive", -1)):
+    if not isinstance(kept, dict) or kept.get("rows") != attrs.get("n"):
         return None
-    return np.asarray(kept, dtype=np.int64)
+    counts = np.asarray(kept.get("counts", []), dtype=np.int64)
+    return counts if int(counts.sum()) == int(attrs.get("n_alive", -1)) else None
 
 
 def read_segments(session) -> tuple[np.ndarray, np.ndarray]:

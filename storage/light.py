@@ -63,6 +63,7 @@ def native_icechunk():
         except BaseException:
             sys.modules.pop(NATIVE, None)
             raise
+        module.initialize_logs()  # as the package does on import (ICECHUNK_LOG)
         return module
     except Exception:  # an icechunk laid out differently: the ordinary path
         return None

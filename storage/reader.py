@@ -206,12 +206,15 @@ class StoreReader:
     def __init__(self, url: str, snapshot: str | None = None):
         url = str(url)
         local = parse_store_url(url).local_dir
-        light = open_light(local, snapshot) if local is not None else None
-        if light is not None:  # a local store: read without zarr (storage.light)
+        light = open_light(local.resolve(), snapshot) if local is not None else None
+        # A local store is read without zarr (storage.light); what needs an Icechunk session
+        # later reopens it at its absolute path (the process may change folder meanwhile).
+        self._reopen = str(local.resolve()) if local is not None else url
+        if light is not None:
             self.url = url
             self.session, self.attrs = light
         else:
-            store = FairpipeStore.open(url)
+            store = self.__dict__["store"] = FairpipeStore.open(url)
             self.url = store.url
             self.attrs = store.require_data()
             self.session = store.readonly_session(snapshot)
@@ -233,7 +236,12 @@ class StoreReader:
         (the whole store into the in-memory sampler, the clustering model)."""
         if not getattr(self.session, "is_light", False):
             return self.session
-        return FairpipeStore.open(self.url).readonly_session(self.session.snapshot_id)
+        return self.store.readonly_session(self.session.snapshot_id)
+
+    @cached_property
+    def store(self) -> FairpipeStore:
+        """The store, opened through Icechunk (on first use where the reader reads without)."""
+        return FairpipeStore.open(self._reopen)
 
     # -- what a query reads ------------------------------------------------------------------
     @property

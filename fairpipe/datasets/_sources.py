@@ -55,22 +55,60 @@ OFFSET_STRIDE = 4096
 SCAN_BYTES = 64 << 20
 
 
-def csv_row_offsets(path: Path) -> np.ndarray:
+def csv_row_offsets(path: Path, n_rows: int) -> np.ndarray:
     """Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV (one pass over its
-    bytes looking for line ends; quoted fields holding line breaks are not supported here: the
-    chunk jobs' row counts would then disagree, which they report)."""
+    bytes looking for line ends). A row is found by its position, so the file's lines after the
+    header must be its ``n_rows`` rows (what pandas reads): an empty or blank line before the
+    last row, or a count that differs (a quoted field holding a line break), is an error naming
+    the line (pandas skips blank lines, so every row after one was read from the line above)."""
     offsets, line, pos = [], 0, 0
+    carry = False  # the unfinished line at the end of the previous block has content
+    blank: int | None = None  # the first blank line after the header (0 = the header)
+    rows = 0  # lines after the header with content
     with open(path, "rb") as f:
         while block := f.read(SCAN_BYTES):
-            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + pos + 1
-            # Line i (0 = the header) ends at ends[i - line]; data row r starts after line r.
-            first = line  # the line whose end is ends[0]
-            rows = np.arange(first, first + ends.size)  # data row (line index) starting there
-            pick = rows % OFFSET_STRIDE == 0
-            offsets.append(ends[pick])
-            line += ends.size
+            b = np.frombuffer(block, dtype=np.uint8)
+            nl = np.flatnonzero(b == 10)
+            content = b > 32  # not a space, a tab, a line end or another control byte
+            if nl.size:
+                starts = np.r_[0, nl[:-1] + 1]
+                has = np.logical_or.reduceat(content[: nl[-1] + 1], starts)
+                has[0] |= carry
+                numbers = np.arange(line, line + nl.size)  # each line ending in this block
+                data = has & (numbers > 0)
+                rows += int(data.sum())
+                empty = np.flatnonzero(~has & (numbers > 0))
+                if blank is None and empty.size:
+                    blank = int(numbers[empty[0]])
+                last = int(numbers[np.flatnonzero(data)[-1]]) if data.any() else -1
+                if blank is not None and last > blank:
+                    raise FairpipeInputError(BLANK_LINE.format(where=path.name, line=blank + 1))
+                ends = nl + pos + 1
+                # Line i (0 = the header) ends at ends[i - line]; data row r starts after line r.
+                rows_here = np.arange(line, line + ends.size)
+                offsets.append(ends[(rows_here % OFFSET_STRIDE == 0) & (rows_here < n_rows)])
+                line += nl.size
+                carry = bool(content[nl[-1] + 1 :].any())
+            else:
+                carry = carry or bool(content.any())
             pos += len(block)
+    if carry and line > 0:  # a last row without a line end
+        if blank is not None:
+            raise FairpipeInputError(BLANK_LINE.format(where=path.name, line=blank + 1))
+        rows += 1
+    if rows != n_rows:
+        raise FairpipeInputError(ROW_COUNT.format(where=path.name, rows=rows, n=n_rows))
     return np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+
+
+BLANK_LINE = (
+    "{where} has an empty line at line {line}, before its last row. fairpipe reads a CSV's rows "
+    "by position: remove the empty lines."
+)
+ROW_COUNT = (
+    "{where} has {rows} non-empty lines after its header, but {n} rows as CSV (a quoted field "
+    "holding a line break?). fairpipe reads a CSV's rows by position: write one row per line."
+)
 
 
 def _codes(values: np.ndarray, where: str, col: str) -> tuple[np.ndarray, list[str]]:
@@ -259,7 +297,7 @@ def _plan_table(
         columns=columns,
     )  # fmt: skip
     if kind == "csv" and path.suffix != ".gz":
-        plan.row_offsets = csv_row_offsets(path)
+        plan.row_offsets = csv_row_offsets(path, n)
     if group_column is not None:
         plan.groups, plan.group_names = _codes(meta[group_column].to_numpy(), where, group_column)
     if id_column is not None:

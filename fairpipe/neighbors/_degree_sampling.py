@@ -410,7 +410,7 @@ def unique_ints(values: np.ndarray) -> np.ndarray:
     if values.size < 1024:
         return np.unique(values)
     top = int(values.max()) + 1
-    if top > 32 * values.size:
+    if top > 32 * values.size or int(values.min()) < 0:
         return np.unique(values)
     mask = np.zeros(top, dtype=bool)
     mask[values] = True

@@ -180,3 +180,30 @@ def test_a_width_sample_reads_only_its_rows_and_equals_the_full_read(tmp_path, m
     plan = plan_source(str(tmp_path / "t.csv"), id_column="id", group_column="g")
     with pytest.raises(FairpipeInputError, match=f"Row {int(rows[7])} of t.csv holds a NaN"):
         read_source_sample(plan, rows)
+
+
+def test_a_csv_is_read_by_position_or_refused_naming_the_line(tmp_path, monkeypatch):
+    """Rows are found by their line: every stride reads its own rows, with CRLF line ends,
+    trailing empty lines and no final line end; an empty (or blank) line before the last row,
+    which pandas would skip (shifting every later row onto the line above), and a quoted field
+    holding a line break are refused naming what is wrong."""
+    import fairpipe.datasets._sources as sources
+    from fairpipe.datasets import plan_source, read_source_rows
+
+    monkeypatch.setattr(sources, "OFFSET_STRIDE", 8)
+    rows = [f"{i},{i}.5" for i in range(100)]
+    for text in ("a,b\n" + "\n".join(rows) + "\n", "a,b\n" + "\n".join(rows),
+                 "a,b\r\n" + "\r\n".join(rows) + "\r\n\r\n\n  \n"):  # fmt: skip
+        (tmp_path / "t.csv").write_bytes(text.encode())
+        plan = plan_source(str(tmp_path / "t.csv"))
+        assert plan.n == 100 and plan.row_offsets is not None
+        for a, b in [(0, 7), (17, 40), (95, 100)]:
+            assert read_source_rows(plan, a, b)[:, 0].tolist() == list(range(a, b))
+    for middle in ("", "   "):
+        text = "a,b\n" + "\n".join(rows[:10]) + f"\n{middle}\n" + "\n".join(rows[10:]) + "\n"
+        (tmp_path / "t.csv").write_text(text)
+        with pytest.raises(FairpipeInputError, match="t.csv has an empty line at line 12"):
+            plan_source(str(tmp_path / "t.csv"))
+    (tmp_path / "t.csv").write_text('a,b\n"1\n2",3\n' + "\n".join(rows) + "\n")
+    with pytest.raises(FairpipeInputError, match="102 non-empty lines .* but 101 rows"):
+        plan_source(str(tmp_path / "t.csv"))

@@ -250,3 +250,17 @@ def test_id_ranges_follow_appends_and_find_ids_from_the_chunks_that_may_hold_the
     stale = StoredIds(store.readonly_session(), 1310)
     assert stale.ranges is None
     assert stale.rows([ids[1305]])[0].tolist() == [1305]
+
+
+def test_kept_group_counts_are_not_used_once_another_version_wrote():
+    """``live_per_group`` holds the ``n`` it was kept at: an older version's append moves ``n``
+    (even when its earlier forget made the counts sum to ``n_alive`` again), and its forget
+    makes them disagree with ``n_alive``: either way the groups are counted again."""
+    from storage.index import counts_of
+
+    attrs = {"n": 20, "n_alive": 20, "live_per_group": {"rows": 20, "counts": [10, 10]}}
+    assert counts_of(attrs).tolist() == [10, 10]
+    assert counts_of({**attrs, "n_alive": 19}) is None  # forgot one
+    assert counts_of({**attrs, "n": 21}) is None  # forgot one, appended one
+    assert counts_of({**attrs, "live_per_group": [10, 10]}) is None
+    assert counts_of({"n": 20, "n_alive": 20}) is None

@@ -261,5 +261,6 @@ def test_unique_ints_is_np_unique():
                              (500_000, 1_000_000, np.int64), (2000, 10**9, np.int64),
                              (3000, 3000, np.int16)]:  # fmt: skip
         values = rng.integers(0, top, size=size).astype(dtype)
-        got, want = unique_ints(values), np.unique(values)
-        assert got.dtype == want.dtype and np.array_equal(got, want), (size, top)
+        for v in (values, values - 5):  # negative values: np.unique's path
+            got, want = unique_ints(v), np.unique(v)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (size, top)

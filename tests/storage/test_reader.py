@@ -184,6 +184,13 @@ def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
     reader = fairpipe.open_store(str(path))
     assert isinstance(reader.session, LightSession)
     got = reader.sample(query_rows=[0, 2700, 1234], **kw)
+    monkeypatch.chdir(path.parent)  # a relative path, then another folder: preload still opens
+    relative = fairpipe.open_store(path.name)
+    assert isinstance(relative.session, LightSession)
+    monkeypatch.chdir(path.parent.parent)
+    assert np.array_equal(relative.sample(query_rows=[0, 2700, 1234], **kw).ids, got.ids)
+    relative.preload()
+    assert np.array_equal(relative.sample(query_rows=[0, 2700, 1234], **kw).ids, got.ids)
     monkeypatch.setattr(storage.reader, "open_light", lambda *a: None)
     ordinary = fairpipe.open_store(str(path))
     assert not isinstance(ordinary.session, LightSession)
