@@ -606,8 +606,10 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
 
     given = [(name, lengths) for name, lengths in old.items() if lengths is not None]
     for j, parts in enumerate(_indexed_entries(session, t0, t1, given)):
-        h = np.concatenate([*(p[0] for p in parts), mix(new_keys[j])])
-        r = np.concatenate([*(p[1] for p in parts), new_rows])
+        h, r = mix(new_keys[j]), new_rows  # a new table: no copy of either
+        if parts:
+            h = np.concatenate([*(p[0] for p in parts), h])
+            r = np.concatenate([*(p[1] for p in parts), r])
         # Entries of equal key come in increasing rows: each layer's bucket in row order, the
         # main layer's rows below the delta's, the staged rows (in row order) above both. So a
         # stable sort by key alone puts every bucket in row order (pack's sorted_rows).

@@ -2,9 +2,9 @@
 fold of :meth:`E2LSH.hash_validated` for large batches (imported on first use, so that a query,
 which reads segments and hashes one point, does not load numba).
 
-A table of n entries is packed in O(n): a stable counting sort by the top 16 bits of the mixed
-key, then a stable insertion sort of each (small) range by the whole key (a stable merge sort
-for a range above ``SMALL`` entries), then one pass writing the segments. The result is the
+A table of n entries is packed in O(n): two stable counting-sort passes by the top 32 bits of
+the mixed key, then a stable insertion pass for the rare neighbours equal in those bits, then
+one pass writing the segments. The result is the
 same array a stable sort by key gives (rows in increasing order within a bucket).
 """
 
@@ -15,39 +15,39 @@ import numpy as np
 from fairpipe.neighbors._lsh import CELL_CLAMP, U64
 from fairpipe.parallel import compiled, splitmix64_one
 
-SMALL = 64  # ranges of the first pass up to this size are insertion-sorted
-
 
 @compiled
 def stable_key_order(h):
-    """(order, h[order]): a stable argsort of the uint64 keys ``h``."""
+    """(order, h[order]): a stable argsort of the uint64 keys ``h``: two stable counting-sort
+    passes by 16-bit digits (bits 32-47, then 48-63), then an insertion pass that orders, by
+    the whole key, the few neighbours equal in their top 32 bits (hashed keys: about m^2 / 2^33
+    pairs of distinct keys). A 16-bit pass and a mergesort of each range took 0.42 s for 10M
+    entries, this 0.29 s (the same order)."""
     m = h.shape[0]
-    n_prefix = 1 << 16
-    top = np.uint64(48)
-    counts = np.zeros(n_prefix + 1, dtype=np.int64)
-    for i in range(m):
-        counts[(h[i] >> top) + 1] += 1
-    for b in range(n_prefix):
-        counts[b + 1] += counts[b]
-    pos = counts[:n_prefix].copy()
-    keys = np.empty(m, dtype=np.uint64)
-    idx = np.empty(m, dtype=np.int64)
-    for i in range(m):
-        d = h[i] >> top
-        j = pos[d]
-        keys[j] = h[i]
-        idx[j] = i
-        pos[d] = j + 1
-    for b in range(n_prefix):
-        a, e = counts[b], counts[b + 1]
-        if e - a > SMALL:
-            o = np.argsort(keys[a:e], kind="mergesort")
-            keys[a:e] = keys[a:e][o]
-            idx[a:e] = idx[a:e][o]
-            continue
-        for i in range(a + 1, e):
+    keys = h.copy()
+    idx = np.arange(m)
+    spare_keys = np.empty(m, dtype=np.uint64)
+    spare_idx = np.empty(m, dtype=np.int64)
+    digit = np.uint64(0xFFFF)
+    for p in range(2):
+        shift = np.uint64(32 + 16 * p)
+        counts = np.zeros(65537, dtype=np.int64)
+        for i in range(m):
+            counts[np.int64((keys[i] >> shift) & digit) + 1] += 1
+        for b in range(65536):
+            counts[b + 1] += counts[b]
+        for i in range(m):
+            d = np.int64((keys[i] >> shift) & digit)
+            j = counts[d]
+            spare_keys[j] = keys[i]
+            spare_idx[j] = idx[i]
+            counts[d] = j + 1
+        keys, spare_keys = spare_keys, keys
+        idx, spare_idx = spare_idx, idx
+    for i in range(1, m):
+        if keys[i] < keys[i - 1]:
             k, x, j = keys[i], idx[i], i - 1
-            while j >= a and keys[j] > k:
+            while j >= 0 and keys[j] > k:
                 keys[j + 1] = keys[j]
                 idx[j + 1] = idx[j]
                 j -= 1

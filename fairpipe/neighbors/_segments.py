@@ -85,6 +85,9 @@ def pack(h: np.ndarray, rows: np.ndarray, bits: int, sorted_rows: bool = False):
     from fairpipe.neighbors._pack import fill_segments, stable_key_order
 
     order, sorted_h = stable_key_order(h)
+    if sorted_rows and rows.shape[0] and rows[-1] - rows[0] == rows.shape[0] - 1:
+        # increasing and unique (a table holds a row once), so rows[i] = rows[0] + i: no gather
+        return fill_segments(sorted_h, order + rows[0], int(bits))
     return fill_segments(sorted_h, rows[order], int(bits))
 
 

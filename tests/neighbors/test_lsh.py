@@ -315,3 +315,25 @@ def test_packed_segments_match_their_definition(seed, kernel, monkeypatch):
     assert offsets.shape[0] == len(ref) + 1
     for p, want in enumerate(ref):
         assert np.array_equal(flat[offsets[p] : offsets[p + 1]], want.astype(np.int32))
+
+
+def test_the_compiled_key_order_is_a_stable_argsort_also_within_equal_top_bits():
+    """The compiled pack sorts by the keys' top 32 bits, then orders neighbours equal in those
+    bits by the whole key: keys made to share their top 32 bits (with low bits in every order,
+    repeats among them) come out as numpy's stable argsort, as do ordinary hashed keys with
+    repeated buckets; and a table of consecutive rows gets the rows a gather gives."""
+    from fairpipe.neighbors._pack import stable_key_order
+
+    rng = np.random.default_rng(11)
+    top = rng.integers(0, 2**32, size=40, dtype=np.uint64) << np.uint64(32)
+    shared = top[rng.integers(0, 40, 5000)] | rng.integers(0, 50, 5000, dtype=np.uint64)
+    hashed = mix(rng.integers(0, 3000, 200_000, dtype=np.uint64))
+    for h in (shared, shared[::-1].copy(), hashed, np.zeros(0, np.uint64), hashed[:1]):
+        order, keys = stable_key_order(h)
+        want = np.argsort(h, kind="stable")
+        assert np.array_equal(order, want) and np.array_equal(keys, h[want])
+    rows = np.arange(1000, 1000 + hashed.size)
+    flat, offsets = pack(hashed, rows, 4, sorted_rows=True)
+    ref = reference_segments(hashed, rows, 4)
+    for p, want in enumerate(ref):
+        assert np.array_equal(flat[offsets[p] : offsets[p + 1]], want.astype(np.int32))
