@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from storage.store import READ_CONCURRENCY, _PlainChunks
+from storage.store import _fetch_many, _PlainChunks
 
 NATIVE = "icechunk._icechunk_python"
 # The arrays of a store a query may read (each must be plainly encoded for the light path).
@@ -146,7 +146,7 @@ class LightArray:
                 inner.append(slice(lo - k * c, hi - k * c))
             out[tuple(place)] = chunk[tuple(inner)]
 
-        self.session.fetch([(self.plain, c) for c in coords], take)
+        _fetch_many(self.session, [(self.plain, c) for c in coords], take)
         return out[tuple(local)]
 
     def get_orthogonal_selection(self, sel) -> np.ndarray:
@@ -164,20 +164,22 @@ class LightSession:
         self.snapshot_id = native_session.snapshot_id
         self._arrays: dict[str, LightArray] = {}
 
+    run = staticmethod(run)
+
+    async def get_bytes(self, key: str) -> memoryview | None:
+        """The stored bytes at ``key``, None where there are none."""
+        try:
+            return memoryview(await self.store.get(key))
+        except KeyError:
+            return None
+
     def json(self, *keys: str) -> list[dict | None]:
         """The JSON documents at ``keys`` (None where there is none), fetched together."""
-        store = self.store
-
-        async def one(key: str):
-            try:
-                return await store.get(key)
-            except KeyError:
-                return None
 
         async def get():
-            return await asyncio.gather(*(one(key) for key in keys))
+            return await asyncio.gather(*(self.get_bytes(key) for key in keys))
 
-        return [None if raw is None else json.loads(bytes(memoryview(raw))) for raw in run(get)]
+        return [None if raw is None else json.loads(bytes(raw)) for raw in run(get)]
 
     def attrs(self) -> dict:
         meta = self.json("zarr.json")[0]
@@ -208,28 +210,6 @@ class LightSession:
                 raise KeyError(f"no array {name}")
             return self._take(name, meta)
         return self._arrays[name]
-
-    def fetch(self, items: list[tuple[_PlainChunks, tuple[int, ...]]], take) -> None:
-        """:func:`storage.store._fetch_many` through the compiled store: ``take(i, chunk)`` for
-        each item (array, chunk coordinates) as it arrives, at most READ_CONCURRENCY at once."""
-        if not items:
-            return
-        store = self.store
-
-        async def fetch() -> None:
-            gate = asyncio.Semaphore(READ_CONCURRENCY)
-
-            async def one(i: int, plain: _PlainChunks, c: tuple[int, ...]) -> None:
-                async with gate:
-                    try:
-                        raw = await store.get(f"{plain.path}/{plain.encode_key(c)}")
-                    except KeyError:  # a chunk never written holds the fill value
-                        raw = None
-                take(i, plain.decode_bytes(None if raw is None else memoryview(raw)))
-
-            await asyncio.gather(*(one(i, p, c) for i, (p, c) in enumerate(items)))
-
-        run(fetch)
 
 
 def chunk_key_encoder(meta: dict):

@@ -206,10 +206,11 @@ class StoreReader:
     def __init__(self, url: str, snapshot: str | None = None):
         url = str(url)
         local = parse_store_url(url).local_dir
-        light = open_light(local.resolve(), snapshot) if local is not None else None
+        folder = local.resolve() if local is not None else None
+        light = open_light(folder, snapshot) if folder is not None else None
         # A local store is read without zarr (storage.light); what needs an Icechunk session
         # later reopens it at its absolute path (the process may change folder meanwhile).
-        self._reopen = str(local.resolve()) if local is not None else url
+        self._reopen = str(folder) if folder is not None else url
         if light is not None:
             self.url = url
             self.session, self.attrs = light
@@ -376,7 +377,7 @@ class StoreReader:
                  for t in range(self.n_tables)]  # fmt: skip
         sizes = np.array([f.shape[0] for f in found], dtype=np.int64)
         rows = (
-            unique_ints(np.concatenate(found).astype(np.int64))
+            unique_ints(np.concatenate(found)).astype(np.int64)
             if sizes.sum()
             else np.zeros(0, np.int64)
         )

@@ -55,9 +55,10 @@ def open_array(session, name: str, mode: str = "r"):
     return zarr_api().open_array(session.store, path=name, mode=mode)
 
 
-def _is_light(session) -> bool:
-    """Whether ``session`` is a :class:`storage.light.LightSession` (not an Icechunk one)."""
-    return bool(getattr(session, "is_light", False))
+def _is_light(obj) -> bool:
+    """Whether ``obj`` is a :class:`storage.light.LightSession` (not an Icechunk one) or one of
+    its arrays."""
+    return bool(getattr(obj, "is_light", False))
 
 
 @dataclass
@@ -197,11 +198,7 @@ class _PlainChunks:
             data = encode(data)
         return bytes(data)
 
-    def decode(self, raw) -> np.ndarray:
-        """The chunk of a zarr buffer (None: a chunk never written)."""
-        return self.decode_bytes(None if raw is None else raw.as_numpy_array())
-
-    def decode_bytes(self, data) -> np.ndarray:
+    def decode(self, data) -> np.ndarray:
         """The chunk of its stored bytes (any buffer; None: a chunk never written)."""
         if data is None:  # a chunk never written holds the fill value
             return np.full(self.shape, self.fill, dtype=self.dtype)
@@ -211,7 +208,7 @@ class _PlainChunks:
 
 
 def _plain_chunks(arr) -> _PlainChunks | None:
-    if getattr(arr, "is_light", False):  # a storage.light array: plainly encoded by design
+    if _is_light(arr):  # a storage.light array: plainly encoded by design
         return arr.plain
     from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
 
@@ -260,26 +257,39 @@ def _fetch_many(session, items: list[tuple[_PlainChunks, tuple[int, ...]]], take
     """:func:`_fetch_chunks` for chunks of several arrays: ``items`` are (array, chunk)."""
     import asyncio
 
-    if _is_light(session):
-        session.fetch(items, take)
+    if not items:
         return
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
-    store, proto = session.store, default_buffer_prototype()
+    get, run = _chunk_source(session)
 
     async def fetch() -> None:
         gate = asyncio.Semaphore(READ_CONCURRENCY)
 
         async def one(i: int, plain: _PlainChunks, c: tuple[int, ...]) -> None:
             async with gate:
-                raw = await store.get(f"{plain.path}/{plain.encode_key(c)}", proto)
-            take(i, plain.decode(raw))
+                data = await get(f"{plain.path}/{plain.encode_key(c)}")
+            take(i, plain.decode(data))
 
         await asyncio.gather(*(one(i, p, c) for i, (p, c) in enumerate(items)))
 
-    if items:
-        sync(fetch())
+    run(fetch)
+
+
+def _chunk_source(session):
+    """(an async read of a key's stored bytes, None where there are none; a runner of a
+    coroutine factory) for an Icechunk session (through zarr's store and event loop) or a
+    :class:`storage.light.LightSession` (its own)."""
+    if _is_light(session):
+        return session.get_bytes, session.run
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    store, proto = session.store, default_buffer_prototype()
+
+    async def get(key: str):
+        raw = await store.get(key, proto)
+        return None if raw is None else raw.as_numpy_array()
+
+    return get, lambda make: sync(make())
 
 
 def read_arrays(session, names: list[str]) -> list[np.ndarray]:

@@ -83,10 +83,9 @@ def csv_row_offsets(path: Path, n_rows: int) -> np.ndarray:
                 last = int(numbers[np.flatnonzero(data)[-1]]) if data.any() else -1
                 if blank is not None and last > blank:
                     raise FairpipeInputError(BLANK_LINE.format(where=path.name, line=blank + 1))
-                ends = nl + pos + 1
                 # Line i (0 = the header) ends at ends[i - line]; data row r starts after line r.
-                rows_here = np.arange(line, line + ends.size)
-                offsets.append(ends[(rows_here % OFFSET_STRIDE == 0) & (rows_here < n_rows)])
+                ends = nl + pos + 1
+                offsets.append(ends[(numbers % OFFSET_STRIDE == 0) & (numbers < n_rows)])
                 line += nl.size
                 carry = bool(content[nl[-1] + 1 :].any())
             else:
