@@ -122,7 +122,7 @@ def solve_leaves_on_dask(session, n_rows, chunk_rows, params: dict, leaves, rows
 
 # -- Prefect tasks --------------------------------------------------------------------------------
 @task(name="solve-leaves", cache_policy=NO_CACHE)
-def solve_leaves_task(session, n_rows, chunk_rows, params: dict, leaves, rows=None):
+def solve_leaves_task(session, n_rows, chunk_rows, params: dict, leaves, rows=None) -> tuple:
     return solve_leaves_on_dask(session, n_rows, chunk_rows, params, leaves, rows)
 
 
@@ -194,9 +194,7 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             sizes = nodes_per_level(o.width, o.height)
             all_leaves = np.arange(sizes[0])
             fork = txn.fork()
-            got, c0, m0 = solve_leaves_task.submit(
-                fork, n_rows, chunk_rows, params, all_leaves
-            ).result()
+            got, c0, m0 = solve_leaves_task(fork, n_rows, chunk_rows, params, all_leaves)
             txn.merge([fork])  # read only; merged so the transaction may commit
             timings["leaves"] = time.perf_counter() - t0
             t0 = time.perf_counter()

@@ -76,7 +76,7 @@ DISTRIBUTED_INDEX_ROWS = 256
 
 
 @task(name="update-bucket-index", cache_policy=NO_CACHE)
-def update_index_task(fork, before, attrs: dict, rows: np.ndarray, blocks: list):
+def update_index_task(fork, before, attrs: dict, rows: np.ndarray, blocks: list) -> list:
     """The batch's rows removed from the index, a Dask job per block of tables. The rows' bucket
     keys are computed here, on the cluster, from their points in ``before`` (a read-only
     session of the transaction before the rows were erased): passed in from the flow, the keys
@@ -271,7 +271,7 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             t0 = time.perf_counter()
             if keys is None:
                 blocks = table_blocks(int(attrs["lsh"]["n_tables"]), int(attrs["n"]))
-                parts = update_index_task.submit(txn.fork(), before, attrs, rows, blocks).result()
+                parts = update_index_task(txn.fork(), before, attrs, rows, blocks)
                 txn.merge([fork for fork, _ in parts])
                 removed = write_removal(txn.session, txn.root, [part for _, part in parts])
             else:

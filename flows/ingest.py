@@ -1,7 +1,8 @@
 """Ingest flow: source -> validated row chunks -> points, ids, groups -> LSH bucket index.
 
-Prefect tasks are coarse (about 0.1 s each on Dask); the fine-grained work (one job per row chunk,
-one per block of tables) is mapped on the Dask cluster from inside them. The chunk jobs hash
+Prefect tasks are coarse; the fine-grained work (one job per row chunk, one per block of tables)
+is mapped on the Dask cluster from inside them, and they are called in the flow's process (a trip
+to a worker delayed the first job by about 1.5 s: docs/architecture.md). The chunk jobs hash
 their rows and stage the keys in a scratch array outside the store; the table jobs build their
 tables' segments from them. A small append patches only the segments its rows fall in; a larger
 one rebuilds the tables from their entries and the staged keys. An append also brings the model
@@ -150,7 +151,7 @@ def plan_source_task(source: str, options: IngestOptions) -> SourcePlan:
 
 
 @task(name="hash-and-write-rows", cache_policy=NO_CACHE)
-def write_rows_task(fork, plans, lsh, chunks, base, staging, sketch: list[str]):
+def write_rows_task(fork, plans, lsh, chunks, base, staging, sketch: list[str]) -> list:
     """Read, write and hash the new rows, a Dask job per row chunk (``plans``: each chunk's
     share of the source plan, :func:`chunk_plan`)."""
     n = len(chunks)
@@ -161,7 +162,7 @@ def write_rows_task(fork, plans, lsh, chunks, base, staging, sketch: list[str]):
 
 
 @task(name="build-bucket-index", cache_policy=NO_CACHE)
-def build_index_task(fork, staging, n_tables: int, n_rows: int, bits: int, build: str):
+def build_index_task(fork, staging, n_tables: int, n_rows: int, bits: int, build: str) -> list:
     blocks = table_blocks(n_tables, n_rows)
     n = len(blocks)
     return dask_map(index_job, [fork] * n, [staging] * n, [a for a, _ in blocks],
@@ -199,9 +200,9 @@ def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
         # about 0.3-0.5 s before any work; this takes about 0.1 s per million entries).
         results = [(None, index_tables(txn.session, staging, 0, n_tables, bits, build))]
     else:
-        results = build_index_task.submit(
+        results = build_index_task(
             txn.fork(), staging, n_tables, staging.n_total - staging.base, bits, build
-        ).result()
+        )
         txn.merge([fork for fork, _ in results])
     lengths = np.zeros((n_tables, 1 << bits), dtype=np.int32)
     counts = np.zeros(n_tables, dtype=np.int64)
@@ -318,8 +319,8 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                 for p, (a, b) in zip(plans, chunks):
                     ingest_chunk(txn.session, p, lsh, a, b, base, staging, sketch)
             else:
-                results = write_rows_task.submit(txn.fork(), plans, lsh, chunks, base,
-                                                 staging, sketch).result()  # fmt: skip
+                results = write_rows_task(txn.fork(), plans, lsh, chunks, base,
+                                          staging, sketch)  # fmt: skip
                 txn.merge([fork for fork, _ in results])
             timings["hash_and_write"] = time.perf_counter() - t0
 

@@ -144,17 +144,23 @@ def cluster_running() -> bool:
 
 @contextlib.contextmanager
 def dask_client():
-    """A Dask client usable from inside a Prefect task running on a Dask worker.
+    """A Dask client usable from inside a Prefect task, wherever it runs.
 
-    ``prefect_dask.get_dask_client`` does not secede from the worker's thread pool, so with one
-    worker thread the jobs a task submits would wait forever for the thread their parent holds.
-    ``distributed.worker_client`` secedes while it waits and rejoins afterwards.
+    In the flow's process (the fan-out tasks are called there, docs/architecture.md): the flow
+    run's Dask task runner's own client, which starts an embedded cluster on first use. On a Dask
+    worker: ``prefect_dask.get_dask_client`` does not secede from the worker's thread pool, so
+    with one worker thread the jobs a task submits would wait forever for the thread their
+    parent holds; ``distributed.worker_client`` secedes while it waits and rejoins afterwards.
     """
     from distributed import get_worker, worker_client
 
     try:
         get_worker()
     except ValueError:  # not on a worker (a flow run in this process): use the runner's client
+        runner = _flow_task_runner()
+        if runner is not None:  # started here on first use (an embedded cluster)
+            yield runner.client
+            return
         from prefect_dask import get_dask_client
 
         with get_dask_client() as client:
@@ -162,6 +168,15 @@ def dask_client():
         return
     with worker_client() as client:
         yield client
+
+
+def _flow_task_runner():
+    """The Dask task runner of the flow run in this process, if any."""
+    from prefect.context import FlowRunContext
+    from prefect_dask import DaskTaskRunner
+
+    runner = getattr(FlowRunContext.get(), "task_runner", None)
+    return runner if isinstance(runner, DaskTaskRunner) else None
 
 
 def dask_map(fn, *iterables, scatter: tuple[int, ...] = ()) -> list:

@@ -118,7 +118,8 @@ def check_request(store_url: str, o: SummarizeOptions, session=None):
 
 
 @task(name="summarize-leaves", cache_policy=NO_CACHE)
-def summarize_leaves_task(session, n_rows, chunk_rows, params, n_leaves, leaves, rows=None):
+def summarize_leaves_task(session, n_rows, chunk_rows, params, n_leaves, leaves,
+                          rows=None) -> dict:  # fmt: skip
     results = shuffle_by_leaf(
         session, n_rows, chunk_rows, int(params.seed), n_leaves, leaves, summarize_leaf_group,
         (params,), rows,
@@ -141,9 +142,9 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         n_alive, d = int(attrs["n_alive"]), int(attrs["d"])
         t0 = time.perf_counter()
         fork = txn.fork()
-        leaves = summarize_leaves_task.submit(
+        leaves = summarize_leaves_task(
             fork, int(attrs["n"]), int(attrs["chunk_rows"]), params, n_leaves, np.arange(n_leaves)
-        ).result()
+        )
         txn.merge([fork])  # read only
         timings["leaves"] = time.perf_counter() - t0
         t0 = time.perf_counter()

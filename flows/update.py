@@ -49,9 +49,7 @@ def update_dc(txn, all_ids, alive_after, rows, n_rows, chunk_rows, local_rows) -
         got, c, m = solve_leaf_group(leaves, k, T, seed, d, parts)
     else:
         fork = txn.fork()
-        got, c, m = solve_leaves_task.submit(
-            fork, n_rows, chunk_rows, params, leaves, leaf_rows
-        ).result()
+        got, c, m = solve_leaves_task(fork, n_rows, chunk_rows, params, leaves, leaf_rows)
         txn.merge([fork])  # read only
     # Leaves left with no live row at all get no part: they become empty (zero mass).
     centroids[0][leaves] = 0.0
@@ -112,9 +110,7 @@ def update_summary_tree(txn, all_ids, alive_after, rows, n_rows, chunk_rows, loc
         got = dict(summarize_leaf_group(leaves, params, d, parts))
     else:
         fork = txn.fork()
-        got = summarize_leaves_task.submit(
-            fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows
-        ).result()
+        got = summarize_leaves_task(fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows)
         txn.merge([fork])  # read only
     levels: list = [{int(j): got.get(int(j), NodeOutput.empty(d)) for j in leaves}] + [
         {} for _ in range(height)

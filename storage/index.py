@@ -82,6 +82,7 @@ from storage.store import (
     read_many,
     read_rows_at,
     write_block,
+    write_chunks,
     write_rows,
 )
 
@@ -685,83 +686,86 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
     """Rewrite the segments of tables [t0, t0 + keys.shape[1]) of ``layer`` without ``rows``.
     Returns those tables' (segment lengths, bucket counts, segments rewritten).
 
+    Only the segments holding a row are read and written: fetched straight from the store, a
+    run of tables at a time (at most READ_AHEAD_ENTRIES entries held, or one table), patched,
+    and their chunks put back concurrently (:func:`storage.store.write_chunks`); a segment that
+    shrank into fewer chunks has its emptied chunks deleted.
+
     ``exact``: the store's keys have the exact definition, so a row that is not in the bucket
     its recomputed key names is an error. A store made before it (float32 keys) may have keys
     that depend on where a row sat in a BLAS block (docs/architecture.md, Determinism): there a
     table where a row is not found has its removed rows' stored keys read from the table's
     segments instead (a scan of one table, rare: a cell within a float32 rounding of an
     integer), so the row leaves the bucket it is in."""
-    segments, lengths_name, counts_name = LAYERS[layer]
+    name, lengths_name, counts_name = LAYERS[layer]
+    name = f"lsh/{name}"
     t1 = t0 + keys.shape[1]
     lengths = read_array(session, f"lsh/{lengths_name}", slice(t0, t1))
     counts = read_array(session, f"lsh/{counts_name}", slice(t0, t1))
-    segs = open_array(session, f"lsh/{segments}", mode="r+")
     h_all = mix(keys)
+    seg_all = segment_of(h_all, bits)  # (rows, tables)
+    touched = [np.unique(seg_all[:, j]) for j in range(t1 - t0)]
+    held = np.array([int(lengths[j, p].sum()) for j, p in enumerate(touched)], dtype=np.int64)
     rewritten = 0
-    for j in range(t1 - t0):
-        t = t0 + j
-        try:  # each row must be where its key, recomputed from its point, says
-            plan = _patched_segments(segs, t, bits, lengths[j], rows, h_all[:, j])
-        except NotInBucket as e:  # never leave a row number behind in another bucket
-            if exact:
-                raise RuntimeError(NOT_IN_BUCKET.format(row=e.row, table=t, layer=layer)) from e
-            h = _stored_keys(segs, t, lengths[j], rows, layer)
-            try:
-                plan = _patched_segments(segs, t, bits, lengths[j], rows, h)
-            except NotInBucket as again:
-                message = NOT_IN_BUCKET.format(row=again.row, table=t, layer=layer)
-                raise RuntimeError(message) from again
-        if plan is None:
-            continue
-        new_segs, added, block, old_width = plan
-        counts[j] += added
-        rewritten += len(new_segs)
-        if block is not None:
-            width = _padded(max(old_width, max(v.shape[0] for v in new_segs.values())))
-            out = np.zeros((lengths.shape[1], width), dtype=np.int32)
-            out[:, : block.shape[1]] = block
-            for p, new in new_segs.items():
-                out[p] = 0
-                out[p, : new.shape[0]] = new
-                lengths[j, p] = new.shape[0]
-            segs[t, : lengths.shape[1], :width] = out
-            continue
-        for p, new in new_segs.items():
-            width = _padded(max(int(lengths[j, p]), new.shape[0]))
-            row = np.zeros(width, dtype=np.int32)
-            row[: new.shape[0]] = new
-            segs[t, p, :width] = row
-            lengths[j, p] = new.shape[0]
+    j = 0
+    while j < t1 - t0:
+        last = j + 1
+        while last < t1 - t0 and held[j : last + 1].sum() <= READ_AHEAD_ENTRIES:
+            last += 1
+        sels = [(t0 + i, int(p), slice(0, int(lengths[i, p])))
+                for i in range(j, last) for p in touched[i] if lengths[i, p]]  # fmt: skip
+        got = iter(read_many(session, name, sels))
+        chunks: list = []
+        for i in range(j, last):
+            old = {int(p): next(got) if lengths[i, p] else np.zeros(0, np.int32)
+                   for p in touched[i]}  # fmt: skip
+            try:  # each row must be where its key, recomputed from its point, says
+                new, added = _patched(old, seg_all[:, i], bits, rows, h_all[:, i])
+            except NotInBucket as e:  # never leave a row number behind in another bucket
+                if exact:
+                    raise RuntimeError(NOT_IN_BUCKET.format(row=e.row, table=t0 + i,
+                                                            layer=layer)) from e  # fmt: skip
+                segs = open_array(session, name)
+                h = _stored_keys(segs, t0 + i, lengths[i], rows, layer)
+                seg_of = segment_of(h, bits)
+                old = {int(p): np.asarray(segs[t0 + i, int(p), : int(lengths[i, p])])
+                       for p in np.unique(seg_of)}  # fmt: skip
+                try:
+                    new, added = _patched(old, seg_of, bits, rows, h)
+                except NotInBucket as again:
+                    message = NOT_IN_BUCKET.format(row=again.row, table=t0 + i, layer=layer)
+                    raise RuntimeError(message) from again
+            counts[i] += added
+            rewritten += len(new)
+            for p, seg in new.items():
+                chunks += _segment_chunks(t0 + i, p, seg, int(lengths[i, p]))
+                lengths[i, p] = seg.shape[0]
+        write_chunks(session, name, chunks)
+        j = last
     return lengths, counts, rewritten
 
 
-def _patched_segments(segs, t: int, bits: int, lengths: np.ndarray, rows: np.ndarray,
-                      h: np.ndarray):  # fmt: skip
-    """Table ``t``'s segments holding ``rows`` (mixed keys ``h``) patched without them, nothing
-    written: (new segments by number, change of the bucket count, the table's block of
-    segments when read whole else None, its padded width), or None when no row is given.
-    Raises :class:`NotInBucket` for a row that is not in the bucket ``h`` names."""
-    seg_of = segment_of(h, bits)
-    touched = np.unique(seg_of)
-    if touched.size == 0:
-        return None
-    # Many segments of one table: one read and one write of the table's block instead of a
-    # Zarr call per segment (a batch of 1,000 ids touches every segment at 1M rows).
-    whole = touched.size * 4 > lengths.shape[0]
-    old_width = _padded(int(lengths.max() if whole else lengths[touched].max()))
-    block = np.asarray(segs[t, : lengths.shape[0], :old_width]) if whole and old_width else None
-    new_segs, added = {}, 0
-    for p in touched:
-        old = int(lengths[p])
-        if block is not None:
-            seg = block[p, :old]
-        else:
-            seg = np.asarray(segs[t, p, :old]) if old else np.zeros(0, np.int32)
+def _patched(old: dict, seg_of: np.ndarray, bits: int, rows: np.ndarray, h: np.ndarray):
+    """The segments ``old`` (by number) patched without the ``rows`` they hold (mixed keys ``h``,
+    segments ``seg_of``): (new segments by number, change of the bucket count). Raises
+    :class:`NotInBucket` for a row that is not in the bucket ``h`` names."""
+    new, added = {}, 0
+    for p, seg in old.items():
         mine = seg_of == p
-        new = patch(seg, bits, rows[mine], removed_h=h[mine])
-        added += (int(new[0]) if new.size else 0) - (int(seg[0]) if seg.size else 0)
-        new_segs[int(p)] = new
-    return new_segs, added, block, old_width
+        patched = patch(seg, bits, rows[mine], removed_h=h[mine])
+        added += (int(patched[0]) if patched.size else 0) - (int(seg[0]) if seg.size else 0)
+        new[p] = patched
+    return new, added
+
+
+def _segment_chunks(t: int, p: int, seg: np.ndarray, old_length: int) -> list:
+    """The chunks of segment (t, p) holding ``seg`` (zero-padded), and zeroed chunks where its
+    old length reached further (written as zeros, they are deleted)."""
+    n_chunks = -(-max(seg.shape[0], old_length) // SEGMENT_CHUNK)
+    padded = np.zeros(n_chunks * SEGMENT_CHUNK, dtype=np.int32)
+    padded[: seg.shape[0]] = seg
+    return [((t, p, c), padded[c * SEGMENT_CHUNK : (c + 1) * SEGMENT_CHUNK].reshape(1, 1, -1))
+            for c in range(n_chunks)]  # fmt: skip
 
 
 def _stored_keys(segs, t: int, lengths: np.ndarray, rows: np.ndarray, layer: str) -> np.ndarray:

@@ -117,11 +117,7 @@ def write_block(session, name: str, start: tuple[int, ...], block: np.ndarray) -
     flow spends 13% less); a chunk equal to the fill value is deleted instead, as zarr does
     (unless the array writes empty chunks), so both paths leave the same objects, byte for byte.
     Any other block goes through zarr."""
-    import asyncio
     import itertools
-
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
 
     arr = open_array(session, name, mode="r+")
     region = tuple(slice(a, a + n) for a, n in zip(start, block.shape))
@@ -136,10 +132,40 @@ def write_block(session, name: str, start: tuple[int, ...], block: np.ndarray) -
     assert plain is not None
     chunks = plain.shape
     grid = [range(n // c) for n, c in zip(block.shape, chunks)]
-    puts: list[tuple[str, bytes | None]] = []
+    parts = []
     for local in itertools.product(*grid):
         part = block[tuple(slice(i * c, (i + 1) * c) for i, c in zip(local, chunks))]
-        coord = tuple(a // c + i for a, c, i in zip(start, chunks, local))
+        parts.append((tuple(a // c + i for a, c, i in zip(start, chunks, local)), part))
+    _put_chunks(session, plain, keep_empty, parts)
+
+
+def write_chunks(session, name: str, parts: list[tuple[tuple[int, ...], np.ndarray]]) -> None:
+    """Write whole chunks of a plainly encoded array: ``parts`` are (chunk coordinates, the
+    chunk's values), put straight into the store concurrently (what :func:`write_block` does for
+    a block; here the chunks need not form one). Any other array: through zarr, chunk by chunk."""
+    if not parts:
+        return
+    arr = open_array(session, name, mode="r+")
+    plain = _plain_chunks(arr)
+    if plain is None:
+        for coord, part in parts:
+            arr[tuple(slice(i * c, (i + 1) * c) for i, c in zip(coord, arr.chunks))] = part
+        return
+    _put_chunks(session, plain, bool(arr.config.write_empty_chunks), parts)
+
+
+def _put_chunks(session, plain: _PlainChunks, keep_empty: bool, parts) -> None:
+    """Encode and put (chunk coordinates, values) pairs, at most READ_CONCURRENCY at once; a
+    chunk equal to the fill value is deleted instead, as zarr does (unless ``keep_empty``)."""
+    import asyncio
+
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    puts: list[tuple[str, bytes | None]] = []
+    for coord, part in parts:
+        if part.shape != plain.shape or part.dtype != plain.dtype:
+            raise ValueError(f"a chunk of {plain.path} is {plain.shape} {plain.dtype}")
         key = f"{plain.path}/{plain.encode_key(coord)}"
         empty = not keep_empty and _all_fill(part, plain.fill)
         puts.append((key, None if empty else plain.encode(part)))

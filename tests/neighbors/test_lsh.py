@@ -273,6 +273,35 @@ def test_a_removal_checks_each_row_is_in_its_keys_bucket():
         patch(np.zeros(1, np.int32), 0, np.array([0]), removed_h=h[:1])
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_patched_segment_is_the_segment_a_fresh_build_gives(seed):
+    # patch() finds each removed row in its own bucket (a binary search by (bucket, row)):
+    # compared with a fresh build of the remaining entries, segment by segment, and with the
+    # NotInBucket error naming the first bad row (in the order given) when one is not there.
+    rng = np.random.default_rng(seed)
+    n, bits = int(rng.integers(1, 3000)), int(rng.integers(0, 3))
+    keys = rng.integers(0, int(rng.integers(1, 300)), size=n).astype(np.uint64)
+    rows = np.sort(rng.choice(2**31 - 1, n, replace=False))
+    flat, offsets = build_segments(keys, rows, bits=bits)
+    h = mix(keys)
+    gone = rng.choice(n, int(rng.integers(1, n + 1)), replace=False)  # any order
+    kept = np.setdiff1d(np.arange(n), gone)
+    fresh, fresh_offsets = build_segments(keys[kept], rows[kept], bits=bits)
+    seg_of = segment_of(h[gone], bits)
+    for p in range(1 << bits):
+        seg = flat[offsets[p] : offsets[p + 1]]
+        mine = gone[seg_of == p]
+        want = fresh[fresh_offsets[p] : fresh_offsets[p + 1]]
+        got = patch(seg, bits, rows[mine], removed_h=h[mine]) if mine.size else seg
+        assert got.dtype == np.int32 and np.array_equal(got, want)
+        if mine.size:
+            bad = rows[mine].copy()
+            bad[-1] = 2**31 - 1  # no row of the table
+            with pytest.raises(NotInBucket) as e:
+                patch(seg, bits, bad, removed_h=h[mine])
+            assert e.value.row == 2**31 - 1
+
+
 @pytest.mark.parametrize("width", [2.0, 1e-7])  # exact float64 sums, then the wrapping path
 def test_compiled_fold_gives_the_numpy_fold_bits(width):
     X = data(n=COMPILED_FOLD_ROWS + 1500, d=16, seed=4)
