@@ -81,6 +81,7 @@ from storage.store import (
     read_arrays,
     read_many,
     read_rows_at,
+    rewrite_rows_at,
     write_block,
     write_chunks,
     write_rows,
@@ -325,7 +326,9 @@ class StoredIds:
 
 def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
     """Erase the live ``rows`` (sorted) in place, chunk by chunk: points (and sketches) zeroed,
-    groups -1, alive false; the root's ``n_alive`` drops by their number."""
+    groups -1, alive false; the root's ``n_alive`` drops by their number. Each array's chunks
+    that hold none of the rows are neither read nor written (``chunk_rows``: unused, kept for
+    the callers)."""
     before = dict(root.attrs)
     per_group = counts_of(before)
     root.attrs["n_alive"] = int(before["n_alive"]) - int(rows.size)
@@ -333,15 +336,18 @@ def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
     erased += [(name, 0) for name in sketch_arrays(before)]
     if "keys" in root["lsh"]:  # a format 1 store not yet upgraded
         erased.append(("lsh/keys", EMPTY_KEY))
-    for c in np.unique(rows // chunk_rows):
-        a = int(c) * chunk_rows
-        sel = rows[(rows >= a) & (rows < a + chunk_rows)] - a
-        for name, value in erased:
-            block = read_array(session, name, slice(a, a + chunk_rows))
+    for name, value in erased:
+        # Only the chunks holding an erased row are read and written (a point chunk holds
+        # POINT_BLOCK rows, a sketch chunk SKETCH_BLOCK): a one-id forget rewrites 1 MB of
+        # points at d = 128, not the writer's whole chunk_rows block (16 MB).
+
+        def edit(chunk: np.ndarray, local: np.ndarray, name=name, value=value) -> None:
+            nonlocal per_group
             if name == "groups" and per_group is not None:
-                per_group -= np.bincount(block[sel], minlength=per_group.size)[: per_group.size]
-            block[sel] = value
-            write_rows(session, name, a, block)
+                per_group -= np.bincount(chunk[local], minlength=per_group.size)[: per_group.size]
+            chunk[local] = value
+
+        rewrite_rows_at(session, name, rows, edit)
     if per_group is not None:
         root.attrs[LIVE_PER_GROUP] = {"rows": int(before["n"]), "counts": per_group.tolist()}
 

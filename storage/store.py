@@ -190,6 +190,9 @@ def _all_fill(part: np.ndarray, fill) -> bool:
     """Whether every value of ``part`` is the fill value (NaN matching NaN, as in zarr)."""
     if part.dtype.kind in "fc" and np.isnan(fill):
         return bool(np.isnan(part).all())
+    ends = part.reshape(-1)[[0, -1]] if part.size else part.reshape(-1)
+    if not (ends == fill).all():  # most chunks: decided by two values, without a pass over all
+        return False
     return bool((part == fill).all())
 
 
@@ -445,6 +448,53 @@ def for_rows_at(session, name: str, rows: np.ndarray, take) -> None:
         take(part, values[rows[part] - int(chunk[firsts[i]]) * block])
 
     _fetch_chunks(session, plain, [(int(chunk[f]),) + (0,) * (arr.ndim - 1) for f in firsts], one)
+
+
+# Chunks a rewrite holds at once (each read, edited and put back): at most 64 chunks of 1 MB of
+# points, so a deletion batch's memory follows this, not the rows it erases.
+REWRITE_CHUNKS = 64
+
+
+def rewrite_rows_at(session, name: str, rows: np.ndarray, edit) -> None:
+    """Rewrite only the chunks of array ``name`` that hold ``rows`` (along its first axis): each
+    stored chunk is fetched whole straight from the store, ``edit(chunk, local_rows)`` changes
+    it in place (``local_rows``: the rows' positions in it, increasing), and it is put back,
+    REWRITE_CHUNKS at a time. A chunk's bytes beyond the array's end are kept as stored. Arrays
+    that are not plainly encoded, or are split along another axis: through zarr, the rows'
+    chunks only."""
+    arr = open_array(session, name, mode="r+")
+    rows = np.unique(np.asarray(rows, dtype=np.int64))
+    if rows.size == 0:
+        return
+    if rows[0] < 0 or rows[-1] >= arr.shape[0]:
+        bad = rows[(rows < 0) | (rows >= arr.shape[0])][0]
+        raise IndexError(f"Row {bad} is out of range for {name} of {arr.shape[0]} rows.")
+    block = int(arr.chunks[0])
+    chunk = rows // block
+    firsts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
+    ends = np.r_[firsts[1:], rows.size]
+    plain = _plain_chunks(arr)
+    if plain is None or tuple(arr.chunks[1:]) != tuple(arr.shape[1:]):
+        for f, e in zip(firsts, ends):
+            a = int(chunk[f]) * block
+            values = np.asarray(arr[a : a + block])
+            edit(values, rows[f:e] - a)
+            arr[a : a + values.shape[0]] = values
+        return
+    keep_empty = bool(arr.config.write_empty_chunks)
+    zeros = (0,) * (arr.ndim - 1)
+    for g in range(0, firsts.size, REWRITE_CHUNKS):
+        mine = list(range(g, min(g + REWRITE_CHUNKS, firsts.size)))
+        coords = [(int(chunk[firsts[i]]),) + zeros for i in mine]
+        got: dict[int, np.ndarray] = {}
+
+        def take(i: int, values: np.ndarray, got=got) -> None:
+            got[i] = np.array(values)  # a writable copy
+
+        _fetch_chunks(session, plain, coords, take)
+        for j, i in enumerate(mine):
+            edit(got[j], rows[firsts[i] : ends[i]] - coords[j][0] * block)
+        _put_chunks(session, plain, keep_empty, [(coords[j], got[j]) for j in range(len(mine))])
 
 
 def replace_array(root, name: str, values: np.ndarray) -> None:
