@@ -165,3 +165,46 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
     store_module.write_rows(s, "f_direct", 0, values)
     f_zarr, f_direct = sync(objects("f_by_zarr")), sync(objects("f_direct"))
     assert f_zarr == f_direct and sorted(f_direct) == ["c/0/0"]
+
+
+@pytest.mark.parametrize("name", ["x_none", "x_blosc", "y_zstd", "y_gzip", "wide", "sharded"])
+def test_rewriting_rows_changes_those_rows_and_writes_only_their_chunks(tmp_path, name):
+    # storage.store.rewrite_rows_at (what erasing rows uses): the edited rows change, every
+    # other value stays, the edge chunk (3 rows of a 100-row chunk) included, and only the
+    # chunks holding a row become new objects (plainly encoded arrays; others go through zarr).
+    store = FairpipeStore.open(str(tmp_path / "s"), create=True)
+    rng = np.random.default_rng(1)
+    s = store.repo.writable_session("main")
+    root = open_group(s, mode="a")
+    kw: dict = {"x_none": {"compressors": None}, "x_blosc": {"compressors": CODECS["blosc"]},
+                "y_zstd": {"compressors": CODECS["zstd"]}, "y_gzip": {"compressors": CODECS["gzip"]},
+                "wide": {}, "sharded": {}}[name]  # fmt: skip
+    # Chunks large enough not to be inlined in Icechunk's manifests (so each is a file).
+    shape, chunks = ((10003,), (1000,)) if name.startswith("y") else ((1003, 64), (100, 64))
+    if name == "wide":
+        chunks = (100, 32)
+    if name == "sharded":
+        kw = {"shards": (200, 64)}
+    values = rng.normal(size=shape).astype(np.float32)
+    root.create_array(name, shape=shape, chunks=chunks, dtype="float32", **kw)[...] = values
+    s.commit("values")
+    folder = tmp_path / "s" / "chunks"
+    before = {p.name for p in folder.iterdir()}
+    s = store.repo.writable_session("main")
+    last, block = shape[0] - 1, chunks[0]  # rows in chunks 0 and 2 and the edge chunk, any order
+    rows = np.array([last - 1, 3, 5, 2 * block + 1, last])
+
+    def edit(chunk: np.ndarray, local: np.ndarray) -> None:
+        chunk[local] = -1.0
+
+    store_module.rewrite_rows_at(s, name, rows, edit)
+    values[rows] = -1.0
+    assert np.array_equal(np.asarray(open_array(s, name)[...]), values)
+    s.commit("edited")
+    new = {p.name for p in folder.iterdir()} - before
+    if _plain_chunks(open_array(store.readonly_session(), name)) is not None and name != "wide":
+        # the three chunks holding the rows, nothing else (a small edge chunk may be inlined in
+        # the manifest instead of being a file)
+        assert 2 <= len(new) <= 3
+    with pytest.raises(IndexError, match=f"Row {shape[0]} is out of range"):
+        store_module.rewrite_rows_at(store.repo.writable_session("main"), name, [shape[0]], edit)
