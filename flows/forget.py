@@ -37,7 +37,7 @@ from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.validation import IdLookup, deletion_request
 from flows import update
 from flows.jobs import remove_job
-from flows.runtime import dask_map, default_task_runner, run_flow
+from flows.runtime import dask_map, default_task_runner, run_flow, start_cluster_early
 from flows.update import forget_q_task, update_dc, update_summary_tree
 from storage.erasure import erase_due
 from storage.index import (
@@ -262,6 +262,8 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             # The rows' bucket keys come from their points, read before they are erased: here
             # for a small batch, on the cluster from a checkpoint taken now for a large one.
             distributed = rows.size >= DISTRIBUTED_INDEX_ROWS
+            if distributed:  # the embedded cluster starts while the rows are erased
+                start_cluster_early()
             before = txn.frozen() if distributed else None
             keys = None
             if not distributed:

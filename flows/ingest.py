@@ -37,7 +37,13 @@ from fairpipe.neighbors import (
     width_sample_rows,
 )
 from flows.jobs import index_job, ingest_chunk
-from flows.runtime import cluster_running, dask_map, default_task_runner, run_flow
+from flows.runtime import (
+    cluster_running,
+    dask_map,
+    default_task_runner,
+    run_flow,
+    start_cluster_early,
+)
 from flows.update import update_after_append
 from storage.index import (
     DELTA_SHARE,
@@ -273,6 +279,8 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         else:
             chunk_rows = options.chunk_rows or choose_chunk_rows(plan.d)
             seed = options.get("seed")
+        if not (appending and append_here(plan.n, plan.d)):
+            start_cluster_early()  # the embedded cluster starts while the flow checks and plans
         ids = plan.ids if plan.ids is not None else np.arange(base, base + plan.n, dtype=np.int64)
         if appending:
             # Stored ids are unique: a binary search of the new ones in the chunks of stored

@@ -85,17 +85,93 @@ def keep_malloc_defaults() -> None:
     dask.config.set({"distributed.nanny.pre-spawn-environ": environ})
 
 
-def task_runner(dask_address: str | None = None, n_workers: int = 2, processes: bool = True):
-    """A DaskTaskRunner on an existing scheduler, or on an embedded LocalCluster."""
+_EARLY_RUNNER: type | None = None
+
+
+def __getattr__(name: str):
+    # The task runner's class is made on first use (importing prefect_dask costs about a second,
+    # which this module's other users do not pay), and found here by pickle.
+    if name == "EarlyDaskTaskRunner":
+        return _runner_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _runner_class() -> type:
+    """prefect_dask's DaskTaskRunner whose client (and embedded cluster, made on first use) can
+    be started ahead, in a thread, while the flow does other work (:func:`start_cluster_early`):
+    a lock makes every first use wait for one creation instead of racing it."""
+    global _EARLY_RUNNER
+    if _EARLY_RUNNER is not None:
+        return _EARLY_RUNNER
+    import threading
+
     from prefect_dask import DaskTaskRunner
 
+    class EarlyDaskTaskRunner(DaskTaskRunner):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._client_lock = threading.Lock()
+
+        def __getstate__(self):  # the flow (and its runner) travels with tasks sent to Dask
+            state = self.__dict__.copy()
+            state.pop("_client_lock", None)
+            state.pop("_warming", None)
+            return state
+
+        def __setstate__(self, state):
+            self.__dict__.update(state)
+            self._client_lock = threading.Lock()
+
+        @property
+        def client(self):
+            with self._client_lock:
+                return DaskTaskRunner.client.fget(self)  # type: ignore[attr-defined]
+
+        def start_early(self) -> None:
+            if self._client is None and self._started and self.__dict__.get("_warming") is None:
+                self._warming = threading.Thread(target=self._warm, name="fairpipe-cluster",
+                                                 daemon=True)  # fmt: skip
+                self._warming.start()
+
+        def __exit__(self, *args) -> None:
+            # A cluster still starting is entered in the exit stack when it is up: wait for it,
+            # so the flow run's end (an error included) closes it too.
+            warming = self.__dict__.pop("_warming", None)
+            if warming is not None:
+                warming.join()
+            super().__exit__(*args)
+
+        def _warm(self) -> None:
+            # A failure here is raised again by the first real use (which retries).
+            with contextlib.suppress(Exception):
+                _ = self.client
+
+    EarlyDaskTaskRunner.__module__ = __name__
+    EarlyDaskTaskRunner.__qualname__ = "EarlyDaskTaskRunner"
+    _EARLY_RUNNER = EarlyDaskTaskRunner
+    return EarlyDaskTaskRunner
+
+
+def task_runner(dask_address: str | None = None, n_workers: int = 2, processes: bool = True):
+    """A DaskTaskRunner on an existing scheduler, or on an embedded LocalCluster."""
+    runner_class = _runner_class()
     if dask_address:
-        return DaskTaskRunner(address=dask_address)
+        return runner_class(address=dask_address)
     keep_malloc_defaults()
-    return DaskTaskRunner(
+    return runner_class(
         cluster_class="distributed.LocalCluster",
         cluster_kwargs=local_cluster_kwargs(n_workers, processes),
     )
+
+
+def start_cluster_early() -> None:
+    """Start the flow run's Dask client (an embedded cluster: its two worker processes, about
+    1 s) in a thread, so that it overlaps the flow's own work before its first Dask job (a
+    drain's erasing of rows, an ingest's planning and width estimate). Nothing for a flow run
+    whose cluster is up, or that runs on no Dask task runner."""
+    runner = _flow_task_runner()
+    if runner is not None and hasattr(runner, "start_early"):
+        runner.start_early()
 
 
 def local_cluster_kwargs(n_workers: int = 2, processes: bool = True) -> dict:
