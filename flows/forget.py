@@ -76,12 +76,11 @@ DISTRIBUTED_INDEX_ROWS = 256
 
 
 @task(name="update-bucket-index", cache_policy=NO_CACHE)
-def update_index_task(fork, before, attrs: dict, rows: np.ndarray, blocks: list) -> list:
-    """The batch's rows removed from the index, a Dask job per block of tables. The rows' bucket
-    keys are computed here, on the cluster, from their points in ``before`` (a read-only
-    session of the transaction before the rows were erased): passed in from the flow, the keys
-    of 50,000 rows made a 38 MB task graph, and Dask warned."""
-    keys = keys_of_rows(before, load_lsh(before, attrs), rows)
+def update_index_task(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, blocks: list) -> list:
+    """The batch's rows removed from the index, a Dask job per block of tables (``keys``: the
+    rows' bucket keys (r, L), computed by the flow before the rows were erased). The rows and
+    each block's keys are sent to the cluster once, not copied into the task graph (the keys of
+    50,000 rows made a 38 MB graph, and Dask warned)."""
     n = len(blocks)
     return dask_map(remove_job, [fork] * n, [attrs] * n, [rows] * n,
                     [keys[:, a:b] for a, b in blocks], [a for a, _ in blocks],
@@ -259,21 +258,18 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             n_rows, chunk_rows = int(attrs["n"]), int(attrs["chunk_rows"])
             attrs = upgrade_format1(txn.session, txn.root, attrs)
             t0 = time.perf_counter()
-            # The rows' bucket keys come from their points, read before they are erased: here
-            # for a small batch, on the cluster from a checkpoint taken now for a large one.
             distributed = rows.size >= DISTRIBUTED_INDEX_ROWS
             if distributed:  # the embedded cluster starts while the rows are erased
                 start_cluster_early()
-            before = txn.frozen() if distributed else None
-            keys = None
-            if not distributed:
-                keys = keys_of_rows(txn.session, load_lsh(txn.session, attrs), rows)
+            # The rows' bucket keys come from their points, read (only the chunks holding them)
+            # and hashed here before they are erased: at most max_batch rows.
+            keys = keys_of_rows(txn.session, load_lsh(txn.session, attrs), rows)
             erase_rows(txn.session, txn.root, rows, chunk_rows)
             timings["erase"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            if keys is None:
+            if distributed:
                 blocks = table_blocks(int(attrs["lsh"]["n_tables"]), int(attrs["n"]))
-                parts = update_index_task(txn.fork(), before, attrs, rows, blocks)
+                parts = update_index_task(txn.fork(), attrs, rows, keys, blocks)
                 txn.merge([fork for fork, _ in parts])
                 removed = write_removal(txn.session, txn.root, [part for _, part in parts])
             else:

@@ -232,17 +232,22 @@ def dask_client():
 
     try:
         get_worker()
-    except ValueError:  # not on a worker (a flow run in this process): use the runner's client
-        runner = _flow_task_runner()
-        if runner is not None:  # started here on first use (an embedded cluster)
-            yield runner.client
-            return
-        from prefect_dask import get_dask_client
-
-        with get_dask_client() as client:
+        on_worker = True
+    except ValueError:  # not on a worker (a flow run in this process)
+        on_worker = False
+    # (branched outside the except: a job's error is then not shown as raised while handling
+    # "No worker found")
+    if on_worker:
+        with worker_client() as client:
             yield client
         return
-    with worker_client() as client:
+    runner = _flow_task_runner()
+    if runner is not None:  # the runner's client, made on first use (an embedded cluster)
+        yield runner.client
+        return
+    from prefect_dask import get_dask_client
+
+    with get_dask_client() as client:
         yield client
 
 

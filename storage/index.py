@@ -620,7 +620,7 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
         # Entries of equal key come in increasing rows: each layer's bucket in row order, the
         # main layer's rows below the delta's, the staged rows (in row order) above both. So a
         # stable sort by key alone puts every bucket in row order (pack's sorted_rows).
-        table = (pack(h, r, bits, sorted_rows=True),
+        table = (pack(h, r, bits, sorted_rows=True, consecutive=not parts),
                  prior[j] if prior is not None else np.zeros(0, np.int32))  # fmt: skip
         (_, offsets), before = table
         seg, longest = _block_shape([np.diff(offsets)], [before])

@@ -90,11 +90,6 @@ class Transaction:
         self.session = self.store.repo.writable_session(self.branch)
         return snap or self.session.snapshot_id
 
-    def frozen(self):
-        """A read-only session (picklable, for jobs) of what the transaction holds now: its
-        writes so far are checkpointed first."""
-        return self.store.readonly_session(self.checkpoint(CHECKPOINT))
-
     def fork(self):
         if self.session.has_uncommitted_changes:
             self.checkpoint(CHECKPOINT)
@@ -187,13 +182,25 @@ def _put_chunks(session, plain: _PlainChunks, keep_empty: bool, parts) -> None:
 
 
 def _all_fill(part: np.ndarray, fill) -> bool:
-    """Whether every value of ``part`` is the fill value (NaN matching NaN, as in zarr)."""
-    if part.dtype.kind in "fc" and np.isnan(fill):
+    """Whether every value of ``part`` is the fill value, as zarr decides it (so both write paths
+    delete the same chunks): NaN matches NaN; a float fill of zero matches by bit pattern (a
+    chunk of -0.0 is kept: it is not the fill 0.0)."""
+    f = np.asarray(fill)
+    flat = part.reshape(-1)
+    if f.dtype.kind == "f" and f == 0.0 and part.dtype.kind in "fc":
+        word = np.dtype(f"u{part.dtype.itemsize}") if part.dtype.itemsize <= 8 else None
+        if word is None:  # complex128 and wider: zarr's own comparison of raw bytes
+            void = f"V{part.dtype.itemsize}"
+            target = np.asarray(fill, part.dtype).reshape(1).view(void)
+            return bool((flat.view(void) == target[0]).all())
+        values, target = flat.view(word), np.asarray(fill, part.dtype).reshape(1).view(word)[0]
+    elif f.dtype.kind in "fc" and np.isnan(f):
         return bool(np.isnan(part).all())
-    ends = part.reshape(-1)[[0, -1]] if part.size else part.reshape(-1)
-    if not (ends == fill).all():  # most chunks: decided by two values, without a pass over all
-        return False
-    return bool((part == fill).all())
+    else:
+        values, target = flat, fill
+    if values.size and not (values[[0, -1]] == target).all():
+        return False  # most chunks: decided by two values, without a pass over all
+    return bool((values == target).all())
 
 
 def read_array(session, name: str, sel=slice(None)) -> np.ndarray:

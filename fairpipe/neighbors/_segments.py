@@ -61,7 +61,10 @@ def segment_of(h: np.ndarray, bits: int) -> np.ndarray:
 def build_segments(keys: np.ndarray, rows: np.ndarray, bits: int):
     """Pack one table: ``keys`` (m,) uint64 bucket keys of ``rows`` (m,) (ascending). Returns
     (flat int32, offsets (2**bits + 1,)): segment p is ``flat[offsets[p]:offsets[p + 1]]``."""
-    return pack(mix(keys), np.asarray(rows, dtype=np.int64), bits, sorted_rows=True)
+    rows = np.asarray(rows, dtype=np.int64)
+    # ascending and unique (a table holds a row once): spanning their count means consecutive
+    consecutive = rows.shape[0] > 0 and int(rows[-1] - rows[0]) == rows.shape[0] - 1
+    return pack(mix(keys), rows, bits, sorted_rows=True, consecutive=consecutive)
 
 
 # Up to this many entries a table is packed by numpy (:func:`_fill_segments`): loading the
@@ -70,10 +73,15 @@ def build_segments(keys: np.ndarray, rows: np.ndarray, bits: int):
 NUMPY_PACK_ENTRIES = 65_536
 
 
-def pack(h: np.ndarray, rows: np.ndarray, bits: int, sorted_rows: bool = False):
-    """Segments of entries (mixed key h, row), in any order unless ``sorted_rows``: buckets in
-    increasing h, each bucket's rows in increasing order (compiled: :mod:`._pack`, or numpy for
-    a small table: the same arrays)."""
+def pack(h: np.ndarray, rows: np.ndarray, bits: int, sorted_rows: bool = False,
+         consecutive: bool = False):  # fmt: skip
+    """Segments of entries (mixed key h, row), in any order unless ``sorted_rows`` (the rows of
+    equal keys come in increasing order): buckets in increasing h, each bucket's rows in
+    increasing order (compiled: :mod:`._pack`, or numpy for a small table: the same arrays).
+    ``consecutive``: the caller promises ``rows == rows[0] + arange(len(rows))``, so the
+    compiled path takes a row as its position plus rows[0] instead of a gather. (A span test
+    cannot tell: a rebuild's entries, concatenated layer by layer, may span exactly their
+    count without increasing, and were then given wrong rows.)"""
     h = np.ascontiguousarray(h, dtype=np.uint64)
     rows = np.asarray(rows, dtype=np.int64)
     if not sorted_rows:
@@ -85,8 +93,7 @@ def pack(h: np.ndarray, rows: np.ndarray, bits: int, sorted_rows: bool = False):
     from fairpipe.neighbors._pack import fill_segments, stable_key_order
 
     order, sorted_h = stable_key_order(h)
-    if sorted_rows and rows.shape[0] and rows[-1] - rows[0] == rows.shape[0] - 1:
-        # increasing and unique (a table holds a row once), so rows[i] = rows[0] + i: no gather
+    if consecutive and rows.shape[0]:  # rows[i] = rows[0] + i: no gather
         return fill_segments(sorted_h, order + rows[0], int(bits))
     return fill_segments(sorted_h, rows[order], int(bits))
 
@@ -215,10 +222,11 @@ def _without_in_buckets(seg: np.ndarray, removed: np.ndarray, removed_h: np.ndar
     wanted = (b.astype(np.int64) << 32) | removed
     pos = np.minimum(np.searchsorted(composite, wanted), composite.shape[0] - 1)
     held = (h[b] == removed_h) & (composite[pos] == wanted)
+    repeat = np.ones(pos.shape[0], dtype=bool)
+    repeat[np.unique(pos, return_index=True)[1]] = False
+    held &= ~repeat  # a row given twice is not in its bucket twice (as the membership test says)
     if not held.all():
         raise NotInBucket(int(removed[np.argmin(held)]))
-    pos, first = np.unique(pos, return_index=True)  # a row given twice leaves once
-    b = b[first]
     keep = np.ones(members.shape[0], dtype=bool)
     keep[pos] = False
     left = sizes.astype(np.int64)

@@ -11,6 +11,7 @@ from fairpipe.neighbors._lsh import COMPILED_FOLD_ROWS
 from fairpipe.neighbors._segments import (
     NotInBucket,
     build_segments,
+    entries,
     mix,
     pack,
     patch,
@@ -271,6 +272,9 @@ def test_a_removal_checks_each_row_is_in_its_keys_bucket():
     assert e.value.row == 300
     with pytest.raises(NotInBucket):  # an empty segment
         patch(np.zeros(1, np.int32), 0, np.array([0]), removed_h=h[:1])
+    with pytest.raises(NotInBucket) as e:  # a row given twice is not in its bucket twice
+        patch(seg, 0, np.array([17, 5, 5]), removed_h=h[[17, 5, 5]])
+    assert e.value.row == 5
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -344,6 +348,24 @@ def test_packed_segments_match_their_definition(seed, kernel, monkeypatch):
     assert offsets.shape[0] == len(ref) + 1
     for p, want in enumerate(ref):
         assert np.array_equal(flat[offsets[p] : offsets[p + 1]], want.astype(np.int32))
+
+
+def test_a_rebuilds_entries_that_span_their_count_keep_their_rows():
+    # index_tables packs a layer's entries (in key order) followed by new rows: their rows
+    # increase within a key only. Where they happen to span exactly their count (row 0 in the
+    # lowest bucket, no row deleted), pack used to take each row as rows[0] + its position.
+    rng = np.random.default_rng(12)
+    n = 70_000  # above NUMPY_PACK_ENTRIES: the compiled path
+    keys = rng.integers(0, 50, n).astype(np.uint64)
+    keys[0] = np.argmin(mix(np.arange(50, dtype=np.uint64)))  # row 0 comes first in key order
+    flat, offsets = build_segments(keys, np.arange(n), bits=0)
+    h, r = entries(flat[offsets[0] : offsets[1]])
+    assert r[0] == 0 and not (np.diff(r) > 0).all()
+    H = np.concatenate([h, mix(rng.integers(0, 50, 10).astype(np.uint64))])
+    R = np.concatenate([r, np.arange(n, n + 10)])
+    got, got_offsets = pack(H, R, 0, sorted_rows=True)
+    assert np.array_equal(got[got_offsets[0] : got_offsets[1]],
+                          reference_segments(H, R, 0)[0].astype(np.int32))  # fmt: skip
 
 
 def test_the_compiled_key_order_is_a_stable_argsort_also_within_equal_top_bits():
