@@ -264,7 +264,7 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             # The rows' bucket keys come from their points, read (only the chunks holding them)
             # and hashed here before they are erased: at most max_batch rows.
             keys = keys_of_rows(txn.session, load_lsh(txn.session, attrs), rows)
-            erase_rows(txn.session, txn.root, rows, chunk_rows)
+            erase_rows(txn.session, txn.root, rows)
             timings["erase"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             if distributed:

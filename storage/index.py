@@ -324,11 +324,10 @@ class StoredIds:
         return row[known], known
 
 
-def erase_rows(session, root, rows: np.ndarray, chunk_rows: int) -> None:
+def erase_rows(session, root, rows: np.ndarray) -> None:
     """Erase the live ``rows`` (sorted) in place, chunk by chunk: points (and sketches) zeroed,
     groups -1, alive false; the root's ``n_alive`` drops by their number. Each array's chunks
-    that hold none of the rows are neither read nor written (``chunk_rows``: unused, kept for
-    the callers)."""
+    that hold none of the rows are neither read nor written."""
     before = dict(root.attrs)
     per_group = counts_of(before)
     root.attrs["n_alive"] = int(before["n_alive"]) - int(rows.size)
@@ -534,21 +533,28 @@ def read_tables_entries(session, t0: int, lengths: np.ndarray,
 READ_AHEAD_ENTRIES = 4_000_000  # indexed entries read ahead at once (64 MB decoded)
 
 
+def _table_runs(held: np.ndarray):
+    """Runs [j, last) of consecutive tables holding at most READ_AHEAD_ENTRIES entries together
+    (or one table), ``held``: the entries each table holds (what a reader keeps at once)."""
+    j = 0
+    while j < held.shape[0]:
+        last = j + 1
+        while last < held.shape[0] and held[j : last + 1].sum() <= READ_AHEAD_ENTRIES:
+            last += 1
+        yield j, last
+        j = last
+
+
 def _indexed_entries(session, t0: int, t1: int, given: list):
     """Per table of [t0, t1), the (mixed keys, rows) each layer of ``given`` ((layer, its
     segment lengths of those tables)) holds, read ahead in runs of tables holding at most
     READ_AHEAD_ENTRIES entries (or one table)."""
     held = sum((lengths.sum(axis=1) for _, lengths in given), np.zeros(t1 - t0, np.int64))
-    j = 0
-    while j < t1 - t0:
-        last = j + 1
-        while last < t1 - t0 and held[j : last + 1].sum() <= READ_AHEAD_ENTRIES:
-            last += 1
+    for j, last in _table_runs(held):
         per_layer = [read_tables_entries(session, t0 + j, lengths[j:last], name)
                      for name, lengths in given]  # fmt: skip
         for i in range(last - j):
             yield [layer[i] for layer in per_layer]
-        j = last
 
 
 def _block_shape(lengths: list, old_lengths: list) -> tuple[int, int]:
@@ -713,11 +719,7 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
     touched = [np.unique(seg_all[:, j]) for j in range(t1 - t0)]
     held = np.array([int(lengths[j, p].sum()) for j, p in enumerate(touched)], dtype=np.int64)
     rewritten = 0
-    j = 0
-    while j < t1 - t0:
-        last = j + 1
-        while last < t1 - t0 and held[j : last + 1].sum() <= READ_AHEAD_ENTRIES:
-            last += 1
+    for j, last in _table_runs(held):
         sels = [(t0 + i, int(p), slice(0, int(lengths[i, p])))
                 for i in range(j, last) for p in touched[i] if lengths[i, p]]  # fmt: skip
         got = iter(read_many(session, name, sels))
@@ -747,7 +749,6 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
                 chunks += _segment_chunks(t0 + i, p, seg, int(lengths[i, p]))
                 lengths[i, p] = seg.shape[0]
         write_chunks(session, name, chunks)
-        j = last
     return lengths, counts, rewritten
 
 

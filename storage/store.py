@@ -426,6 +426,21 @@ def read_rows_at(session, name: str, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def _check_rows(rows: np.ndarray, name: str, n: int) -> None:
+    """An IndexError naming the first of ``rows`` (in their order) outside [0, n)."""
+    if rows.min() < 0 or rows.max() >= n:
+        bad = rows[(rows < 0) | (rows >= n)][0]
+        raise IndexError(f"Row {bad} is out of range for {name} of {n} rows.")
+
+
+def _chunk_runs(sorted_rows: np.ndarray, block: int):
+    """(each row's chunk along the first axis, where each chunk's run of ``sorted_rows`` starts,
+    where it ends)."""
+    chunk = sorted_rows // block
+    firsts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
+    return chunk, firsts, np.r_[firsts[1:], sorted_rows.size]
+
+
 def for_rows_at(session, name: str, rows: np.ndarray, take) -> None:
     """Hand ``take(positions, values)`` the values of ``rows[positions]`` of array ``name``, a
     chunk at a time as each arrives: only the chunks holding ``rows`` are read, each once,
@@ -441,14 +456,10 @@ def for_rows_at(session, name: str, rows: np.ndarray, take) -> None:
         sel = (rows,) + (slice(None),) * (arr.ndim - 1)
         take(np.arange(rows.size), np.asarray(arr.get_orthogonal_selection(sel)))
         return
-    if rows.min() < 0 or rows.max() >= arr.shape[0]:
-        bad = rows[(rows < 0) | (rows >= arr.shape[0])][0]
-        raise IndexError(f"Row {bad} is out of range for {name} of {arr.shape[0]} rows.")
+    _check_rows(rows, name, arr.shape[0])
     block = arr.chunks[0]
     order = np.argsort(rows, kind="stable")
-    chunk = rows[order] // block
-    firsts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
-    ends = np.r_[firsts[1:], rows.size]
+    chunk, firsts, ends = _chunk_runs(rows[order], block)
 
     def one(i: int, values: np.ndarray) -> None:
         part = order[firsts[i] : ends[i]]
@@ -473,13 +484,9 @@ def rewrite_rows_at(session, name: str, rows: np.ndarray, edit) -> None:
     rows = np.unique(np.asarray(rows, dtype=np.int64))
     if rows.size == 0:
         return
-    if rows[0] < 0 or rows[-1] >= arr.shape[0]:
-        bad = rows[(rows < 0) | (rows >= arr.shape[0])][0]
-        raise IndexError(f"Row {bad} is out of range for {name} of {arr.shape[0]} rows.")
+    _check_rows(rows, name, arr.shape[0])
     block = int(arr.chunks[0])
-    chunk = rows // block
-    firsts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
-    ends = np.r_[firsts[1:], rows.size]
+    chunk, firsts, ends = _chunk_runs(rows, block)
     plain = _plain_chunks(arr)
     if plain is None or tuple(arr.chunks[1:]) != tuple(arr.shape[1:]):
         for f, e in zip(firsts, ends):

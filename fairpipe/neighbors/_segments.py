@@ -163,20 +163,6 @@ class NotInBucket(RuntimeError):
         self.row = row
 
 
-def _check_removed(h, ends, members, gone, removed, removed_h) -> None:
-    """Raise :class:`NotInBucket` for the first of ``removed`` that is not a member of the
-    bucket with mixed key ``removed_h`` (``gone``: the members that are one of ``removed``)."""
-    pos = np.flatnonzero(gone)
-    order = np.argsort(removed, kind="stable")
-    held = np.zeros(removed.shape[0], dtype=bool)
-    if pos.size:
-        at = order[np.searchsorted(removed[order], members[pos])]
-        bucket = np.searchsorted(ends, pos, side="right")  # ends[b - 1] <= pos < ends[b]
-        held[at] = h[bucket] == np.asarray(removed_h, np.uint64)[at]
-    if not held.all():
-        raise NotInBucket(int(removed[np.argmin(held)]))
-
-
 def _without(seg: np.ndarray, removed, removed_h=None) -> np.ndarray:
     """The segment without the rows ``removed``: the (h, row) order is kept, so no sort (the
     arrays :func:`pack` gives on the remaining entries). With ``removed_h`` (their mixed
@@ -186,10 +172,7 @@ def _without(seg: np.ndarray, removed, removed_h=None) -> np.ndarray:
                                    np.asarray(removed_h, np.uint64))  # fmt: skip
     h, ends, members = decode(seg)
     removed = np.asarray(removed if removed is not None else [], np.int32)
-    gone = np.isin(members, removed)
-    if removed_h is not None and removed.size:
-        _check_removed(h, ends, members, gone, removed, removed_h)
-    keep = ~gone
+    keep = ~np.isin(members, removed)
     if keep.all():
         return seg.copy() if seg.size else np.zeros(1, dtype=np.int32)
     sizes = np.diff(ends, prepend=0)
