@@ -44,6 +44,7 @@ from storage.index import (
     buckets_per_table,
     erase_rows,
     keys_of_rows,
+    layer_bits,
     load_lsh,
     table_blocks,
     update_index,
@@ -276,7 +277,7 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
                 removed = update_index(txn.session, txn.root, attrs, rows, keys)
             result["segments_rewritten"] = removed
             timings["lsh_index"] = time.perf_counter() - t0
-            result["buckets_per_table"] = buckets_per_table(txn.session)
+            result["buckets_per_table"] = buckets_per_table(txn.session, layer_bits(attrs))
             alive_after = alive.copy()
             alive_after[rows] = False
             t0 = time.perf_counter()

@@ -33,7 +33,6 @@ from fairpipe.neighbors import (
     E2LSH,
     WIDTH_PER_RADIUS,
     estimate_bucket_width,
-    partition_bits,
     width_sample_rows,
 )
 from flows.jobs import index_job, ingest_chunk
@@ -46,8 +45,7 @@ from flows.runtime import (
 )
 from flows.update import update_after_append
 from storage.index import (
-    DELTA_SHARE,
-    LAYERS,
+    MAIN,
     Staging,
     StoredIds,
     buckets_per_table,
@@ -55,12 +53,13 @@ from storage.index import (
     counts_of,
     create_index,
     create_layout,
-    delta_layout,
     drop_arrays,
     grow,
     index_tables,
+    layer_arrays,
     live_group_counts,
     load_lsh,
+    plan_layers,
     row_chunks,
     sketch_arrays,
     table_blocks,
@@ -168,58 +167,48 @@ def write_rows_task(fork, plans, lsh, chunks, base, staging, sketch: list[str]) 
 
 
 @task(name="build-bucket-index", cache_policy=NO_CACHE)
-def build_index_task(fork, staging, n_tables: int, n_rows: int, bits: int, build: str) -> list:
+def build_index_task(fork, staging, n_tables: int, n_rows: int, bits: int, sources: tuple,
+                     target: str) -> list:  # fmt: skip
     blocks = table_blocks(n_tables, n_rows)
     n = len(blocks)
     return dask_map(index_job, [fork] * n, [staging] * n, [a for a, _ in blocks],
-                    [b for _, b in blocks], [bits] * n, [build] * n)  # fmt: skip
+                    [b for _, b in blocks], [bits] * n, [sources] * n, [target] * n)  # fmt: skip
 
 
 def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
-                   before: dict | None) -> tuple[dict, int]:  # fmt: skip
-    """Put the staged new rows in the index (Dask jobs over blocks of tables, merged into
-    ``txn``): a new store's segments; else the delta (its rows and the new ones), while the
-    rows appended since the last build stay within 1/DELTA_SHARE of the live rows; else a
-    rebuild of the segments from both layers and the new rows, with the segment count the live
-    rows call for, and no delta. ``before``: the store's ``lsh`` attribute (None for a new
-    store). Returns (the index layout for the ``lsh`` attribute, segments written)."""
-    build, layer = "new", "main"
-    bits = partition_bits(n_alive)
-    layout: dict = {"segment_bits": bits}
-    start = staging.base
-    if before is None:
-        create_index(txn.root, n_tables)
-    else:
-        delta = delta_layout({"lsh": before})
-        start = staging.base if delta is None else delta[1]
-        if (staging.n_total - start) * DELTA_SHARE <= n_alive:
-            build, layer = "delta", "delta"
-            bits = partition_bits(staging.n_total - start)
-            layout = {"segment_bits": int(before["segment_bits"]), "delta_bits": bits,
-                      "delta_start": start}  # fmt: skip
-            if delta is None:
-                create_index(txn.root, n_tables, "delta")
-        else:
-            build = "rebuild"
-    if build == "delta" and (staging.n_total - start) * n_tables <= LOCAL_ENTRIES:
+                   attrs: dict | None) -> tuple[dict, int]:  # fmt: skip
+    """Put the staged new rows in the index (merged into ``txn``), where
+    :func:`storage.index.plan_layers` says: a new store's main layer; a new delta layer (merged
+    with the newest ones it outgrows); or a rebuild of the main layer from every layer, with
+    the segment count the live rows call for, and no delta. A layer of up to LOCAL_ENTRIES
+    entries is built here, larger ones by Dask jobs over blocks of tables. ``attrs``: the
+    store's root attributes (None for a new store). Returns (the index layout for the ``lsh``
+    attribute, segments written)."""
+    plan = plan_layers(attrs, staging.base, staging.n_total, n_alive)
+    if plan.target not in plan.sources:
+        create_index(txn.root, n_tables, plan.target)  # a new store's, or a new delta
+    rows = staging.n_total - plan.start
+    if plan.target != MAIN and rows * n_tables <= LOCAL_ENTRIES:
         # A small delta: built here, in one pass over the tables (a task and its jobs cost
         # about 0.3-0.5 s before any work; this takes about 0.1 s per million entries).
-        results = [(None, index_tables(txn.session, staging, 0, n_tables, bits, build))]
+        built = index_tables(txn.session, staging, 0, n_tables, plan.bits, plan.sources,
+                             plan.target)  # fmt: skip
+        results = [(None, built)]
     else:
-        results = build_index_task(
-            txn.fork(), staging, n_tables, staging.n_total - staging.base, bits, build
-        )
+        results = build_index_task(txn.fork(), staging, n_tables, staging.n_total - staging.base,
+                                   plan.bits, plan.sources, plan.target)  # fmt: skip
         txn.merge([fork for fork, _ in results])
-    lengths = np.zeros((n_tables, 1 << bits), dtype=np.int32)
+    lengths = np.zeros((n_tables, 1 << plan.bits), dtype=np.int32)
     counts = np.zeros(n_tables, dtype=np.int64)
     for _, part in results:
         for t, (v, c) in part.items():
             lengths[t], counts[t] = v, c
-    write_segment_lengths(txn.root, lengths, layer)
-    write_bucket_counts(txn.root, counts, layer)
-    if build == "rebuild":
-        drop_arrays(txn.root, LAYERS["delta"])
-    return layout, n_tables << bits
+    write_segment_lengths(txn.root, lengths, plan.target)
+    write_bucket_counts(txn.root, counts, plan.target)
+    for layer in plan.dropped:
+        drop_arrays(txn.root, layer_arrays(layer))
+    main_bits = plan.bits if plan.target == MAIN else int(attrs["lsh"]["segment_bits"])  # type: ignore[index]
+    return plan.layout(main_bits), n_tables << plan.bits
 
 
 # -- the flow -------------------------------------------------------------------------------------
@@ -334,9 +323,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
 
             t0 = time.perf_counter()
             n_alive = int(attrs.get("n_alive", 0)) + plan.n
-            layout, written = index_new_rows(
-                txn, staging, L, n_alive, attrs["lsh"] if appending else None
-            )
+            layout, written = index_new_rows(txn, staging, L, n_alive, attrs if appending else None)
             timings["bucket_index"] = time.perf_counter() - t0
         finally:
             staging.remove()
@@ -357,7 +344,8 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             counted = np.bincount(codes, minlength=max(len(group_names), 1))
             counted[: kept.size] += kept
             per_group = counted.tolist()
-        buckets = buckets_per_table(txn.session)
+        layers = [MAIN, *(name for name, _, _ in layout.get("deltas", []))]
+        buckets = buckets_per_table(txn.session, layers)
         if appending:  # the radius suggested for the first rows stays
             radius_hint = attrs.get("suggested_radius", lsh.bucket_width / WIDTH_PER_RADIUS)
         meta = write_dataset_attrs(

@@ -29,9 +29,10 @@ def ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
     return fork, {"rows": b - a, "seconds": time.perf_counter() - t0}
 
 
-def index_job(fork, staging: Staging, t0: int, t1: int, bits: int, build: str):
-    """Tables [t0, t1) of the index built from the staged keys (:func:`index_tables`)."""
-    return fork, index_tables(fork, staging, t0, t1, bits, build)
+def index_job(fork, staging: Staging, t0: int, t1: int, bits: int, sources: tuple, target: str):
+    """Tables [t0, t1) of index layer ``target`` built from the staged keys and the layers
+    ``sources`` (:func:`index_tables`)."""
+    return fork, index_tables(fork, staging, t0, t1, bits, sources, target)
 
 
 def remove_job(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, t0: int, t1: int):

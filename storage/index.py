@@ -29,12 +29,19 @@ Layout (store format 2):
   it changes; a query reads one segment per table. Nothing is stored per (row, table) beyond the
   member entry itself (about 4 bytes, plus 12 per bucket): a row's keys are recomputed from its
   point when needed.
-- the **delta** (``lsh/delta``, ``lsh/delta_lengths``, ``lsh/delta_bucket_counts``, the same
-  layout with ``delta_bits`` segment bits): the rows appended since the last build, rows
-  ``delta_start`` and up (attributes in ``lsh``; absent when there is no delta). An append
-  rewrites the delta only (a cost that follows the appended rows, not n), as long as the delta
-  holds at most 1/``DELTA_SHARE`` of the live rows; the append that would pass that rebuilds
-  the segments from both layers and drops the delta. A query reads a bucket from both layers.
+- the **deltas**: the rows appended since the last build, in layers of consecutive rows, each
+  with the same layout as the main one (``lsh/delta_<start>``, ``lsh/delta_<start>_lengths``,
+  ``lsh/delta_<start>_bucket_counts``; its own segment bits), listed oldest first in the ``lsh``
+  attribute ``deltas`` as ``[name, first row, segment bits]`` (``delta_start``: the first row of
+  the oldest; both absent when there is no delta). An append writes its rows as a new layer,
+  merged with the newest layers while they hold no more rows than it (a binary counter, as in
+  Bentley and Saxe's logarithmic method: a row is rewritten about log2 of the deltas' rows over
+  an append's times before the next build, and there are at most ``MAX_DELTAS`` layers), so
+  its cost follows the appended rows, not n; the append that would take the deltas past
+  1/``DELTA_SHARE`` of the live rows rebuilds the main layer from every layer and drops the
+  deltas. A query reads a bucket from every layer. (A store made before the layers has one
+  delta named ``delta`` with the attributes ``delta_bits`` and ``delta_start``: read as such,
+  and merged into the layers by later appends.)
 
 A forgotten row keeps its place (row numbers are stable) but is erased: points and sketches zeroed,
 group -1, ``alive`` false, and it leaves every bucket. Format 1 stores (uint64 ``lsh/keys`` and (L, n)
@@ -48,6 +55,7 @@ import re
 import shutil
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -98,15 +106,12 @@ SEGMENT_CAPACITY = 1 << 34  # the segments' last dimension: larger than any segm
 MAX_SEGMENTS = 1 << 20  # segments per table at most (2**31 rows at 2048 rows per segment)
 INDEX_BLOCK_BYTES = 256 << 20  # index entries one job holds at most
 WRITE_BLOCK_BYTES = 64 << 20  # segments of several tables written in one call, at most
-DELTA_SHARE = 8  # appended rows stay in the delta while at most 1/8 of the live rows
+DELTA_SHARE = 8  # appended rows stay in the deltas while at most 1/8 of the live rows
+MAX_DELTAS = 4  # delta layers at most (a query reads a segment per table from each)
 ID_RANGES = "id_ranges"
 LIVE_PER_GROUP = "live_per_group"  # root attribute: live rows per group
 ID_RANGE_BLOCK = 65536  # chunks of ids per chunk of their ranges (1 MB)
-# The index's two layers: (segments, their lengths, bucket counts) under ``lsh/``.
-LAYERS = {
-    "main": ("segments", "segment_lengths", "bucket_counts"),
-    "delta": ("delta", "delta_lengths", "delta_bucket_counts"),
-}
+MAIN = "main"  # the index's main layer (the others are deltas, named ``delta_<first row>``)
 # The library's names of E2LSH's parameters -> their names in the store's ``lsh`` attribute.
 LSH_STORE_NAMES = {"n_hashes": "k", "n_tables": "n_tables", "bucket_width": "width", "seed": "seed"}
 
@@ -124,25 +129,87 @@ def store_format(attrs: dict) -> int:
 # -- the hash functions ---------------------------------------------------------------------------
 def lsh_attrs(lsh: E2LSH, layout: dict) -> dict:
     """The ``lsh`` root attribute of a store for these hash functions and index ``layout``
-    (``segment_bits``, and ``delta_bits``/``delta_start`` when there is a delta)."""
+    (``segment_bits``, and ``deltas``/``delta_start`` when there are deltas)."""
     params = lsh.get_params()
+    layout = {k: v if k == "deltas" else int(v) for k, v in layout.items()}
     return {**{store: params[name] for name, store in LSH_STORE_NAMES.items()},
-            "projection": lsh.projection, **{k: int(v) for k, v in layout.items()}}  # fmt: skip
+            "projection": lsh.projection, **layout}  # fmt: skip
 
 
-def delta_layout(attrs: dict) -> tuple[int, int] | None:
-    """(delta bits, first row of the delta) of a store with a delta, else None."""
+def layer_arrays(layer: str) -> tuple[str, str, str]:
+    """The arrays under ``lsh/`` of an index layer: (segments, segment lengths, bucket counts)."""
+    if layer == MAIN:
+        return ("segments", "segment_lengths", "bucket_counts")
+    return (layer, f"{layer}_lengths", f"{layer}_bucket_counts")
+
+
+def deltas_of(attrs: dict) -> list[tuple[str, int, int]]:
+    """The store's delta layers, oldest first: (name, first row, segment bits); a layer holds
+    the rows from its first row to the next layer's (the last: to ``n``)."""
     lsh = attrs["lsh"]
-    if lsh.get("delta_bits") is None:
-        return None
-    return int(lsh["delta_bits"]), int(lsh["delta_start"])
+    if lsh.get("deltas") is not None:
+        return [(str(name), int(start), int(bits)) for name, start, bits in lsh["deltas"]]
+    if lsh.get("delta_bits") is not None:  # a store made before the layers: one delta
+        return [("delta", int(lsh["delta_start"]), int(lsh["delta_bits"]))]
+    return []
 
 
 def layer_bits(attrs: dict) -> dict[str, int]:
-    """Segment bits of each layer the store's index has."""
-    delta = delta_layout(attrs)
-    bits = {"main": int(attrs["lsh"]["segment_bits"])}
-    return bits if delta is None else {**bits, "delta": delta[0]}
+    """Segment bits of each layer of the store's index, in row order (the main layer first)."""
+    bits = {MAIN: int(attrs["lsh"]["segment_bits"])}
+    return {**bits, **{name: b for name, _, b in deltas_of(attrs)}}
+
+
+def layer_starts(attrs: dict) -> list[tuple[str, int, int]]:
+    """Every layer as (name, first row, segment bits), in row order (the main layer first)."""
+    return [(MAIN, 0, int(attrs["lsh"]["segment_bits"])), *deltas_of(attrs)]
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """Where an append's rows go in the index: the layers whose entries are read back
+    (``sources``, in row order), the layer written (``target``, holding the rows from
+    ``start``; ``bits``: its segment bits) and the store's deltas afterwards."""
+
+    sources: tuple[str, ...]
+    target: str
+    start: int
+    bits: int
+    deltas: tuple[tuple[str, int, int], ...]
+
+    @property
+    def dropped(self) -> list[str]:
+        """Layers merged into the target (their arrays are removed)."""
+        return [name for name in self.sources if name != self.target]
+
+    def layout(self, main_bits: int) -> dict:
+        """The index layout for the ``lsh`` attribute."""
+        if not self.deltas:
+            return {"segment_bits": main_bits}
+        return {"segment_bits": main_bits, "deltas": [list(d) for d in self.deltas],
+                "delta_start": self.deltas[0][1]}  # fmt: skip
+
+
+def plan_layers(attrs: dict | None, base: int, n_total: int, n_alive: int) -> LayerPlan:
+    """Where the rows [base, n_total) appended to a store (root attributes ``attrs``; None for a
+    new store) go: a new store's main layer; else a new delta layer, merged with the newest
+    layers while they hold no more rows than the layer being made (or while there would be more
+    than MAX_DELTAS); else, when the deltas would hold more than 1/DELTA_SHARE of the
+    ``n_alive`` live rows, a rebuild of the main layer from every layer and no delta."""
+    if attrs is None:
+        return LayerPlan((), MAIN, 0, partition_bits(n_alive), ())
+    deltas = deltas_of(attrs)
+    first = deltas[0][1] if deltas else base
+    if (n_total - first) * DELTA_SHARE > n_alive:
+        sources = (MAIN, *(name for name, _, _ in deltas))
+        return LayerPlan(sources, MAIN, 0, partition_bits(n_alive), ())
+    kept, start, merged = list(deltas), base, list[str]()
+    while kept and (start - kept[-1][1] <= n_total - start or len(kept) >= MAX_DELTAS):
+        name, start, _ = kept.pop()
+        merged.insert(0, name)
+    bits = partition_bits(n_total - start)
+    target = f"delta_{start}"
+    return LayerPlan(tuple(merged), target, start, bits, (*kept, (target, start, bits)))
 
 
 def load_lsh(session, attrs: dict) -> E2LSH:
@@ -443,17 +510,16 @@ def table_blocks(n_tables: int, n_rows: int) -> list[tuple[int, int]]:
     return [(t, min(t + per_job, n_tables)) for t in range(0, n_tables, per_job)]
 
 
-def create_index(root, n_tables: int, layer: str = "main") -> None:
-    """An empty segment array for ``layer``, replacing any there (a new main layer drops the
+def create_index(root, n_tables: int, layer: str = MAIN) -> None:
+    """An empty segment array for ``layer``, replacing any there (a new main layer drops every
     delta and any format 1 arrays too). Its shape is the largest any store needs; only the
     chunks written exist."""
-    names = (
-        LAYERS["delta"]
-        if layer == "delta"
-        else (*LAYERS["main"], *LAYERS["delta"], "keys", "members", "bucket_keys", "bucket_starts")
-    )
+    names = list(layer_arrays(layer))
+    if layer == MAIN:
+        names += [name for name in root["lsh"].array_keys() if name.startswith("delta")]
+        names += ["keys", "members", "bucket_keys", "bucket_starts"]
     drop_arrays(root, names)
-    root.create_array(f"lsh/{LAYERS[layer][0]}", shape=(n_tables, MAX_SEGMENTS, SEGMENT_CAPACITY),
+    root.create_array(f"lsh/{layer_arrays(layer)[0]}", shape=(n_tables, MAX_SEGMENTS, SEGMENT_CAPACITY),
                       chunks=(1, 1, SEGMENT_CHUNK), dtype="int32", fill_value=0,
                       compressors=segment_codec())  # fmt: skip
 
@@ -474,17 +540,17 @@ def drop_arrays(root, names) -> None:
             del root[f"lsh/{name}"]
 
 
-def write_bucket_counts(root, counts: np.ndarray, layer: str = "main") -> None:
+def write_bucket_counts(root, counts: np.ndarray, layer: str = MAIN) -> None:
     """Buckets per table of ``layer`` (``lsh/bucket_counts`` int64 (L,) for the main one)."""
-    name = LAYERS[layer][2]
+    name = layer_arrays(layer)[2]
     drop_arrays(root, [name])
     root.create_array(f"lsh/{name}", shape=counts.shape, dtype="int64")[...] = counts
 
 
-def write_segment_lengths(root, lengths: np.ndarray, layer: str = "main") -> None:
+def write_segment_lengths(root, lengths: np.ndarray, layer: str = MAIN) -> None:
     """The used length of every segment of ``layer`` (replacing the array: the segment count
     may change)."""
-    name = LAYERS[layer][1]
+    name = layer_arrays(layer)[1]
     drop_arrays(root, [name])
     root.create_array(f"lsh/{name}", shape=lengths.shape, chunks=lengths.shape,
                       dtype="int32", fill_value=0)[...] = lengths  # fmt: skip
@@ -492,16 +558,15 @@ def write_segment_lengths(root, lengths: np.ndarray, layer: str = "main") -> Non
 
 def read_lengths(session, layer: str, sel=slice(None)) -> np.ndarray | None:
     """Segment lengths of ``layer`` (tables ``sel``), None when the store has no such layer."""
-    name = LAYERS[layer][1]
+    name = layer_arrays(layer)[1]
     return read_array(session, f"lsh/{name}", sel) if name in open_group(session)["lsh"] else None
 
 
-def buckets_per_table(session) -> float:
-    """Mean buckets per table (a bucket with members in both layers counts twice)."""
-    counts = read_array(session, "lsh/bucket_counts")
-    if LAYERS["delta"][2] in open_group(session)["lsh"]:
-        counts = counts + read_array(session, f"lsh/{LAYERS['delta'][2]}")
-    return float(counts.mean())
+def buckets_per_table(session, layers) -> float:
+    """Mean buckets per table of the index ``layers`` (a bucket with members in several layers
+    counts once in each)."""
+    names = [f"lsh/{layer_arrays(layer)[2]}" for layer in layers]
+    return float(np.sum(read_arrays(session, names), axis=0).mean())
 
 
 def bucket_count(flat: np.ndarray, offsets: np.ndarray) -> int:
@@ -514,14 +579,14 @@ def _padded(length: int) -> int:
 
 
 def read_tables_entries(session, t0: int, lengths: np.ndarray,
-                        layer: str = "main") -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+                        layer: str = MAIN) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
     """(mixed keys, rows) of every entry of tables ``t0, t0 + 1, ...`` in ``layer``
     (``lengths``: their segment lengths there, a row per table), their segments fetched
     together (a read per table cost about 4 ms for a small delta, mostly opening the array
     again)."""
     sels = [(t0 + j, int(p), slice(0, int(v[p])))
             for j, v in enumerate(lengths) for p in np.flatnonzero(v)]  # fmt: skip
-    got = iter(read_many(session, f"lsh/{LAYERS[layer][0]}", sels))
+    got = iter(read_many(session, f"lsh/{layer_arrays(layer)[0]}", sels))
     out = []
     for v in lengths:
         parts = [entries(next(got)) for _ in np.flatnonzero(v)]
@@ -567,7 +632,7 @@ def _block_shape(lengths: list, old_lengths: list) -> tuple[int, int]:
 
 
 def write_tables(session, t0: int, packed: list, old_lengths: list,
-                 layer: str = "main") -> list[np.ndarray]:  # fmt: skip
+                 layer: str = MAIN) -> list[np.ndarray]:  # fmt: skip
     """Write tables ``t0, t0 + 1, ...``'s segments of ``layer`` (``packed``: each table's
     (flat, offsets) from :func:`pack`) over the old ones (their ``old_lengths``, zeroed where
     the new ones are shorter), in one Zarr call (its chunks written concurrently; a call per
@@ -580,29 +645,20 @@ def write_tables(session, t0: int, packed: list, old_lengths: list,
     for j, ((flat, offsets), v) in enumerate(zip(packed, lengths)):
         for p in np.flatnonzero(v):
             block[j, p, : v[p]] = flat[offsets[p] : offsets[p + 1]]
-    write_block(session, f"lsh/{LAYERS[layer][0]}", (t0, 0, 0), block)
+    write_block(session, f"lsh/{layer_arrays(layer)[0]}", (t0, 0, 0), block)
     return lengths
 
 
-# What a build reads besides the staged keys, and the layer it writes.
-BUILDS = {
-    "new": ((), "main"),
-    "rebuild": (("main", "delta"), "main"),
-    "delta": (("delta",), "delta"),
-}
-
-
-def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
-                 build: str) -> dict[int, tuple[np.ndarray, int]]:  # fmt: skip
-    """Build tables [t0, t1) with ``2**bits`` segments: ``new`` from the staged keys of the new
-    rows (a new store), ``rebuild`` from them and every entry indexed (both layers) into the
-    main layer, ``delta`` from them and the delta's entries into the delta. Returns each table's
-    segment lengths and bucket count."""
-    sources, layer = BUILDS[build]
+def index_tables(session, staging: Staging, t0: int, t1: int, bits: int, sources: tuple,
+                 target: str) -> dict[int, tuple[np.ndarray, int]]:  # fmt: skip
+    """Build tables [t0, t1) of layer ``target`` with ``2**bits`` segments from the staged keys
+    of the new rows and every entry of the layers ``sources`` (in row order: a new store has
+    none; a delta, the newest deltas it merges; a rebuild of the main layer, every layer).
+    Returns each table's segment lengths and bucket count."""
     new_keys = staging.read(t0, t1)  # (tables, rows)
     new_rows = np.arange(staging.base, staging.n_total, dtype=np.int64)
     old = {name: read_lengths(session, name, slice(t0, t1)) for name in sources}
-    prior = old.get(layer)
+    prior = old.get(target)  # the target's old segments are written over
     out: dict[int, tuple[np.ndarray, int]] = {}
     # (packed table, its old segment lengths) not yet written: written together, one Zarr call;
     # ``shape``: the group's segments and longest segment so far (what sizes its block)
@@ -612,7 +668,7 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
     def flush() -> None:
         g0 = t0 + len(out)
         packed = [p for p, _ in group]
-        written = write_tables(session, g0, packed, [before for _, before in group], layer)
+        written = write_tables(session, g0, packed, [before for _, before in group], target)
         for i, (lengths, (flat, offsets)) in enumerate(zip(written, packed)):
             out[g0 + i] = (lengths, bucket_count(flat, offsets))
         group.clear()
@@ -624,7 +680,7 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
             h = np.concatenate([*(p[0] for p in parts), h])
             r = np.concatenate([*(p[1] for p in parts), r])
         # Entries of equal key come in increasing rows: each layer's bucket in row order, the
-        # main layer's rows below the delta's, the staged rows (in row order) above both. So a
+        # layers in row order, the staged rows (in row order) above them all. So a
         # stable sort by key alone puts every bucket in row order (pack's sorted_rows).
         table = (pack(h, r, bits, sorted_rows=True, consecutive=not parts),
                  prior[j] if prior is not None else np.zeros(0, np.int32))  # fmt: skip
@@ -643,10 +699,10 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int,
 
 def update_index(session, root, attrs: dict, rows: np.ndarray, keys: np.ndarray) -> int:
     """Remove the ``rows`` (sorted; their keys (r, L) given) from their buckets, rewriting only
-    the segments holding them (rows from ``delta_start`` on are in the delta, the others in the
-    main layer). Gives the segments a fresh build on the remaining rows gives. Returns the
-    segments rewritten. (:func:`remove_from_tables` on blocks of tables, in forks, then
-    :func:`write_removal`, is the same spread over jobs.)"""
+    the segments holding them (each row in the layer holding its row number). Gives the segments
+    a fresh build on the remaining rows gives. Returns the segments rewritten.
+    (:func:`remove_from_tables` on blocks of tables, in forks, then :func:`write_removal`, is
+    the same spread over jobs.)"""
     part = remove_from_tables(session, attrs, rows, keys, 0, int(attrs["lsh"]["n_tables"]))
     return write_removal(session, root, [part])
 
@@ -656,15 +712,14 @@ def remove_from_tables(session, attrs: dict, rows: np.ndarray, keys: np.ndarray,
     """:func:`update_index`'s segment rewrites for tables [t0, t1) only (a fork is fine;
     ``keys`` (r, t1 - t0): the rows' keys in those tables): their new segment lengths and
     bucket counts per layer, for :func:`write_removal`."""
-    delta = delta_layout(attrs)
-    split = int(np.searchsorted(rows, delta[1])) if delta is not None else rows.shape[0]
+    layers = layer_starts(attrs)
+    cuts = [*np.searchsorted(rows, [start for _, start, _ in layers[1:]]).tolist(), rows.shape[0]]
     out: dict = {"tables": (t0, t1), "layers": {}, "rewritten": 0}
-    parts = [("main", int(attrs["lsh"]["segment_bits"]), slice(0, split))]
-    if delta is not None and split < rows.shape[0]:
-        parts.append(("delta", delta[0], slice(split, None)))
     exact = key_projection(attrs) == "exact"
-    for layer, bits, sel in parts:
-        lengths, counts, rewritten = _remove_rows(session, layer, bits, rows[sel], keys[sel],
+    for (layer, _, bits), a, b in zip(layers, [0, *cuts[:-1]], cuts):
+        if a == b and layer != MAIN:
+            continue
+        lengths, counts, rewritten = _remove_rows(session, layer, bits, rows[a:b], keys[a:b],
                                                   t0, exact)  # fmt: skip
         out["layers"][layer] = (lengths, counts)
         out["rewritten"] += rewritten
@@ -674,8 +729,8 @@ def remove_from_tables(session, attrs: dict, rows: np.ndarray, keys: np.ndarray,
 def write_removal(session, root, parts: list[dict]) -> int:
     """Write the segment lengths and bucket counts of :func:`remove_from_tables`'s ``parts``
     (blocks of tables; the other tables keep theirs). Returns the segments rewritten."""
-    for layer in {name for part in parts for name in part["layers"]}:
-        _, lengths_name, counts_name = LAYERS[layer]
+    for layer in sorted({name for part in parts for name in part["layers"]}):
+        _, lengths_name, counts_name = layer_arrays(layer)
         lengths = read_array(session, f"lsh/{lengths_name}")
         counts = read_array(session, f"lsh/{counts_name}")
         for part in parts:
@@ -709,7 +764,7 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
     table where a row is not found has its removed rows' stored keys read from the table's
     segments instead (a scan of one table, rare: a cell within a float32 rounding of an
     integer), so the row leaves the bucket it is in."""
-    name, lengths_name, counts_name = LAYERS[layer]
+    name, lengths_name, counts_name = layer_arrays(layer)
     name = f"lsh/{name}"
     t1 = t0 + keys.shape[1]
     lengths = read_array(session, f"lsh/{lengths_name}", slice(t0, t1))
@@ -807,21 +862,19 @@ def keys_of_rows(session, lsh: E2LSH, rows: np.ndarray) -> np.ndarray:
 
 def load_index(session, attrs: dict) -> BucketIndex:
     """Every table's buckets, concatenated (a table's buckets in increasing mixed key, the
-    delta's members of a bucket after the main layer's: in row order, as a fresh build)."""
+    deltas' members of a bucket after the main layer's, in row order: as a fresh build)."""
     if store_format(attrs) == 1:
         return _load_format1_index(session, int(attrs["n_alive"]))
-    lengths = read_array(session, "lsh/segment_lengths")
-    given = [("main", lengths)]
-    delta = read_lengths(session, "delta") if delta_layout(attrs) is not None else None
-    if delta is not None:
-        given.append(("delta", delta))
+    names = list(layer_bits(attrs))
+    got = read_arrays(session, [f"lsh/{layer_arrays(name)[1]}" for name in names])
+    given = list(zip(names, got))
     tables = []
-    for parts in _indexed_entries(session, 0, lengths.shape[0], given):
+    for parts in _indexed_entries(session, 0, got[0].shape[0], given):
         h = np.concatenate([p[0] for p in parts])
         r = np.concatenate([p[1] for p in parts])
         if len(parts) > 1:
             # Equal keys keep increasing rows under a stable sort: each layer's bucket is in
-            # row order and the main layer's rows are below the delta's (as in index_tables).
+            # row order and the layers are in row order (as in index_tables).
             order = np.argsort(h, kind="stable")
             h, r = h[order], r[order]
         new = np.ones(h.shape[0], dtype=bool)

@@ -33,9 +33,19 @@ from storage.store import _fetch_many, _PlainChunks
 
 NATIVE = "icechunk._icechunk_python"
 # The arrays of a store a query may read (each must be plainly encoded for the light path).
+# (With the arrays of the index's delta layers, :func:`delta_arrays`.)
 QUERY_ARRAYS = ("ids", "id_ranges", "alive", "points", "sketch", "sketch_residual", "lsh/projections",
                 "lsh/offsets", "lsh/multipliers", "lsh/segments", "lsh/segment_lengths",
-                "lsh/bucket_counts", "lsh/delta", "lsh/delta_lengths", "lsh/delta_bucket_counts")  # fmt: skip
+                "lsh/bucket_counts")  # fmt: skip
+
+
+def delta_arrays(attrs: dict) -> list[str]:
+    """The arrays of the index's delta layers of a store with these root attributes."""
+    from storage.index import deltas_of, layer_arrays
+
+    if not isinstance(attrs.get("lsh"), dict):
+        return []
+    return [f"lsh/{a}" for name, _, _ in deltas_of(attrs) for a in layer_arrays(name)]
 
 
 def native_icechunk():
@@ -282,9 +292,11 @@ def open_light(local_dir: Path, snapshot: str | None = None) -> tuple[LightSessi
             session = LightSession(repo.readonly_session(branch="main"))
         else:
             session = LightSession(repo.readonly_session(snapshot_id=snapshot))
-        attrs = session.load(QUERY_ARRAYS)  # arrays a store lacks (no delta, no sketch) are
-        if attrs.get("fairpipe_format") is None or not attrs.get("n"):  # never read
+        attrs = session.load(QUERY_ARRAYS)  # arrays a store lacks (no sketch) are never read
+        if attrs.get("fairpipe_format") is None or not attrs.get("n"):
             return None
+        if delta_arrays(attrs):  # a second round trip, for the deltas' arrays
+            session.load(delta_arrays(attrs))
         return session, attrs
     except Exception:  # anything unexpected: the ordinary path opens it and names the problem
         return None

@@ -47,10 +47,10 @@ from fairpipe.neighbors import (
 )
 from fairpipe.validation import check_points
 from storage.index import (
-    LAYERS,
     StoredIds,
     has_residual,
     has_sketch,
+    layer_arrays,
     layer_bits,
     load_sampler,
     lsh_from_arrays,
@@ -256,7 +256,7 @@ class StoreReader:
             names = LSH_ARRAYS
             layers = [layer for layer in layer_bits(self.attrs) if layer not in self._lengths]
             got = read_arrays(self.session, [f"lsh/{name}" for name in names]
-                              + [f"lsh/{LAYERS[layer][1]}" for layer in layers])  # fmt: skip
+                              + [f"lsh/{layer_arrays(layer)[1]}" for layer in layers])  # fmt: skip
             self._lengths.update(zip(layers, got[len(names) :]))
             self._lsh = lsh_from_arrays(dict(zip(names, got)), self.attrs)
         return self._lsh
@@ -266,11 +266,12 @@ class StoreReader:
         missing = sorted({w for w in wanted if w not in self._segments})
         for layer in {w[0] for w in missing}:
             if layer not in self._lengths:
-                self._lengths[layer] = read_array(self.session, f"lsh/{LAYERS[layer][1]}")
+                self._lengths[layer] = read_array(self.session, f"lsh/{layer_arrays(layer)[1]}")
         sels = [(t, p, slice(0, int(self._lengths[layer][t, p]))) for layer, t, p in missing]
         for layer in {w[0] for w in missing}:
             mine = [i for i, w in enumerate(missing) if w[0] == layer]
-            got = read_many(self.session, f"lsh/{LAYERS[layer][0]}", [sels[i] for i in mine])
+            got = read_many(self.session, f"lsh/{layer_arrays(layer)[0]}",
+                            [sels[i] for i in mine])  # fmt: skip
             for i, seg in zip(mine, got):
                 self._segments[missing[i]] = seg
         return [self._segments[w] for w in wanted]
@@ -368,7 +369,7 @@ class StoreReader:
         numbers per candidate (u, L), the query's bucket numbers (L,))."""
         keys = self.lsh.hash_validated(q[None, :])[0]
         h = mix(keys)
-        bits = layer_bits(self.attrs)  # the delta's members of a bucket follow (larger rows)
+        bits = layer_bits(self.attrs)  # the deltas' members of a bucket follow (larger rows)
         wanted = [(layer, t, int(p)) for layer, b in bits.items()
                   for t, p in enumerate(segment_of(h, b))]  # fmt: skip
         segs = self.segments(wanted)

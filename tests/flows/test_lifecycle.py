@@ -304,9 +304,10 @@ def test_segmented_index_through_appends_and_forgets(prefect_server, tmp_path, m
 
 
 @pytest.mark.parametrize("jobs", [False, True])
-def test_appends_fill_the_delta_until_one_rebuilds(prefect_server, tmp_path, monkeypatch, jobs):
-    """Appends of up to 1/8 of the rows go to the index's delta (only it is written); forgets
-    reach rows in both layers; the append that passes 1/8 merges everything into the segments.
+def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, monkeypatch, jobs):
+    """Appends of up to 1/8 of the rows go to delta layers (only the new layer and the ones it
+    merges are written): a layer merges the newest ones holding no more rows than it; forgets
+    reach rows in every layer; the append that passes 1/8 merges everything into the segments.
     Each state equals a fresh build. Small appends and forgets are done by the flow itself;
     ``jobs``: as Dask jobs, as large ones are. The indexed entries a delta or a rebuild reads
     back come a few tables at a time (as a large delta's do), here 20 entries."""
@@ -323,20 +324,80 @@ def test_appends_fill_the_delta_until_one_rebuilds(prefect_server, tmp_path, mon
         monkeypatch.setattr(flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
     X, ids, labels = pool()
     store = tmp_path / "store"
+
+    def deltas():
+        lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
+        return [tuple(d) for d in lsh.get("deltas", [])]
+
     ingest(tmp_path, store, "b0", X[:400], ids[:400], labels[:400], **LSH)
     res = ingest(tmp_path, store, "b1", X[400:420], ids[400:420], labels[400:420])
-    lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
-    assert (lsh["delta_start"], lsh["delta_bits"]) == (400, 1)  # 20 rows: 2 segments of ~16
+    assert deltas() == [("delta_400", 400, 1)]  # 20 rows: 2 segments of ~16
     assert res["segments_written"] == LSH["lsh_tables"] << 1
     run_forget(str(store), [ids[3], ids[405], ids[419]], **THREADS)  # main and delta rows
-    res = ingest(tmp_path, store, "b2", X[420:445], ids[420:445], labels[420:445])
-    lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
-    assert (lsh["delta_start"], lsh["delta_bits"]) == (400, 2)
+    res = ingest(tmp_path, store, "b2", X[420:430], ids[420:430], labels[420:430])
+    assert deltas() == [("delta_400", 400, 1), ("delta_420", 420, 0)]  # 20 rows > 10: kept
+    assert res["segments_written"] == LSH["lsh_tables"]
+    run_forget(str(store), [ids[401], ids[425]], **THREADS)  # rows of both deltas
     assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))
-    ingest(tmp_path, store, "b3", X[445:475], ids[445:475], labels[445:475])  # 75 > 472 / 8
+    ingest(tmp_path, store, "b3", X[430:445], ids[430:445], labels[430:445])
+    assert deltas() == [("delta_400", 400, 2)]  # 10 <= 15, then 20 <= 25: both merged
+    lsh_group = open_group(FairpipeStore.open(str(store)).readonly_session())["lsh"]
+    assert sorted(n for n in lsh_group.array_keys() if n.startswith("delta")) == [
+        "delta_400", "delta_400_bucket_counts", "delta_400_lengths"]  # fmt: skip
+    (tmp_path / "merged").mkdir()
+    assert_same_artifacts(store, fresh_build(tmp_path / "merged", store, "", False))
+    ingest(tmp_path, store, "b4", X[445:475], ids[445:475], labels[445:475])  # 75 > 470 / 8
     lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
-    assert "delta_bits" not in lsh and lsh["segment_bits"] == 5
+    assert "deltas" not in lsh and "delta_start" not in lsh and lsh["segment_bits"] == 5
     lsh_group = open_group(FairpipeStore.open(str(store)).readonly_session())["lsh"]
     assert not [name for name in lsh_group.array_keys() if name.startswith("delta")]
+    (tmp_path / "later").mkdir()
+    assert_same_artifacts(store, fresh_build(tmp_path / "later", store, "", False))
+
+
+def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, tmp_path):
+    """A store written before the delta layers (one delta named ``delta``, attributes
+    ``delta_bits``/``delta_start``): queries read it, a forget reaches its rows, and the next
+    append merges it into a layer (its arrays dropped); every state equals a fresh build."""
+    import fairpipe
+    from storage.index import (
+        create_index,
+        drop_arrays,
+        layer_arrays,
+        write_bucket_counts,
+        write_segment_lengths,
+    )
+    from storage.store import write_block
+
+    X, ids, labels = pool()
+    store = tmp_path / "store"
+    ingest(tmp_path, store, "b0", X[:400], ids[:400], labels[:400], **LSH)
+    ingest(tmp_path, store, "b1", X[400:440], ids[400:440], labels[400:440])
+    st_ = FairpipeStore.open(str(store))
+    with st_.transaction("as an older version wrote it") as txn:  # delta_400 -> delta
+        lengths = read_array(txn.session, "lsh/delta_400_lengths")
+        counts = read_array(txn.session, "lsh/delta_400_bucket_counts")
+        width = -(-int(lengths.max()) // 65536) * 65536
+        block = read_array(txn.session, "lsh/delta_400", (slice(None), slice(0, lengths.shape[1]),
+                                                          slice(0, width)))  # fmt: skip
+        create_index(txn.root, LSH["lsh_tables"], "delta")
+        write_block(txn.session, "lsh/delta", (0, 0, 0), block)
+        write_segment_lengths(txn.root, lengths, "delta")
+        write_bucket_counts(txn.root, counts, "delta")
+        drop_arrays(txn.root, layer_arrays("delta_400"))
+        lsh = dict(txn.root.attrs["lsh"])
+        (_, start, bits), *_ = lsh.pop("deltas")
+        txn.root.attrs["lsh"] = {**lsh, "delta_bits": bits, "delta_start": start}
+    reader = fairpipe.open_store(str(store))
+    assert "deltas" not in reader.attrs["lsh"]
+    found = reader.neighbourhood(query_rows=[420, 430], radius=4.0)  # rows of that delta
+    assert ids[420] in found[0] and ids[430] in found[1]
+    run_forget(str(store), [ids[3], ids[410]], **THREADS)
+    assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))
+    ingest(tmp_path, store, "b2", X[440:480], ids[440:480], labels[440:480])  # 40 <= 40: merged
+    lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
+    assert lsh["deltas"] == [["delta_400", 400, lsh["deltas"][0][2]]] and "delta_bits" not in lsh
+    lsh_group = open_group(FairpipeStore.open(str(store)).readonly_session())["lsh"]
+    assert not {"delta", "delta_lengths", "delta_bucket_counts"} & set(lsh_group.array_keys())
     (tmp_path / "later").mkdir()
     assert_same_artifacts(store, fresh_build(tmp_path / "later", store, "", False))

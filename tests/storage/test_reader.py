@@ -20,19 +20,23 @@ THREADS = dict(n_workers=1, processes=False)
 
 @pytest.fixture(scope="module")
 def store(prefect_server, tmp_path_factory):
-    """A store with forgotten rows and an append held in the index's delta (one of its rows
-    forgotten too), and the FairNN holding the same rows."""
+    """A store with forgotten rows and two appends held in two delta layers of the index (a row
+    of the second forgotten too), and the FairNN holding the same rows."""
     tmp = tmp_path_factory.mktemp("reader")
     X, _ = make_blobs(n_samples=3000, n_features=5, centers=3, random_state=2)
     X = X.astype(np.float32)
     np.save(tmp / "a.npy", X[:2700])
-    np.save(tmp / "b.npy", X[2700:])
+    np.save(tmp / "b.npy", X[2700:2900])
+    np.save(tmp / "c.npy", X[2900:])
     opts = IngestOptions(seed=3, lsh_k=3, lsh_tables=6, lsh_width=2.5, chunk_rows=512)
     run_ingest(str(tmp / "a.npy"), str(tmp / "s"), opts, **THREADS)
     run_forget(str(tmp / "s"), [10, 2000], **THREADS)
     run_ingest(str(tmp / "b.npy"), str(tmp / "s"), IngestOptions(), **THREADS)
+    run_ingest(str(tmp / "c.npy"), str(tmp / "s"), IngestOptions(), **THREADS)
     run_forget(str(tmp / "s"), [2900], **THREADS)
-    assert fairpipe.open_store(str(tmp / "s")).attrs["lsh"]["delta_start"] == 2700
+    lsh = fairpipe.open_store(str(tmp / "s")).attrs["lsh"]
+    assert lsh["delta_start"] == 2700
+    assert [start for _, start, _ in lsh["deltas"]] == [2700, 2900]
     nn = FairNN(**LSH).fit(X)
     nn.delete([10, 2000, 2900])
     return tmp / "s", nn, X
@@ -153,7 +157,7 @@ def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
     values through the light view as through zarr on an Icechunk session; and a reader on
     each path draws the same samples with the same statistics."""
     import storage.reader
-    from storage.light import QUERY_ARRAYS, LightSession, open_light
+    from storage.light import QUERY_ARRAYS, LightSession, delta_arrays, open_light
     from storage.store import FairpipeStore, read_array, read_many, read_rows_at
 
     path, _, _ = store
@@ -162,9 +166,11 @@ def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
     light, attrs = opened
     full = FairpipeStore.open(str(path)).readonly_session()
     assert attrs == FairpipeStore.open(str(path)).attrs(full)
-    present = [name for name in QUERY_ARRAYS if name.split("/")[-1] in _members(full, name)]
-    assert {"points", "sketch", "ids", "alive", "lsh/segments", "lsh/delta"} <= set(present)
-    for name in set(present) - {"lsh/segments", "lsh/delta"}:  # those two: by segment below
+    names = [*QUERY_ARRAYS, *delta_arrays(attrs)]
+    present = [name for name in names if name.split("/")[-1] in _members(full, name)]
+    layers = ["lsh/segments", "lsh/delta_2700", "lsh/delta_2900"]
+    assert {"points", "sketch", "ids", "alive", *layers} <= set(present)
+    for name in set(present) - set(layers):  # the segments: by segment below
         a, b = read_array(light, name), read_array(full, name)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
     for sel in [(slice(5, 3000, 7), 3), (slice(None, None, -3), slice(1, 4)), (-1,), (slice(10, 5),),
@@ -173,7 +179,7 @@ def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
     lengths = read_array(full, "lsh/segment_lengths")
     sels = [(t, p, slice(0, int(lengths[t, p]))) for t in range(lengths.shape[0])
             for p in range(lengths.shape[1])] + [(0, 0, slice(3, 9))]  # fmt: skip
-    for layer in ("lsh/segments", "lsh/delta"):
+    for layer in layers:
         for a, b in zip(read_many(light, layer, sels), read_many(full, layer, sels)):
             assert np.array_equal(a, b)
     rows = np.random.default_rng(0).permutation(3000)[:700]

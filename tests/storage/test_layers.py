@@ -1,0 +1,99 @@
+"""Where appended rows go in the index (:func:`storage.index.plan_layers`): delta layers that
+merge as a binary counter, at most MAX_DELTAS of them, and a rebuild past 1/DELTA_SHARE."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from storage.index import DELTA_SHARE, MAIN, MAX_DELTAS, plan_layers
+
+
+def attrs_of(deltas) -> dict:
+    lsh: dict = {"segment_bits": 5}
+    if deltas:
+        lsh.update(deltas=[list(d) for d in deltas], delta_start=deltas[0][1])
+    return {"lsh": lsh}
+
+
+def appended(n0: int, sizes) -> list:
+    """(plan, rows written) of each append of ``sizes`` rows into a store of n0 rows."""
+    deltas: tuple = ()
+    n, out = n0, []
+    for m in sizes:
+        plan = plan_layers(attrs_of(deltas), n, n + m, n + m)
+        deltas = plan.deltas
+        out.append((plan, n + m - plan.start))
+        n += m
+    return out
+
+
+def test_a_new_store_builds_its_main_layer():
+    plan = plan_layers(None, 0, 1000, 1000)
+    assert (plan.sources, plan.target, plan.deltas) == ((), MAIN, ())
+    assert plan.layout(plan.bits) == {"segment_bits": plan.bits}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_layers_stay_contiguous_few_and_decreasing(seed):
+    """Each append keeps the older layers as they are, reads back exactly the newer ones it
+    merges, and leaves at most MAX_DELTAS layers of consecutive rows, each holding more rows
+    than the next."""
+    rng = np.random.default_rng(seed)
+    n, deltas = 100_000, ()
+    sizes = rng.integers(1, 400, size=60) if seed % 2 else np.full(60, 200)
+    for m in sizes.tolist():
+        plan = plan_layers(attrs_of(deltas), n, n + m, n + m)
+        if plan.target == MAIN:
+            assert plan.deltas == () and plan.sources == (MAIN, *(d[0] for d in deltas))
+        else:
+            older = [d for d in deltas if d[1] < plan.start]
+            assert list(plan.deltas[:-1]) == older
+            assert plan.sources == tuple(d[0] for d in deltas if d[1] >= plan.start)
+            assert plan.dropped == [name for name in plan.sources if name != plan.target]
+            starts = [start for _, start, _ in plan.deltas]
+            assert [name for name, _, _ in plan.deltas] == [f"delta_{s}" for s in starts]
+            assert plan.deltas[-1] == (plan.target, plan.start, plan.bits)
+            assert len(plan.deltas) <= MAX_DELTAS
+            rows = np.diff([*starts, n + m])
+            assert (rows > 0).all() and (np.diff(rows) < 0).all()
+            assert plan.layout(5) == {"segment_bits": 5, "delta_start": starts[0],
+                                      "deltas": [list(d) for d in plan.deltas]}  # fmt: skip
+        deltas, n = plan.deltas, n + m
+
+
+def test_equal_appends_merge_as_a_binary_counter():
+    """Appends of m rows each: after k appends the layers hold the binary digits of k times m
+    (while at most MAX_DELTAS); over 2**j appends every row is written 1 + j / 2 times on
+    average (a rewrite of the whole delta per append would be (2**j + 1) / 2)."""
+    m, k = 100, 8
+    got = appended(10**6, [m] * k)
+    for i, (plan, _) in enumerate(got, start=1):
+        sizes = np.diff([start for _, start, _ in plan.deltas] + [10**6 + i * m]) // m
+        assert sizes.tolist() == [1 << b for b in range(i.bit_length())[::-1] if i >> b & 1]
+    written = sum(rows for _, rows in got)
+    assert written == k * m * (1 + math.log2(k) / 2)
+
+
+def test_past_the_share_the_main_layer_is_rebuilt_from_every_layer():
+    n0, m = 8000, 100
+    got = appended(n0, [m] * 12)
+    kinds = [plan.target == MAIN for plan, _ in got]
+    first = kinds.index(True)  # the append taking the deltas past 1/8 of the live rows
+    assert (first + 1) * m * DELTA_SHARE > n0 + (first + 1) * m >= first * m * DELTA_SHARE
+    before = got[first - 1][0]
+    plan = got[first][0]
+    assert plan.sources == (MAIN, *(name for name, _, _ in before.deltas))
+    assert plan.dropped == [name for name, _, _ in before.deltas]
+    assert plan.deltas == () and got[first][1] == n0 + (first + 1) * m
+
+
+def test_more_layers_than_allowed_are_merged():
+    """Appends each smaller than the last would keep adding layers: the newest merge instead."""
+    got = appended(10**6, [4000, 2000, 1000, 500, 250, 125])
+    counts = [len(plan.deltas) for plan, _ in got]
+    assert counts == [1, 2, 3, 4, 4, 4]
+    last = got[-1][0]
+    assert last.deltas[-1][1] == 10**6 + 4000 + 2000 + 1000
