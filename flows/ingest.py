@@ -175,6 +175,18 @@ def build_index_task(fork, staging, n_tables: int, n_rows: int, bits: int, sourc
                     [b for _, b in blocks], [bits] * n, [sources] * n, [target] * n)  # fmt: skip
 
 
+def index_by_jobs(attrs: dict, base: int, n_total: int, added: int) -> bool:
+    """Whether an append of rows [base, n_total) (``added`` of them) into a store with root
+    attributes ``attrs`` is indexed by Dask jobs (a rebuild of the main layer, or a large
+    delta layer), as :func:`index_new_rows` decides."""
+    plan = plan_layers(attrs, base, n_total, int(attrs.get("n_alive", 0)) + added)
+    return _by_jobs(plan, n_total, int(attrs["lsh"]["n_tables"]))
+
+
+def _by_jobs(plan, n_total: int, n_tables: int) -> bool:
+    return plan.target == MAIN or (n_total - plan.start) * n_tables > LOCAL_ENTRIES
+
+
 def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
                    attrs: dict | None) -> tuple[dict, int]:  # fmt: skip
     """Put the staged new rows in the index (merged into ``txn``), where
@@ -187,15 +199,14 @@ def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
     plan = plan_layers(attrs, staging.base, staging.n_total, n_alive)
     if plan.target not in plan.sources:
         create_index(txn.root, n_tables, plan.target)  # a new store's, or a new delta
-    rows = staging.n_total - plan.start
-    if plan.target != MAIN and rows * n_tables <= LOCAL_ENTRIES:
+    if not _by_jobs(plan, staging.n_total, n_tables):
         # A small delta: built here, in one pass over the tables (a task and its jobs cost
         # about 0.3-0.5 s before any work; this takes about 0.1 s per million entries).
         built = index_tables(txn.session, staging, 0, n_tables, plan.bits, plan.sources,
                              plan.target)  # fmt: skip
         results = [(None, built)]
     else:
-        results = build_index_task(txn.fork(), staging, n_tables, staging.n_total - staging.base,
+        results = build_index_task(txn.fork(), staging, n_tables, staging.n_total - plan.start,
                                    plan.bits, plan.sources, plan.target)  # fmt: skip
         txn.merge([fork for fork, _ in results])
     lengths = np.zeros((n_tables, 1 << plan.bits), dtype=np.int32)
@@ -268,8 +279,10 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         else:
             chunk_rows = options.chunk_rows or choose_chunk_rows(plan.d)
             seed = options.get("seed")
-        if not (appending and append_here(plan.n, plan.d)):
-            start_cluster_early()  # the embedded cluster starts while the flow checks and plans
+        if not (appending and append_here(plan.n, plan.d)) or (
+            appending and index_by_jobs(attrs, base, base + plan.n, plan.n)
+        ):  # the embedded cluster starts while the flow checks, plans and writes the rows
+            start_cluster_early()
         ids = plan.ids if plan.ids is not None else np.arange(base, base + plan.n, dtype=np.int64)
         if appending:
             # Stored ids are unique: a binary search of the new ones in the chunks of stored
@@ -417,9 +430,11 @@ def check_append_groups(plan: SourcePlan, stored: list[str], url: str, summary: 
 def run_ingest(source: str, store_url: str, options: IngestOptions | None = None,
                dask_address: str | None = None, n_workers: int = 2,
                processes: bool = True) -> dict:  # fmt: skip
-    """Run the ingest flow on an embedded LocalCluster (or ``dask_address``)."""
+    """Run the ingest flow on an embedded LocalCluster (or ``dask_address``); a command line
+    with its own Prefect server loads the compiled kernels while the server starts."""
     return run_flow(ingest_flow, source, str(store_url), options or IngestOptions(),
-                    dask_address=dask_address, n_workers=n_workers, processes=processes)  # fmt: skip
+                    dask_address=dask_address, n_workers=n_workers, processes=processes,
+                    warm_kernels=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -23,9 +23,11 @@ from storage.index import n_features, read_live_rows
 
 
 @contextlib.contextmanager
-def prefect_api():
+def prefect_api(warm_kernels: bool = False):
     """Use ``PREFECT_API_URL`` if set; otherwise run one local server for this process tree
-    (the one a command line launched early, :func:`flows._server.launch_early`, if any)."""
+    (the one a command line launched early, :func:`flows._server.launch_early`, if any), and
+    meanwhile import what a flow imports (and load the index build's compiled kernels if
+    ``warm_kernels``: :func:`import_ahead`)."""
     if os.environ.get("PREFECT_API_URL"):
         yield os.environ["PREFECT_API_URL"]
         return
@@ -35,7 +37,7 @@ def prefect_api():
     if server.process is None:
         server.launch(prefect_settings=True)
     try:
-        import_ahead()  # while the server boots (a command waits about 2 s for it)
+        import_ahead(warm_kernels)  # while the server boots (a command waits about 2 s for it)
         server.wait()
         os.environ["PREFECT_API_URL"] = server.api_url
         with prefect.settings.temporary_settings(
@@ -50,17 +52,24 @@ def prefect_api():
         server.stop()
 
 
-def import_ahead() -> None:
+def import_ahead(warm_kernels: bool = False) -> None:
     """Import what a flow run imports on first use: the store's libraries, Prefect's parameter
     encoder and its Dask task runner (about 0.8 s in all, which a one-id forget at 1M used to
     spend inside its flow and before it). Done while a local Prefect server boots, these
-    imports overlap its start (on this 2-core machine, 0.1-0.7 s less wall time per command)."""
+    imports overlap its start (on this 2-core machine, 0.1-0.7 s less wall time per command).
+    ``warm_kernels``: also load the index build's compiled kernels (about 0.5 s), so that the
+    flow folds and packs even a small append with them (:func:`fairpipe.neighbors._pack.warm`;
+    an ingest asks for it)."""
     import icechunk  # noqa: F401
     import zarr  # noqa: F401
 
     with contextlib.suppress(ImportError):
         import fastapi.encoders  # noqa: F401
         import prefect_dask  # noqa: F401
+    if warm_kernels:
+        from fairpipe.neighbors._pack import warm
+
+        warm()
 
 
 def _drain_logs() -> None:
@@ -197,12 +206,13 @@ def default_task_runner():
 
 
 def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
-             processes: bool = True, **kwargs):  # fmt: skip
+             processes: bool = True, warm_kernels: bool = False, **kwargs):  # fmt: skip
     """Run ``flow(*args, **kwargs)`` with one Prefect API and a Dask task runner: the cluster at
     ``dask_address``, or an embedded LocalCluster of ``n_workers`` (processes or threads),
     started at the flow's first task. (Starting it while the Prefect server starts was
-    measured: on 2 cores the two compete, and a command took as long.)"""
-    with prefect_api():
+    measured: on 2 cores the two compete, and a command took as long.) ``warm_kernels``: see
+    :func:`prefect_api`."""
+    with prefect_api(warm_kernels):
         runner = task_runner(dask_address, n_workers=n_workers, processes=processes)
         return flow.with_options(task_runner=runner)(*args, **kwargs)
 

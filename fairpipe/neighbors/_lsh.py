@@ -36,6 +36,7 @@ import numpy as np
 from fairpipe.base import BaseEstimator
 from fairpipe.errors import FairpipeInputError, check_int, check_positive_float, check_positive_int
 from fairpipe.hashing import splitmix64
+from fairpipe.neighbors import _segments
 from fairpipe.validation import check_points
 
 ROW_BLOCK = 256
@@ -187,7 +188,7 @@ class E2LSH(LSHParameters):
         n = X.shape[0]
         out = np.empty((self.n_tables, n) if by_table else (n, self.n_tables), dtype=np.uint64)
         proj = np.empty((ROW_BLOCK, self._scaled_a.shape[1]), dtype=np.float32)
-        compiled = n > COMPILED_FOLD_ROWS
+        compiled = n > COMPILED_FOLD_ROWS or _segments.KERNELS_WARM
 
         block = np.zeros((ROW_BLOCK, X.shape[1]), dtype=np.float32)
         for start in range(0, n, ROW_BLOCK):

@@ -94,6 +94,45 @@ def fill_segments(hs, rows, bits):
 
 
 @compiled
+def merge_sorted(h1, r1, h2, r2):
+    """(h, rows, ok): the entries of two runs each sorted by mixed key, merged by key, the
+    first run's entries before the second's at equal keys (so rows stay increasing within a
+    bucket when the first run's rows are all below the second's). ``ok`` is False, and the
+    result unusable, when a run is not sorted by key."""
+    n1, n2 = h1.shape[0], h2.shape[0]
+    h = np.empty(n1 + n2, dtype=np.uint64)
+    r = np.empty(n1 + n2, dtype=np.int64)
+    for i in range(1, n1):
+        if h1[i] < h1[i - 1]:
+            return h, r, False
+    for j in range(1, n2):
+        if h2[j] < h2[j - 1]:
+            return h, r, False
+    i = j = k = 0
+    while i < n1 and j < n2:
+        if h2[j] < h1[i]:
+            h[k] = h2[j]
+            r[k] = r2[j]
+            j += 1
+        else:
+            h[k] = h1[i]
+            r[k] = r1[i]
+            i += 1
+        k += 1
+    while i < n1:
+        h[k] = h1[i]
+        r[k] = r1[i]
+        i += 1
+        k += 1
+    while j < n2:
+        h[k] = h2[j]
+        r[k] = r2[j]
+        j += 1
+        k += 1
+    return h, r, True
+
+
+@compiled
 def fold_block(proj, X, offsets, a, b, col_bound, multipliers, n_tables, mask, shift, out,
                by_table, exact):  # fmt: skip
     """:meth:`E2LSH._fold` in one pass: ``out[i, t]`` (``out[t, i]`` when ``by_table``) = the
@@ -141,3 +180,25 @@ def fold_block(proj, X, offsets, a, b, col_bound, multipliers, n_tables, mask, s
                 out[t, i] = key
             else:
                 out[i, t] = key
+
+
+def warm() -> None:
+    """Load every kernel of the index build (from numba's cache; compiled on a first run) for
+    the argument types the build passes, then let small batches use them too
+    (:data:`fairpipe.neighbors._segments.KERNELS_WARM`). About 0.5 s: a command line does it
+    while its Prefect server starts, so a small append need not choose numpy to avoid it."""
+    from fairpipe.neighbors import _segments
+    from fairpipe.neighbors._lsh import E2LSH, ROW_BLOCK
+
+    h = np.array([3, 1], dtype=np.uint64)
+    order, sorted_h = stable_key_order(h)
+    fill_segments(sorted_h, order + np.int64(0), 1)
+    merge_sorted(sorted_h, order, sorted_h, order)
+    lsh = E2LSH(n_hashes=2, n_tables=2, bucket_width=1.0, seed=0).fit(3)
+    X = np.zeros((2, 3), dtype=np.float32)
+    proj = np.zeros((ROW_BLOCK, 4), dtype=np.float32)[:2]
+    whole = np.empty((2, 2), dtype=np.uint64)  # a batch of one block
+    lsh._fold_compiled(proj, X, whole, True)
+    lsh._fold_compiled(proj, X, whole, False)
+    lsh._fold_compiled(proj, X, np.empty((2, 4), dtype=np.uint64)[:, :2], True)  # of several
+    _segments.KERNELS_WARM = True

@@ -318,6 +318,7 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
 
     monkeypatch.setattr(segments, "TARGET_SEGMENT_ROWS", 16)
     monkeypatch.setattr(storage.index, "READ_AHEAD_ENTRIES", 20)
+    monkeypatch.setattr(storage.index, "DELTA_SHARE", 8)
     if jobs:
         monkeypatch.setattr(flows.ingest, "LOCAL_ROWS", 0)
         monkeypatch.setattr(flows.ingest, "LOCAL_ENTRIES", 0)
@@ -372,7 +373,7 @@ def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, 
     X, ids, labels = pool()
     store = tmp_path / "store"
     ingest(tmp_path, store, "b0", X[:400], ids[:400], labels[:400], **LSH)
-    ingest(tmp_path, store, "b1", X[400:440], ids[400:440], labels[400:440])
+    ingest(tmp_path, store, "b1", X[400:420], ids[400:420], labels[400:420])
     st_ = FairpipeStore.open(str(store))
     with st_.transaction("as an older version wrote it") as txn:  # delta_400 -> delta
         lengths = read_array(txn.session, "lsh/delta_400_lengths")
@@ -390,11 +391,11 @@ def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, 
         txn.root.attrs["lsh"] = {**lsh, "delta_bits": bits, "delta_start": start}
     reader = fairpipe.open_store(str(store))
     assert "deltas" not in reader.attrs["lsh"]
-    found = reader.neighbourhood(query_rows=[420, 430], radius=4.0)  # rows of that delta
-    assert ids[420] in found[0] and ids[430] in found[1]
+    found = reader.neighbourhood(query_rows=[405, 415], radius=4.0)  # rows of that delta
+    assert ids[405] in found[0] and ids[415] in found[1]
     run_forget(str(store), [ids[3], ids[410]], **THREADS)
     assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))
-    ingest(tmp_path, store, "b2", X[440:480], ids[440:480], labels[440:480])  # 40 <= 40: merged
+    ingest(tmp_path, store, "b2", X[420:440], ids[420:440], labels[420:440])  # 20 <= 20: merged
     lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
     assert lsh["deltas"] == [["delta_400", 400, lsh["deltas"][0][2]]] and "delta_bits" not in lsh
     lsh_group = open_group(FairpipeStore.open(str(store)).readonly_session())["lsh"]

@@ -65,11 +65,14 @@ def exact_reference_keys(lsh: E2LSH, X: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("width", [1e-4, 2.0])  # nearly every cell near an integer; a few
 @pytest.mark.parametrize("n", [300, COMPILED_FOLD_ROWS + 300])  # the numpy and compiled folds
-def test_keys_are_the_exact_definition_wherever_a_row_sits(width, n):
+def test_keys_are_the_exact_definition_wherever_a_row_sits(width, n, monkeypatch):
     """A row's keys do not depend on its place in a batch, the batch's size or the BLAS
     threads: BLAS's float32 product does (on some CPUs by the row's position in the block), so
     cells near an integer are decided by the in-order float64 sum. Checked against a plain
     Python reference of the definition, at offsets that move rows within their blocks."""
+    from fairpipe.neighbors import _segments
+
+    monkeypatch.setattr(_segments, "KERNELS_WARM", False)  # n picks the fold
     X = data(n=n + 40, d=24, seed=7)
     lsh = E2LSH(n_hashes=5, n_tables=8, bucket_width=width, seed=2).fit(X)
     want = exact_reference_keys(lsh, X[:40])
@@ -337,6 +340,7 @@ def test_packed_segments_match_their_definition(seed, kernel, monkeypatch):
     from fairpipe.neighbors import _segments
 
     monkeypatch.setattr(_segments, "NUMPY_PACK_ENTRIES", 10**9 if kernel == "numpy" else -1)
+    monkeypatch.setattr(_segments, "KERNELS_WARM", False)
     rng = np.random.default_rng(seed)
     m = int(rng.integers(0, 4000))
     distinct = [1, 5, max(m // 3, 1), 2**62][seed % 4]  # one huge bucket .. all distinct
@@ -388,3 +392,89 @@ def test_the_compiled_key_order_is_a_stable_argsort_also_within_equal_top_bits()
     ref = reference_segments(hashed, rows, 4)
     for p, want in enumerate(ref):
         assert np.array_equal(flat[offsets[p] : offsets[p + 1]], want.astype(np.int32))
+
+
+def test_warm_kernels_fold_and_pack_small_batches_as_numpy_does(monkeypatch):
+    """Once the compiled kernels are loaded (a command line loads them while its Prefect server
+    starts), a small batch is hashed and packed by them: the same keys and segments as numpy's
+    path, for both projections, by table or by row, one block or several."""
+    from fairpipe.neighbors import _pack, _segments
+
+    monkeypatch.setattr(_segments, "KERNELS_WARM", False)
+    X = data(n=700, d=12, seed=3)
+    rng = np.random.default_rng(3)
+    want = {}
+    for projection in ("exact", "float32"):
+        lsh = E2LSH(n_hashes=4, n_tables=6, bucket_width=0.7, seed=1, projection=projection).fit(X)
+        for n in (1, 200, 700):
+            for by_table in (False, True):
+                want[projection, n, by_table] = lsh.hash_validated(X[:n], by_table=by_table)
+    rows = np.sort(rng.permutation(5000)[:3000])
+    h = mix(rng.integers(0, 400, 3000, dtype=np.uint64))
+    packed = pack(h, rows, 3, sorted_rows=True)
+    _pack.warm()
+    assert _segments.KERNELS_WARM
+    calls = {"fold": 0, "fill": 0}  # the compiled paths are the ones taken
+    fold, fill = E2LSH._fold_compiled, _pack.fill_segments
+
+    def counted_fold(*args):
+        calls["fold"] += 1
+        return fold(*args)
+
+    def counted_fill(*args):
+        calls["fill"] += 1
+        return fill(*args)
+
+    monkeypatch.setattr(E2LSH, "_fold_compiled", counted_fold)
+    monkeypatch.setattr(_pack, "fill_segments", counted_fill)
+    for projection in ("exact", "float32"):
+        lsh = E2LSH(n_hashes=4, n_tables=6, bucket_width=0.7, seed=1, projection=projection).fit(X)
+        for n in (1, 200, 700):
+            for by_table in (False, True):
+                got = lsh.hash_validated(X[:n], by_table=by_table)
+                assert np.array_equal(got, want[projection, n, by_table])
+    for a, b in zip(pack(h, rows, 3, sorted_rows=True), packed):
+        assert np.array_equal(a, b)
+    assert calls["fold"] >= 12 and calls["fill"] == 1
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "compiled"])
+@pytest.mark.parametrize("seed", range(8))
+def test_packed_runs_equal_one_pack_of_all_their_entries(seed, kernel, monkeypatch):
+    """pack_runs (layers read back, each sorted by key, then the new consecutive rows in any
+    order, merged instead of sorted) gives the arrays pack gives for all the entries; also when
+    a run is not sorted after all (the compiled merge notices and packs them the plain way)."""
+    from fairpipe.neighbors import _pack, _segments, pack_runs
+
+    monkeypatch.setattr(_segments, "KERNELS_WARM", kernel == "compiled")
+    if kernel == "compiled":
+        monkeypatch.setattr(_segments, "NUMPY_PACK_ENTRIES", -1)
+    rng = np.random.default_rng(seed)
+    distinct = [3, 50, 10**6, 2**62][seed % 4]
+    sizes = rng.integers(0, 900, size=int(rng.integers(1, 5))).tolist()
+    runs, start = [], 0
+    for i, m in enumerate(sizes + [int(rng.integers(0, 700))]):
+        h = mix(rng.integers(0, distinct, m, dtype=np.uint64))
+        rows = start + np.arange(m, dtype=np.int64)
+        if i < len(sizes):  # a layer read back: sorted by key, rows increasing within a key,
+            rows = np.sort(rng.permutation(2 * m)[:m]) + start  # with gaps (forgotten rows)
+            order = np.argsort(h, kind="stable")
+            h, rows = h[order], rows[order]
+        runs.append((h, rows))
+        start += 2 * m + 1
+    if seed in (4, 7) and runs[0][0].shape[0] > 2:  # a run's buckets out of key order
+        h, rows = runs[0]
+        keys = np.unique(h)
+        rank = np.argsort(rng.permutation(keys.shape[0]))[np.searchsorted(keys, h)]
+        order = np.argsort(rank, kind="stable")  # whole buckets moved, rows kept in order
+        runs[0] = (h[order], rows[order])
+    bits = int(rng.integers(0, 5))
+    h_all = np.concatenate([h for h, _ in runs])
+    rows_all = np.concatenate([r for _, r in runs])
+    merges = []
+    real = _pack.merge_sorted
+    monkeypatch.setattr(_pack, "merge_sorted", lambda *a: merges.append(1) or real(*a))
+    got = pack_runs(runs, bits)
+    want = pack(h_all, rows_all, bits)  # sorts by row first: the definition
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert bool(merges) == (kernel == "compiled" and len(runs) > 1)

@@ -79,7 +79,7 @@ def test_equal_appends_merge_as_a_binary_counter():
 
 def test_past_the_share_the_main_layer_is_rebuilt_from_every_layer():
     n0, m = 8000, 100
-    got = appended(n0, [m] * 12)
+    got = appended(n0, [m] * (2 * n0 // (m * (DELTA_SHARE - 1)) + 2))
     kinds = [plan.target == MAIN for plan, _ in got]
     first = kinds.index(True)  # the append taking the deltas past 1/8 of the live rows
     assert (first + 1) * m * DELTA_SHARE > n0 + (first + 1) * m >= first * m * DELTA_SHARE
