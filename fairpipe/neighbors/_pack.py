@@ -197,8 +197,12 @@ def warm() -> None:
     lsh = E2LSH(n_hashes=2, n_tables=2, bucket_width=1.0, seed=0).fit(3)
     X = np.zeros((2, 3), dtype=np.float32)
     proj = np.zeros((ROW_BLOCK, 4), dtype=np.float32)[:2]
-    whole = np.empty((2, 2), dtype=np.uint64)  # a batch of one block
-    lsh._fold_compiled(proj, X, whole, True)
-    lsh._fold_compiled(proj, X, whole, False)
-    lsh._fold_compiled(proj, X, np.empty((2, 4), dtype=np.uint64)[:, :2], True)  # of several
+    read_only = X.copy()
+    read_only.setflags(write=False)  # rows read from a file or a store
+    for rows in (X, read_only):
+        whole = np.empty((2, 2), dtype=np.uint64)  # a batch of one block
+        lsh._fold_compiled(proj, rows, whole, True)
+        lsh._fold_compiled(proj, rows, whole, False)
+        several = np.empty((2, 4), dtype=np.uint64)[:, :2]  # a block of a larger batch
+        lsh._fold_compiled(proj, rows, several, True)
     _segments.KERNELS_WARM = True
