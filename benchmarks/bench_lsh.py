@@ -367,7 +367,7 @@ def bench_append(exe: str, env: dict, tmp: Path, store: str, n: int, build: floa
                  build_index: float) -> None:  # fmt: skip
     """Appends of 1% of the rows each (new ids, the store's groups, rows of the same
     distribution) into the store just built, one after another until one rebuilds the main
-    layer of the index (the deltas then hold more than 1/8 of the live rows): the first
+    layer of the index (the deltas then hold more than 1/4 of the live rows): the first
     append's flow and index time against the build's, then the mean and the largest over the
     whole sequence (each append writes a delta layer, merged with the newest layers it
     outgrows), and the rebuilding append's."""
@@ -394,7 +394,7 @@ def bench_append(exe: str, env: dict, tmp: Path, store: str, n: int, build: floa
                    f"{flows[0]:.2f}", f"{build:.1f} build", f"{flows[0] / build:.1%}")  # fmt: skip
             report(f"append 1% into n={n:,}: index s", f"{indexes[0]:.3f}",
                    f"{build_index:.2f} build", f"{indexes[0] / build_index:.1%}")  # fmt: skip
-        if "deltas" not in res["lsh"] or len(flows) == 30:  # the main layer was rebuilt
+        if "deltas" not in res["lsh"] or len(flows) == 60:  # the main layer was rebuilt
             break
     grown = flows[:-1] or flows
     report(f"appends 1-{len(grown)} of 1% (into delta layers): mean flow s", f"{np.mean(grown):.2f}",
