@@ -372,9 +372,11 @@ def bench_append(exe: str, env: dict, tmp: Path, store: str, n: int, build: floa
     whole sequence (each append writes a delta layer, merged with the newest layers it
     outgrows), and the rebuilding append's."""
     from fairpipe.datasets import GAUSSIAN_BLOCK, gaussian_block
+    from storage.index import MAX_DELTAS
 
     m = max(n // 100, 1)
     flows, indexes, base = [], [], n
+    layered = False  # cold queries measured on the store with MAX_DELTAS delta layers
     while True:
         k = len(flows)
         blocks = [gaussian_block(1 + k, b, m, 128, 16, 4) for b in range(-(-m // GAUSSIAN_BLOCK))]
@@ -394,6 +396,9 @@ def bench_append(exe: str, env: dict, tmp: Path, store: str, n: int, build: floa
                    f"{flows[0]:.2f}", f"{build:.1f} build", f"{flows[0] / build:.1%}")  # fmt: skip
             report(f"append 1% into n={n:,}: index s", f"{indexes[0]:.3f}",
                    f"{build_index:.2f} build", f"{indexes[0] / build_index:.1%}")  # fmt: skip
+        if len(res["lsh"].get("deltas", [])) == MAX_DELTAS and not layered:
+            cold_queries(exe, env, store, n, f" with {MAX_DELTAS} delta layers")
+            layered = True
         if "deltas" not in res["lsh"] or len(flows) == 60:  # the main layer was rebuilt
             break
     grown = flows[:-1] or flows

@@ -195,6 +195,16 @@ class LayerPlan:
                 "delta_start": self.deltas[0][1]}  # fmt: skip
 
 
+def delta_bits(rows: int) -> int:
+    """Segment bits of a delta layer of ``rows`` rows: as many as a main layer's, or more, so
+    that a segment fits in one chunk even when every bucket holds one row (4 entries a row: the
+    buckets of a small layer are mostly singletons; a main layer's 32k rows per segment would
+    make such segments 2-3 chunks, all read by every query)."""
+    worst = 4 * rows + 1
+    fits = max(0, math.ceil(math.log2(worst / (0.75 * SEGMENT_CHUNK))))
+    return max(partition_bits(rows), fits)
+
+
 def plan_layers(attrs: dict | None, base: int, n_total: int, n_alive: int) -> LayerPlan:
     """Where the rows [base, n_total) appended to a store (root attributes ``attrs``; None for a
     new store) go: a new store's main layer; else a new delta layer, merged with the newest
@@ -212,7 +222,7 @@ def plan_layers(attrs: dict | None, base: int, n_total: int, n_alive: int) -> La
     while kept and (start - kept[-1][1] <= n_total - start or len(kept) >= MAX_DELTAS):
         name, start, _ = kept.pop()
         merged.insert(0, name)
-    bits = partition_bits(n_total - start)
+    bits = delta_bits(n_total - start)
     target = f"delta_{start}"
     return LayerPlan(tuple(merged), target, start, bits, (*kept, (target, start, bits)))
 
