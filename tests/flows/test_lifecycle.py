@@ -307,7 +307,8 @@ def test_segmented_index_through_appends_and_forgets(prefect_server, tmp_path, m
 def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, monkeypatch, jobs):
     """Appends of up to 1/8 of the rows go to delta layers (only the new layer and the ones it
     merges are written): a layer merges the newest ones holding no more rows than it; forgets
-    reach rows in every layer; the append that passes 1/8 merges everything into the segments.
+    reach rows in every layer; the append that would pass 1/8, or merge a layer of more than
+    half of that, merges everything into the segments.
     Each state equals a fresh build. Small appends and forgets are done by the flow itself;
     ``jobs``: as Dask jobs, as large ones are. The indexed entries a delta or a rebuild reads
     back come a few tables at a time (as a large delta's do), here 20 entries."""
@@ -323,33 +324,34 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
         monkeypatch.setattr(flows.ingest, "LOCAL_ROWS", 0)
         monkeypatch.setattr(flows.ingest, "LOCAL_ENTRIES", 0)
         monkeypatch.setattr(flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
-    X, ids, labels = pool()
+    X, ids, labels = pool(n=1000)
     store = tmp_path / "store"
 
     def deltas():
         lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
         return [tuple(d) for d in lsh.get("deltas", [])]
 
-    ingest(tmp_path, store, "b0", X[:400], ids[:400], labels[:400], **LSH)
-    res = ingest(tmp_path, store, "b1", X[400:420], ids[400:420], labels[400:420])
-    assert deltas() == [("delta_400", 400, 1)]  # 20 rows: 2 segments of ~16
+    ingest(tmp_path, store, "b0", X[:800], ids[:800], labels[:800], **LSH)
+    res = ingest(tmp_path, store, "b1", X[800:820], ids[800:820], labels[800:820])
+    assert deltas() == [("delta_800", 800, 1)]  # 20 rows: 2 segments of ~16
     assert res["segments_written"] == LSH["lsh_tables"] << 1
-    run_forget(str(store), [ids[3], ids[405], ids[419]], **THREADS)  # main and delta rows
-    res = ingest(tmp_path, store, "b2", X[420:430], ids[420:430], labels[420:430])
-    assert deltas() == [("delta_400", 400, 1), ("delta_420", 420, 0)]  # 20 rows > 10: kept
+    run_forget(str(store), [ids[3], ids[805], ids[819]], **THREADS)  # main and delta rows
+    res = ingest(tmp_path, store, "b2", X[820:830], ids[820:830], labels[820:830])
+    assert deltas() == [("delta_800", 800, 1), ("delta_820", 820, 0)]  # 20 rows > 10: kept
     assert res["segments_written"] == LSH["lsh_tables"]
-    run_forget(str(store), [ids[401], ids[425]], **THREADS)  # rows of both deltas
+    run_forget(str(store), [ids[801], ids[825]], **THREADS)  # rows of both deltas
     assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))
-    ingest(tmp_path, store, "b3", X[430:445], ids[430:445], labels[430:445])
-    assert deltas() == [("delta_400", 400, 2)]  # 10 <= 15, then 20 <= 25: both merged
+    ingest(tmp_path, store, "b3", X[830:845], ids[830:845], labels[830:845])
+    assert deltas() == [("delta_800", 800, 2)]  # 10 <= 15, then 20 <= 25: both merged
     lsh_group = open_group(FairpipeStore.open(str(store)).readonly_session())["lsh"]
     assert sorted(n for n in lsh_group.array_keys() if n.startswith("delta")) == [
-        "delta_400", "delta_400_bucket_counts", "delta_400_lengths"]  # fmt: skip
+        "delta_800", "delta_800_bucket_counts", "delta_800_lengths"]  # fmt: skip
     (tmp_path / "merged").mkdir()
     assert_same_artifacts(store, fresh_build(tmp_path / "merged", store, "", False))
-    ingest(tmp_path, store, "b4", X[445:475], ids[445:475], labels[445:475])  # 75 > 470 / 8
+    # 60 rows would merge the 45 into 105 rows, more than half of 900 / 8: a rebuild
+    ingest(tmp_path, store, "b4", X[845:905], ids[845:905], labels[845:905])
     lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
-    assert "deltas" not in lsh and "delta_start" not in lsh and lsh["segment_bits"] == 5
+    assert "deltas" not in lsh and "delta_start" not in lsh and lsh["segment_bits"] == 6
     lsh_group = open_group(FairpipeStore.open(str(store)).readonly_session())["lsh"]
     assert not [name for name in lsh_group.array_keys() if name.startswith("delta")]
     (tmp_path / "later").mkdir()

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from storage.index import DELTA_SHARE, MAIN, MAX_DELTAS, plan_layers
+from storage.index import MAIN, MAX_DELTAS, plan_layers
 
 
 def attrs_of(deltas) -> dict:
@@ -77,17 +77,30 @@ def test_equal_appends_merge_as_a_binary_counter():
     assert written == k * m * (1 + math.log2(k) / 2)
 
 
-def test_past_the_share_the_main_layer_is_rebuilt_from_every_layer():
-    n0, m = 8000, 100
-    got = appended(n0, [m] * (2 * n0 // (m * (DELTA_SHARE - 1)) + 2))
+def test_the_main_layer_is_rebuilt_past_the_share_or_before_a_merge_into_half_of_it(monkeypatch):
+    """With deltas of at most 1/4 of the live rows: equal appends of 1% of 8,000 rows merge
+    into layers of 1, 2, 4, 8 appends; the 16th would merge into 16% of the rows (more than
+    half the allowance), so it rebuilds the main layer from every layer instead. Appends of
+    decreasing size keep separate layers until their total passes 1/4: that one rebuilds."""
+    import storage.index
+
+    monkeypatch.setattr(storage.index, "DELTA_SHARE", 4)
+    monkeypatch.setattr(storage.index, "MAX_DELTAS", 4)
+    n0, m = 8000, 80
+    got = appended(n0, [m] * 20)
     kinds = [plan.target == MAIN for plan, _ in got]
-    first = kinds.index(True)  # the append taking the deltas past 1/8 of the live rows
-    assert (first + 1) * m * DELTA_SHARE > n0 + (first + 1) * m >= first * m * DELTA_SHARE
-    before = got[first - 1][0]
-    plan = got[first][0]
+    assert kinds.index(True) == 15 and got[14][0].deltas[0][1] == n0  # 15 appends: 8+4+2+1
+    before, (plan, written) = got[14][0], got[15]
     assert plan.sources == (MAIN, *(name for name, _, _ in before.deltas))
     assert plan.dropped == [name for name, _, _ in before.deltas]
-    assert plan.deltas == () and got[first][1] == n0 + (first + 1) * m
+    assert plan.deltas == () and written == n0 + 16 * m
+    for k, (plan, _) in enumerate(got, start=1):  # each layer within half the allowance
+        n = n0 + k * m
+        rows = np.diff([start for _, start, _ in plan.deltas] + [n])
+        assert all(r * 8 <= n for r in rows) and rows.sum() * 4 <= n
+    got = appended(n0, [1000, 950, 900])
+    assert [plan.target == MAIN for plan, _ in got] == [False, False, True]
+    assert len(got[1][0].deltas) == 2 and 2850 * 4 > n0 + 2850  # the total passes 1/4
 
 
 def test_more_layers_than_allowed_are_merged():
