@@ -107,7 +107,7 @@ MAX_SEGMENTS = 1 << 20  # segments per table at most (2**31 rows at 2048 rows pe
 INDEX_BLOCK_BYTES = 256 << 20  # index entries one job holds at most
 WRITE_BLOCK_BYTES = 64 << 20  # segments of several tables written in one call, at most
 # Appended rows stay in the deltas while at most 1/DELTA_SHARE of the live rows (and no layer
-# would hold more than half of that: plan_layers). A rebuild of the main layer costs about 0.6
+# would hold more than 3/4 of that: plan_layers). A rebuild of the main layer costs about 0.6
 # of a build at 1M (reading every entry back), so rebuilding rarely pays: with the deltas'
 # binary merges, 1/4 costs about 1.3% of a build less per 1% append than 1/8 (a model of the
 # measured costs over 100 appends: 5.5% against 6.8%); larger shares need more layers for the
@@ -211,10 +211,12 @@ def plan_layers(attrs: dict | None, base: int, n_total: int, n_alive: int) -> La
     new store) go: a new store's main layer; else a new delta layer, merged with the newest
     layers while they hold no more rows than the layer being made (or while there would be more
     than MAX_DELTAS); else, when the deltas would hold more than 1/DELTA_SHARE of the
-    ``n_alive`` live rows, or that layer more than half of that, a rebuild of the main layer
-    from every layer and no delta. (A merge into a layer of half the deltas' allowance would
-    cost about a third of a rebuild at 1M and be followed by one within a few appends: measured,
-    the 32nd 1% append merged 32% of the rows in 6.1 s, the 34th rebuilt in 10.3 s.)"""
+    ``n_alive`` live rows, or that layer more than 3/4 of that, a rebuild of the main layer
+    from every layer and no delta. (A merge into a layer of most of the deltas' allowance costs
+    a good part of a rebuild and is followed by one within a few appends: measured at 1M, the
+    32nd 1% append merged 32% of the rows in 6.1 s, the 34th rebuilt in 10.3 s. Half the
+    allowance was too early: the 16th append rebuilt, so a cycle of 16 appends cost 8.7% of a
+    build per append, against 7.0% for the 34.)"""
     if attrs is None:
         return LayerPlan((), MAIN, 0, partition_bits(n_alive), ())
     deltas = deltas_of(attrs)
@@ -227,7 +229,7 @@ def plan_layers(attrs: dict | None, base: int, n_total: int, n_alive: int) -> La
     while kept and (start - kept[-1][1] <= n_total - start or len(kept) >= MAX_DELTAS):
         name, start, _ = kept.pop()
         merged.insert(0, name)
-    if (n_total - start) * DELTA_SHARE * 2 > n_alive:
+    if (n_total - start) * DELTA_SHARE * 4 > 3 * n_alive:
         return rebuild
     bits = delta_bits(n_total - start)
     target = f"delta_{start}"

@@ -348,7 +348,7 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
         "delta_800", "delta_800_bucket_counts", "delta_800_lengths"]  # fmt: skip
     (tmp_path / "merged").mkdir()
     assert_same_artifacts(store, fresh_build(tmp_path / "merged", store, "", False))
-    # 60 rows would merge the 45 into 105 rows, more than half of 900 / 8: a rebuild
+    # 60 rows would merge the 45 into 105 rows, more than 3/4 of 900 / 8: a rebuild
     ingest(tmp_path, store, "b4", X[845:905], ids[845:905], labels[845:905])
     lsh = FairpipeStore.open(str(store)).attrs()["lsh"]
     assert "deltas" not in lsh and "delta_start" not in lsh and lsh["segment_bits"] == 6

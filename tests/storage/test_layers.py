@@ -77,27 +77,29 @@ def test_equal_appends_merge_as_a_binary_counter():
     assert written == k * m * (1 + math.log2(k) / 2)
 
 
-def test_the_main_layer_is_rebuilt_past_the_share_or_before_a_merge_into_half_of_it(monkeypatch):
+def test_the_main_layer_is_rebuilt_past_the_share_or_before_a_large_merge(monkeypatch):
     """With deltas of at most 1/4 of the live rows: equal appends of 1% of 8,000 rows merge
-    into layers of 1, 2, 4, 8 appends; the 16th would merge into 16% of the rows (more than
-    half the allowance), so it rebuilds the main layer from every layer instead. Appends of
-    decreasing size keep separate layers until their total passes 1/4: that one rebuilds."""
+    into layers of 1, 2, 4, 8, 16 appends; the 32nd would merge into 32% of the first rows
+    (more than 3/4 of the allowance), so it rebuilds the main layer from every layer instead.
+    Appends of decreasing size keep separate layers until their total passes 1/4: that one
+    rebuilds."""
     import storage.index
 
     monkeypatch.setattr(storage.index, "DELTA_SHARE", 4)
     monkeypatch.setattr(storage.index, "MAX_DELTAS", 4)
     n0, m = 8000, 80
-    got = appended(n0, [m] * 20)
+    got = appended(n0, [m] * 40)
     kinds = [plan.target == MAIN for plan, _ in got]
-    assert kinds.index(True) == 15 and got[14][0].deltas[0][1] == n0  # 15 appends: 8+4+2+1
-    before, (plan, written) = got[14][0], got[15]
+    assert kinds.index(True) == 31 and got[30][0].deltas[0][1] == n0
+    assert got[15][0].deltas == ((f"delta_{n0}", n0, got[15][0].bits),)  # 16 merged, kept
+    before, (plan, written) = got[30][0], got[31]
     assert plan.sources == (MAIN, *(name for name, _, _ in before.deltas))
     assert plan.dropped == [name for name, _, _ in before.deltas]
-    assert plan.deltas == () and written == n0 + 16 * m
-    for k, (plan, _) in enumerate(got, start=1):  # each layer within half the allowance
+    assert plan.deltas == () and written == n0 + 32 * m
+    for k, (plan, _) in enumerate(got, start=1):  # each layer within 3/4 of the allowance
         n = n0 + k * m
         rows = np.diff([start for _, start, _ in plan.deltas] + [n])
-        assert all(r * 8 <= n for r in rows) and rows.sum() * 4 <= n
+        assert all(r * 16 <= 3 * n for r in rows) and rows.sum() * 4 <= n
     got = appended(n0, [1000, 950, 900])
     assert [plan.target == MAIN for plan, _ in got] == [False, False, True]
     assert len(got[1][0].deltas) == 2 and 2850 * 4 > n0 + 2850  # the total passes 1/4
