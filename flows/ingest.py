@@ -57,6 +57,7 @@ from storage.index import (
     grow,
     index_tables,
     layer_arrays,
+    layer_bits,
     live_group_counts,
     load_lsh,
     plan_layers,
@@ -218,8 +219,7 @@ def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
     write_bucket_counts(txn.root, counts, plan.target)
     for layer in plan.dropped:
         drop_arrays(txn.root, layer_arrays(layer))
-    main_bits = plan.bits if plan.target == MAIN else int(attrs["lsh"]["segment_bits"])  # type: ignore[index]
-    return plan.layout(main_bits), n_tables << plan.bits
+    return plan.layout(), n_tables << plan.bits
 
 
 # -- the flow -------------------------------------------------------------------------------------
@@ -357,8 +357,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             counted = np.bincount(codes, minlength=max(len(group_names), 1))
             counted[: kept.size] += kept
             per_group = counted.tolist()
-        layers = [MAIN, *(name for name, _, _ in layout.get("deltas", []))]
-        buckets = buckets_per_table(txn.session, layers)
+        buckets = buckets_per_table(txn.session, layer_bits({"lsh": layout}))
         if appending:  # the radius suggested for the first rows stays
             radius_hint = attrs.get("suggested_radius", lsh.bucket_width / WIDTH_PER_RADIUS)
         meta = write_dataset_attrs(

@@ -160,39 +160,40 @@ def deltas_of(attrs: dict) -> list[tuple[str, int, int]]:
     return []
 
 
-def layer_bits(attrs: dict) -> dict[str, int]:
-    """Segment bits of each layer of the store's index, in row order (the main layer first)."""
-    bits = {MAIN: int(attrs["lsh"]["segment_bits"])}
-    return {**bits, **{name: b for name, _, b in deltas_of(attrs)}}
-
-
 def layer_starts(attrs: dict) -> list[tuple[str, int, int]]:
     """Every layer as (name, first row, segment bits), in row order (the main layer first)."""
     return [(MAIN, 0, int(attrs["lsh"]["segment_bits"])), *deltas_of(attrs)]
+
+
+def layer_bits(attrs: dict) -> dict[str, int]:
+    """Segment bits of each layer of the store's index, in row order (the main layer first)."""
+    return {name: bits for name, _, bits in layer_starts(attrs)}
 
 
 @dataclass(frozen=True)
 class LayerPlan:
     """Where an append's rows go in the index: the layers whose entries are read back
     (``sources``, in row order), the layer written (``target``, holding the rows from
-    ``start``; ``bits``: its segment bits) and the store's deltas afterwards."""
+    ``start``; ``bits``: its segment bits), the store's deltas afterwards and the main
+    layer's segment bits afterwards."""
 
     sources: tuple[str, ...]
     target: str
     start: int
     bits: int
     deltas: tuple[tuple[str, int, int], ...]
+    main_bits: int
 
     @property
     def dropped(self) -> list[str]:
         """Layers merged into the target (their arrays are removed)."""
         return [name for name in self.sources if name != self.target]
 
-    def layout(self, main_bits: int) -> dict:
+    def layout(self) -> dict:
         """The index layout for the ``lsh`` attribute."""
         if not self.deltas:
-            return {"segment_bits": main_bits}
-        return {"segment_bits": main_bits, "deltas": [list(d) for d in self.deltas],
+            return {"segment_bits": self.main_bits}
+        return {"segment_bits": self.main_bits, "deltas": [list(d) for d in self.deltas],
                 "delta_start": self.deltas[0][1]}  # fmt: skip
 
 
@@ -217,11 +218,11 @@ def plan_layers(attrs: dict | None, base: int, n_total: int, n_alive: int) -> La
     32nd 1% append merged 32% of the rows in 6.1 s, the 34th rebuilt in 10.3 s. Half the
     allowance was too early: the 16th append rebuilt, so a cycle of 16 appends cost 8.7% of a
     build per append, against 7.0% for the 34.)"""
+    rebuilt = partition_bits(n_alive)  # the main layer's bits when this builds it
     if attrs is None:
-        return LayerPlan((), MAIN, 0, partition_bits(n_alive), ())
+        return LayerPlan((), MAIN, 0, rebuilt, (), rebuilt)
     deltas = deltas_of(attrs)
-    rebuild = LayerPlan((MAIN, *(name for name, _, _ in deltas)), MAIN, 0,
-                        partition_bits(n_alive), ())  # fmt: skip
+    rebuild = LayerPlan((MAIN, *(name for name, _, _ in deltas)), MAIN, 0, rebuilt, (), rebuilt)
     first = deltas[0][1] if deltas else base
     if (n_total - first) * DELTA_SHARE > n_alive:
         return rebuild
@@ -233,7 +234,8 @@ def plan_layers(attrs: dict | None, base: int, n_total: int, n_alive: int) -> La
         return rebuild
     bits = delta_bits(n_total - start)
     target = f"delta_{start}"
-    return LayerPlan(tuple(merged), target, start, bits, (*kept, (target, start, bits)))
+    after = (*kept, (target, start, bits))
+    return LayerPlan(tuple(merged), target, start, bits, after, int(attrs["lsh"]["segment_bits"]))
 
 
 def load_lsh(session, attrs: dict) -> E2LSH:

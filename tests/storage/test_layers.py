@@ -33,7 +33,7 @@ def appended(n0: int, sizes) -> list:
 def test_a_new_store_builds_its_main_layer():
     plan = plan_layers(None, 0, 1000, 1000)
     assert (plan.sources, plan.target, plan.deltas) == ((), MAIN, ())
-    assert plan.layout(plan.bits) == {"segment_bits": plan.bits}
+    assert plan.layout() == {"segment_bits": plan.bits}
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -59,7 +59,7 @@ def test_layers_stay_contiguous_few_and_decreasing(seed):
             assert len(plan.deltas) <= MAX_DELTAS
             rows = np.diff([*starts, n + m])
             assert (rows > 0).all() and (np.diff(rows) < 0).all()
-            assert plan.layout(5) == {"segment_bits": 5, "delta_start": starts[0],
+            assert plan.layout() == {"segment_bits": 5, "delta_start": starts[0],
                                       "deltas": [list(d) for d in plan.deltas]}  # fmt: skip
         deltas, n = plan.deltas, n + m
 
