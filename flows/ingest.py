@@ -13,8 +13,10 @@ transaction, published as one commit at the end: an error anywhere leaves the st
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +56,7 @@ from storage.index import (
     create_index,
     create_layout,
     drop_arrays,
+    even_blocks,
     grow,
     index_tables,
     layer_arrays,
@@ -104,6 +107,9 @@ DEFAULTS = {"seed": 0, "lsh_k": 15, "lsh_tables": 100}
 # here, about 0.2 s per million entries (measured at 1M rows: the fourth 1% append's delta of
 # 4M entries took 0.7 s in the flow; before, as Dask jobs, 3.0 s, most of it the cluster's start).
 LOCAL_ENTRIES = 16_000_000
+# Threads the flow hashes and indexes a small append on (its process has the machine's cores to
+# itself: the Dask jobs, where there are any, run after).
+FLOW_THREADS = min(os.cpu_count() or 1, 8)
 LOCAL_ROWS = 20_000
 # Where the embedded cluster has not started yet, starting it costs about 1.3 s before any
 # job (its two worker processes): an append of up to LOCAL_CELLS_COLD values (rows x d) is
@@ -203,9 +209,17 @@ def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
     if not _by_jobs(plan, staging.n_total, n_tables):
         # A small delta: built here, in one pass over the tables (a task and its jobs cost
         # about 0.3-0.5 s before any work; this takes about 0.1 s per million entries).
-        built = index_tables(txn.session, staging, 0, n_tables, plan.bits, plan.sources,
-                             plan.target)  # fmt: skip
-        results = [(None, built)]
+        # Its tables split in FLOW_THREADS blocks built at once (the kernels release the GIL;
+        # a table's chunks are its own, so the blocks write disjoint objects).
+        def build(block: tuple[int, int]) -> dict:
+            return index_tables(txn.session, staging, *block, plan.bits, plan.sources,
+                                plan.target)  # fmt: skip
+
+        blocks = even_blocks(n_tables, FLOW_THREADS)
+        with ThreadPoolExecutor(
+            max_workers=len(blocks), thread_name_prefix="fairpipe-index"
+        ) as pool:
+            results = [(None, built) for built in pool.map(build, blocks)]
     else:
         results = build_index_task(txn.fork(), staging, n_tables, staging.n_total - plan.start,
                                    plan.bits, plan.sources, plan.target)  # fmt: skip
@@ -322,13 +336,19 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             t0 = time.perf_counter()
             # Ids and groups (13 bytes a row) are written here; the jobs get their rows' share
             # of the source only (no n-sized array in the task graph).
-            write_new_rows(txn.session, base, ids, codes)
             plans = [chunk_plan(plan, a, b) for a, b in chunks]
             sketch = sketch_arrays(txn.root.attrs)
             if appending and append_here(plan.n, plan.d):
-                for p, (a, b) in zip(plans, chunks):
-                    ingest_chunk(txn.session, p, lsh, a, b, base, staging, sketch)
+                # Here, on every core: the ids and groups written on a thread while the rows
+                # are hashed on FLOW_THREADS and written on another.
+                with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fairpipe-write") as io:
+                    new_rows = io.submit(write_new_rows, txn.session, base, ids, codes)
+                    for p, (a, b) in zip(plans, chunks):
+                        ingest_chunk(txn.session, p, lsh, a, b, base, staging, sketch,
+                                     FLOW_THREADS)  # fmt: skip
+                    new_rows.result()
             else:
+                write_new_rows(txn.session, base, ids, codes)
                 results = write_rows_task(txn.fork(), plans, lsh, chunks, base,
                                           staging, sketch)  # fmt: skip
                 txn.merge([fork for fork, _ in results])

@@ -528,6 +528,14 @@ class Staging:
 
 
 # -- the bucket index -----------------------------------------------------------------------------
+def even_blocks(n: int, parts: int) -> list[tuple[int, int]]:
+    """[0, n) in at most ``parts`` contiguous blocks of sizes differing by at most one (none
+    empty; one empty block where n is 0)."""
+    parts = max(1, min(int(parts), n))
+    cuts = [n * i // parts for i in range(parts + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 def table_blocks(n_tables: int, n_rows: int) -> list[tuple[int, int]]:
     """Blocks of tables [t0, t1) small enough that a job holds about 256 MB of index at most
     (and at least 8 blocks where there are that many tables, to spread the work)."""

@@ -44,6 +44,8 @@ ROW_BLOCK = 256
 # 0.45 s once, and numpy folds 10k rows in 0.04 s, so a small append done by the flow itself
 # (flows.ingest.LOCAL_ROWS) stays with numpy; the Dask jobs' chunks are larger.
 COMPILED_FOLD_ROWS = 20_000
+# Rows per thread at least, where hash_validated is given several threads.
+THREAD_ROWS = 2048
 TABLE_SHIFT = np.uint64(48)
 HASH_MASK = np.uint64((1 << 48) - 1)
 MAX_TABLES = (1 << 16) - 1
@@ -181,18 +183,40 @@ class E2LSH(LSHParameters):
         X = check_points(X, where="E2LSH.hash", n_features=self.n_features_in_)
         return self.hash_validated(X)
 
-    def hash_validated(self, X: np.ndarray, by_table: bool = False) -> np.ndarray:
+    def hash_validated(self, X: np.ndarray, by_table: bool = False,
+                       threads: int = 1) -> np.ndarray:  # fmt: skip
         """Bucket keys of ``X``, which is known to be valid (a finite float32 matrix of the
         fitted dimension): the kernel the Dask jobs call on chunks they already validated.
-        ``by_table``: returned transposed, (n_tables, n) (what the index build stages)."""
+        ``by_table``: returned transposed, (n_tables, n) (what the index build stages).
+        ``threads``: where the compiled fold is used, the rows are split in up to that many
+        ranges of whole row blocks hashed at once (the product and the fold release the GIL;
+        every block is the one a single thread hashes, so the keys are the same)."""
         n = X.shape[0]
         out = np.empty((self.n_tables, n) if by_table else (n, self.n_tables), dtype=np.uint64)
-        proj = np.empty((ROW_BLOCK, self._scaled_a.shape[1]), dtype=np.float32)
         compiled = n > COMPILED_FOLD_ROWS or _segments.KERNELS_WARM
+        parts = min(int(threads), n // THREAD_ROWS) if compiled else 1
+        if parts <= 1:
+            self._hash_rows(X, 0, n, out, by_table, compiled)
+            return out
+        from concurrent.futures import ThreadPoolExecutor
 
+        blocks = -(-n // ROW_BLOCK)
+        cuts = [min(n, blocks * i // parts * ROW_BLOCK) for i in range(parts + 1)]
+        with ThreadPoolExecutor(max_workers=parts, thread_name_prefix="fairpipe-hash") as pool:
+            done = [pool.submit(self._hash_rows, X, a, b, out, by_table, True)
+                    for a, b in zip(cuts[:-1], cuts[1:])]  # fmt: skip
+            for future in done:
+                future.result()
+        return out
+
+    def _hash_rows(self, X: np.ndarray, first: int, last: int, out: np.ndarray, by_table: bool,
+                   compiled: bool) -> None:  # fmt: skip
+        """Keys of rows [first, last) of ``X`` into ``out`` (``first`` a multiple of
+        ROW_BLOCK), a block of ROW_BLOCK rows at a time (the last padded with zeros)."""
+        proj = np.empty((ROW_BLOCK, self._scaled_a.shape[1]), dtype=np.float32)
         block = np.zeros((ROW_BLOCK, X.shape[1]), dtype=np.float32)
-        for start in range(0, n, ROW_BLOCK):
-            stop = min(start + ROW_BLOCK, n)
+        for start in range(first, last, ROW_BLOCK):
+            stop = min(start + ROW_BLOCK, last)
             rows = stop - start
             if rows == ROW_BLOCK:
                 src = X[start:stop]
@@ -211,7 +235,6 @@ class E2LSH(LSHParameters):
                 out[:, start:stop] = self._fold(proj[:rows], src[:rows]).T
             else:
                 out[start:stop] = self._fold(proj[:rows], src[:rows])
-        return out
 
     def _fold_compiled(self, proj: np.ndarray, X: np.ndarray, out: np.ndarray,
                        by_table: bool) -> None:  # fmt: skip

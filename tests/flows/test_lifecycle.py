@@ -311,7 +311,8 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
     half of that, merges everything into the segments.
     Each state equals a fresh build. Small appends and forgets are done by the flow itself;
     ``jobs``: as Dask jobs, as large ones are. The indexed entries a delta or a rebuild reads
-    back come a few tables at a time (as a large delta's do), here 20 entries."""
+    back come a few tables at a time (as a large delta's do), here 20 entries; the flow builds
+    its tables in three blocks on threads."""
     import fairpipe.neighbors._segments as segments
     import flows.forget
     import flows.ingest
@@ -320,6 +321,7 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
     monkeypatch.setattr(segments, "TARGET_SEGMENT_ROWS", 16)
     monkeypatch.setattr(storage.index, "READ_AHEAD_ENTRIES", 20)
     monkeypatch.setattr(storage.index, "DELTA_SHARE", 8)
+    monkeypatch.setattr(flows.ingest, "FLOW_THREADS", 3)
     if jobs:
         monkeypatch.setattr(flows.ingest, "LOCAL_ROWS", 0)
         monkeypatch.setattr(flows.ingest, "LOCAL_ENTRIES", 0)

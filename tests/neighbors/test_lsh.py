@@ -85,6 +85,41 @@ def test_keys_are_the_exact_definition_wherever_a_row_sits(width, n, monkeypatch
     assert np.array_equal(np.vstack([lsh.hash(X[i : i + 1]) for i in range(40)]), want)
 
 
+@pytest.mark.parametrize("by_table", [False, True])
+def test_keys_hashed_on_threads_are_those_of_one_thread(by_table, monkeypatch):
+    """hash_validated on several threads (the flow's own append) splits the rows in ranges of
+    whole blocks: every key equals the one-thread key, for sizes that leave a partial block, a
+    range per thread or fewer ranges than threads, and both projections."""
+    from concurrent.futures import ThreadPoolExecutor as Pool
+
+    from fairpipe.neighbors import _lsh, _segments
+
+    monkeypatch.setattr(_segments, "KERNELS_WARM", True)  # the compiled fold at every size
+    X = data(n=3 * _lsh.THREAD_ROWS + 77, d=20, seed=11)
+    started = []  # the thread ranges taken
+
+    class Counted(Pool):
+        def submit(self, fn, *args, **kwargs):
+            started.append(args[1:3])
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr("concurrent.futures.ThreadPoolExecutor", Counted)
+    for projection in ("exact", "float32"):
+        lsh = E2LSH(n_hashes=5, n_tables=7, bucket_width=0.9, seed=4, projection=projection).fit(X)
+        for n in (1, _lsh.THREAD_ROWS * 2 - 1, _lsh.THREAD_ROWS * 2, X.shape[0]):
+            want = lsh.hash_validated(X[:n], by_table=by_table)
+            for threads in (2, 3, 8):
+                started.clear()
+                got = lsh.hash_validated(X[:n], by_table=by_table, threads=threads)
+                assert np.array_equal(got, want), (projection, n, threads)
+                parts = min(threads, n // _lsh.THREAD_ROWS)
+                assert len(started) == (parts if parts > 1 else 0)
+                if started:  # contiguous ranges of whole blocks covering every row
+                    assert started[0][0] == 0 and started[-1][1] == n
+                    assert all(b == c for (_, b), (c, _) in zip(started, started[1:]))
+                    assert all(a % _lsh.ROW_BLOCK == 0 for a, _ in started)
+
+
 def test_a_float32_product_that_overflows_is_summed_in_float64():
     """Finite points whose float32 product overflows (inf - inf: NaN) while the exact sum is
     small: both folds take the in-order float64 sum (found by a review: the numpy fold kept

@@ -112,3 +112,16 @@ def test_more_layers_than_allowed_are_merged():
     assert counts == [1, 2, 3, 4, 4, 4]
     last = got[-1][0]
     assert last.deltas[-1][1] == 10**6 + 4000 + 2000 + 1000
+
+
+def test_even_blocks_cover_the_range_in_near_equal_contiguous_blocks():
+    from storage.index import even_blocks
+
+    for n in (0, 1, 2, 4, 7, 100):
+        for parts in (1, 2, 3, 8):
+            blocks = even_blocks(n, parts)
+            assert blocks[0][0] == 0 and blocks[-1][1] == n
+            assert all(b == c for (_, b), (c, _) in zip(blocks, blocks[1:]))
+            sizes = [b - a for a, b in blocks]
+            assert len(blocks) == max(1, min(parts, n))
+            assert max(sizes) - min(sizes) <= 1 and (n == 0 or min(sizes) >= 1)
