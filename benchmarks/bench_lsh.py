@@ -355,12 +355,45 @@ def bench_scale(sizes: list[int], chunk_rows: int) -> None:
             report(f"store n={n:,}: bytes per point beyond the points (L = 100)",
                    f"{index / n:,.0f}", f"{total / 2**30:.2f} GiB")  # fmt: skip
             cold_queries(exe, env, store, n)
+            if n <= HOT_PATH_ROWS:
+                hot_path(store, n)
             res, rss, wall = run_peak(
                 [exe, "forget", "--store", store, "--ids", "777", "--json"], env)  # fmt: skip
             assert res is not None
             report(f"forget 1 id n={n:,}: in-flow s (command wall {wall:.1f} s)",
                    f"{res['timings']['total']:.3f}", f"{res['timings']['lsh_index']:.3f} index")  # fmt: skip
             bench_append(exe, env, Path(tmp), store, n, flow, build_index)
+
+
+HOT_PATH_ROWS = 1_000_000  # the hot path is measured on stores up to this size (it reads all)
+
+
+def hot_path(store: str, n: int, queries: int = 200, batch: int = 20) -> None:
+    """A long-lived reader (``open_store(url).preload()``, in this process): the median time of
+    one stored-row query drawing one sample (buckets mode, the store's suggested radius;
+    target <= 50 us at 1M) and exact samples drawn per second for ``batch`` stored rows at once
+    (target >= 3M/s)."""
+    from storage.reader import open_store
+
+    reader = open_store(store)
+    t0 = time.perf_counter()
+    reader.preload()
+    loaded = time.perf_counter() - t0
+    rows = np.random.default_rng(5).choice(n, size=queries, replace=False)
+    for r in rows[:10]:  # first calls compile and warm caches
+        reader.sample(query_rows=[int(r)], mode="buckets", seed=1)
+    lat = []
+    for r in rows:
+        t0 = time.perf_counter()
+        reader.sample(query_rows=[int(r)], mode="buckets", seed=1)
+        lat.append(time.perf_counter() - t0)
+    report(f"hot path n={n:,}: stored-row query median us (preload {loaded:.1f} s)",
+           f"{np.median(lat) * 1e6:,.0f}", "50 target")  # fmt: skip
+    t0 = time.perf_counter()
+    got = reader.sample(query_rows=rows[:batch], n_samples=100_000, mode="buckets", seed=2)
+    dt = time.perf_counter() - t0
+    report(f"hot path n={n:,}: batched exact samples/s ({batch} stored rows)",
+           f"{int(got.counts.sum()) / dt:,.0f}", "3M target")  # fmt: skip
 
 
 def bench_append(exe: str, env: dict, tmp: Path, store: str, n: int, build: float,
