@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -177,11 +178,13 @@ def _write_rows_direct(session, plain: _PlainChunks, keep_empty: bool, start: in
     _put_chunks(session, plain, keep_empty, parts)
 
 
-def write_chunks(session, name: str, parts: list[tuple[tuple[int, ...], np.ndarray]]) -> None:
+def write_chunks(session, name: str, parts: Iterable[tuple[tuple[int, ...], np.ndarray]]) -> None:
     """Write whole chunks of a plainly encoded array: ``parts`` are (chunk coordinates, the
     chunk's values), put straight into the store concurrently (what :func:`write_block` does for
-    a block; here the chunks need not form one). Any other array: through zarr, chunk by chunk."""
-    if not parts:
+    a block; here the chunks need not form one). Any other array: through zarr, chunk by chunk.
+    Each part is encoded (or written) before the next is taken, so an iterator may yield the
+    same buffer again."""
+    if isinstance(parts, list) and not parts:
         return
     arr = open_array(session, name, mode="r+")
     plain = _plain_chunks(arr)
