@@ -704,8 +704,9 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int, sources
     old = {name: read_lengths(session, name, slice(t0, t1)) for name in sources}
     prior = old.get(target)  # the target's old segments are written over
     out: dict[int, tuple[np.ndarray, int]] = {}
-    # (packed table, its old segment lengths) not yet written: written together, one Zarr call;
-    # ``shape``: the group's segments and longest segment so far (what sizes its block)
+    # (packed table, its old segment lengths) not yet written: written together, one call of
+    # write_chunks; ``shape``: the group's segments and longest segment so far (the group's
+    # padded chunks stay within WRITE_BLOCK_BYTES)
     group: list = []
     shape = (0, 0)
 
