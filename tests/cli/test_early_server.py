@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import urllib.request
@@ -58,14 +59,20 @@ def test_a_command_with_bad_input_leaves_no_server_behind(tmp_path):
     import psutil
 
     started = time.time()
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    home = str(tmp_path / "prefect-home")  # tells this command's server from any other's
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": home}
     exe = sys.executable.replace("python", "fairpipe")
     out = subprocess.run([exe, "ingest", str(tmp_path / "missing.csv"), "--store",
                           str(tmp_path / "store")], env=env, capture_output=True, text=True,
                          timeout=120)  # fmt: skip
     assert out.returncode == 2, out.stderr
     time.sleep(0.5)
-    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline", "create_time"])
-            if p.info["create_time"] and p.info["create_time"] >= started - 1
-            and "prefect.server.api.server:create_app" in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+    servers = [p for p in psutil.process_iter(["cmdline", "create_time"])
+               if p.info["create_time"] and p.info["create_time"] >= started - 1
+               and "prefect.server.api.server:create_app" in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+    left = []
+    for p in servers:
+        with contextlib.suppress(psutil.Error):  # gone meanwhile, or another user's
+            if p.environ().get("PREFECT_HOME") == home:
+                left.append(p.info["cmdline"])
     assert left == []
