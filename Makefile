@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_rerank.py
 	$(BIN)/python benchmarks/bench_adf.py
 	$(BIN)/python benchmarks/bench_lifecycle.py
+	$(BIN)/python benchmarks/bench_flow_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
