@@ -30,8 +30,6 @@ sys.path.insert(0, str(ROOT))
 
 import flows  # noqa: E402,F401  (environment defaults)
 
-HEARTBEAT = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
-
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -41,7 +39,9 @@ def main() -> None:
     a = ap.parse_args()
     from flows.forget import run_forget
     from flows.ingest import IngestOptions, run_ingest
-    from flows.runtime import prefect_api
+    from flows.runtime import HEARTBEAT_VARIABLES, prefect_api
+
+    HEARTBEAT = HEARTBEAT_VARIABLES[0]
 
     os.environ.pop(HEARTBEAT, None)
     settings = {"heartbeats (Prefect's default)": "180", "no heartbeats (fairpipe)": None}

@@ -227,7 +227,8 @@ def no_exit_heartbeat_wait():
 
     Prefect 3.8 sends them from a thread that sleeps in 1-second steps, and a flow run's end
     joins that thread: every flow run waited up to a second after its work was done (a trivial
-    flow took 1.18 s instead of 0.21 s; a one-id forget's command 1 s more than its flow's work).
+    flow took 1.18 s instead of 0.21 s; a one-id forget at 1M, 1.18 s instead of 0.54 s, 0.28 s of
+    it the flow's work: benchmarks/bench_flow_overhead.py).
     Heartbeats only serve automations that declare a run crashed when they stop; a flow run by
     a deployment's worker (not through here) keeps them.
     """

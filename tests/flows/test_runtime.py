@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.runtime import run_flow
+from flows.runtime import HEARTBEAT_VARIABLES, run_flow
 
 
 @flow(name="fairpipe-test-heartbeat")
@@ -17,7 +17,7 @@ def heartbeat_of_this_run() -> int | None:
 def test_a_command_flow_sends_no_heartbeats_unless_asked(prefect_server, monkeypatch):
     """Prefect's heartbeat thread made every flow run wait up to a second at its end: a command's
     flow runs without it, and a user who sets the frequency gets Prefect's own behaviour."""
-    for name in ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY"):
+    for name in HEARTBEAT_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     assert run_flow(heartbeat_of_this_run) is None
     monkeypatch.setenv("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "60")
