@@ -32,14 +32,21 @@ from prefect import flow
 
 from fairpipe.cluster import DCKMeans
 from fairpipe.datasets import read_ids
-from fairpipe.errors import check_positive_int
+from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.tree import leaf_of
 from fairpipe.validation import IdLookup
 from flows.forget import ForgetOptions, drain
 from flows.runtime import default_task_runner, run_flow
 from storage.erasure import erase_due
 from storage.models import read_model
-from storage.queue import Request, file_request, has_queue, new_request, pending
+from storage.queue import (
+    MAX_REQUEST_IDS,
+    Request,
+    file_request,
+    has_queue,
+    new_request,
+    pending,
+)
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore
 from storage.summary import has_summary, summary_tree
@@ -49,6 +56,10 @@ from storage.summary import has_summary, summary_tree
 # parts: 50,000 ids made a backfill of 100,000 ids at 1M cost about one fresh build
 # (docs/benchmarks.md), while a part still commits within about half a minute there.
 BATCH_SIZE = 50_000
+BATCH_TOO_LARGE = (
+    "The 'batch_size' parameter of backfill must be at most {limit:,} (the ids one deletion "
+    "request holds). Got {got} instead."
+)
 
 
 @dataclass
@@ -57,6 +68,14 @@ class BackfillOptions:
     reason: str = "backfill"  # kept in every part's receipt
     lock_timeout: float = 0.0
     progress: bool = False  # a progress bar with ETA on stderr (the command line sets it)
+
+
+def check_batch_size(batch_size) -> int:
+    """A positive number of ids that one deletion request can hold."""
+    check_positive_int(batch_size, "batch_size", "backfill")
+    if batch_size > MAX_REQUEST_IDS:
+        raise FairpipeInputError(BATCH_TOO_LARGE.format(limit=MAX_REQUEST_IDS, got=batch_size))
+    return int(batch_size)
 
 
 def backlog_key(unique_ids: np.ndarray, batch_size: int, plan_inputs) -> str:
@@ -110,7 +129,7 @@ def plan_parts(all_ids: np.ndarray, unique_ids: np.ndarray, batch_size: int,
 def backfill_flow(store_url: str, ids_file: str, options: BackfillOptions | None = None) -> dict:
     """Forget every id of ``ids_file``: file the backlog's parts not yet filed, then drain."""
     o = options or BackfillOptions()
-    check_positive_int(o.batch_size, "batch_size", "backfill")
+    check_batch_size(o.batch_size)
     t_start = time.perf_counter()
     store = FairpipeStore.open(store_url)
     store.require_data()

@@ -24,6 +24,7 @@ whatever the retention).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,13 +54,16 @@ from storage.index import (
 )
 from storage.models import write_model
 from storage.queue import (
+    MalformedRequest,
     Request,
     delete_requests,
     file_request,
     has_queue,
     new_request,
     pending,
+    set_aside,
     sweep_abandoned,
+    unrecognised,
 )
 from storage.queue import read_request as read_queued
 from storage.receipts import REQUESTS_KEY, read_receipts, write_receipts
@@ -67,6 +71,7 @@ from storage.store import FairpipeStore, read_array
 
 ALL_UNKNOWN = "None of the {n} ids to forget is in the store {url} (first: {first})."
 NOT_INTEGER_IDS = "Ids to forget must be integers. Got values of type {dtype}."
+NO_PROGRESS = "A drain of {url} came back to requests it had already applied ({rids})."
 
 
 MAX_BATCH = 10_000
@@ -148,18 +153,18 @@ def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request],
     waiting)`` is called before the first batch and after each: ids applied so far, ids
     still waiting."""
     merged: dict = {"store": store.url, "commit": None, "deleted": [], "unknown": [],
-                    "already_deleted": [], "requests": [], "batches": []}  # fmt: skip
+                    "already_deleted": [], "requests": [], "batches": [],
+                    "set_aside": []}  # fmt: skip
     timings: dict[str, float] = {}
     n_applied = 0
     cache: dict[str, Request] = {}
+    # Bound: every round applies at least one request no earlier round tried (a round that
+    # would retry only tried ones is a bug, raised as one), so a drain ends once the queue is
+    # empty, after at most as many rounds as requests were filed.
+    tried: set[str] = set()
     while True:
         applied = {r["request"] for r in read_receipts(store.readonly_session())}
-        listed = pending(store.url)  # an object store has no queue yet: nothing listed
-        delete_requests(store.url, [rid for rid in listed if rid in applied])
-        for rid in listed:  # request objects are immutable: each is read once per drain
-            if rid not in applied and rid not in cache:
-                cache[rid] = read_queued(store.url, rid)
-        queue = [cache[rid] for rid in listed if rid not in applied]
+        queue = _queued(store.url, applied, cache, merged["set_aside"])
         queue += [r for r in extra if r.request_id not in applied]
         if on_batch is not None:
             on_batch(n_applied, sum(int(r.ids.size) for r in queue))
@@ -172,11 +177,14 @@ def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request],
                 break
             batch.append(req)
             size += int(req.ids.size)
+        done = [r.request_id for r in batch]
+        if tried.issuperset(done):
+            raise RuntimeError(NO_PROGRESS.format(rids=", ".join(done[:3]), url=store.url))
+        tried.update(done)
         t0 = time.perf_counter()
         res = _apply_batch(store, batch, o)
-        done = [r.request_id for r in batch]
         n_applied += size
-        delete_requests(store.url, [rid for rid in done if rid in listed])
+        delete_requests(store.url, [rid for rid in done if rid in cache])
         extra = [r for r in extra if r.request_id not in done]
         if res is None:  # another drain applied them first
             continue
@@ -197,6 +205,37 @@ def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request],
     merged["abandoned_removed"] = sweep_abandoned(store.url)
     merged["timings"] = timings
     return merged
+
+
+def _queued(url: str, applied: set[str], cache: dict[str, Request],
+            set_aside: list[dict]) -> list[Request]:  # fmt: skip
+    """The queue's requests not yet applied, oldest first. On the way: objects of applied
+    requests are deleted; objects that are not requests this queue wrote are set aside (their
+    notes added to ``set_aside``); requests are read once per drain (they are immutable)."""
+    for name in unrecognised(url):
+        _set_aside(url, name, "its name is not '<request id>.json'", set_aside)
+    listed = pending(url)  # an object store has no queue yet: nothing listed
+    delete_requests(url, [rid for rid in listed if rid in applied])
+    queue = []
+    for rid in listed:
+        if rid in applied:
+            continue
+        if rid not in cache:
+            try:
+                cache[rid] = read_queued(url, rid)
+            except MalformedRequest as e:
+                _set_aside(url, f"{rid}.json", str(e), set_aside)
+                continue
+            except FileNotFoundError:  # applied and deleted by another drain meanwhile
+                continue
+        queue.append(cache[rid])
+    return queue
+
+
+def _set_aside(url: str, name: str, why: str, notes: list[dict]) -> None:
+    with contextlib.suppress(FileNotFoundError):  # set aside by another drain meanwhile
+        set_aside(url, name, why)
+        notes.append({"object": name, "why": why})
 
 
 def _record_commits(store: FairpipeStore, o: ForgetOptions) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -75,7 +74,6 @@ from storage.index import (
 )
 from storage.store import FairpipeStore
 from storage.summary import has_summary
-from storage.urls import parse_store_url
 
 DIM_MISMATCH = (
     "{where} holds {got}-dimensional points; the store {url} holds {d}-dimensional points."
@@ -251,29 +249,17 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
         check_positive_int(options.chunk_rows, "chunk_rows", "ingest")
     # A folder that is not a store fails before the source is read; a new store is created only
     # once the source has been planned, so a bad source leaves nothing behind.
-    local = parse_store_url(store_url).local_dir
-    folder_existed = local is not None and local.exists()
-    store = None
-    created = False
-    try:
-        store = FairpipeStore.open_existing(store_url)  # raises for a folder that is not a store
-        # Planned here, not on the cluster: an append small enough for the flow to do itself
-        # then never starts one (the embedded LocalCluster costs about 2 s to start).
-        plan = plan_source_task(source, options)
-        if store is None:
-            store, created = FairpipeStore.open(store_url, create=True), True
-        timings["plan"] = time.perf_counter() - t_start
+    store = FairpipeStore.open_existing(store_url)  # raises for a folder that is not a store
+    # Planned here, not on the cluster: an append small enough for the flow to do itself
+    # then never starts one (the embedded LocalCluster costs about 2 s to start).
+    plan = plan_source_task(source, options)
+    timings["plan"] = time.perf_counter() - t_start
+    if store is not None:
         return _ingest_into(store, plan, source, options, timings, t_start)
-    except BaseException:
-        # Remove what this run made and nothing else: a folder it created, or a store it created
-        # that holds nothing but its marker. A store that was there before is never touched.
-        ours = not folder_existed or created
-        if ours and local is not None and local.exists() and (store is None or store.is_empty()):
-            for entry in local.iterdir():
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-            if not folder_existed:
-                local.rmdir()
-        raise
+    # A new store: made under its writer lock, held until the ingest commits; if anything fails
+    # before, what this run made (and only that) is removed.
+    with FairpipeStore.creating(store_url, options.lock_timeout) as store:
+        return _ingest_into(store, plan, source, options, timings, t_start)
 
 
 def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict, t_start: float):

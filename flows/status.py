@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from storage.erasure import retention_of
-from storage.queue import abandoned, filed_at, pending
+from storage.queue import abandoned, filed_at, pending, quarantine_path, quarantined, unrecognised
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore, read_array
 from storage.summary import has_summary, read_summary_ids
@@ -56,13 +56,26 @@ def store_status(url: str) -> dict:
             "oldest": waiting[0] if waiting else None,
             "oldest_age_seconds": oldest,
             "abandoned": abandoned(url),  # files of producers killed before filing
+            "unrecognised": len(unrecognised(url)),  # the next drain sets them aside
         },  # fmt: skip
+        "set_aside": set_aside_of(url),
         "last_commit": {k: last[k] for k in ("id", "time", "message")},
         "artifacts": artifacts,
         "erasure_retention": retention_of(attrs),
         "not_yet_erased": sum(1 for r in receipts if r["erased_at"] is None),
         "layout": layout_of(attrs),
     }
+
+
+def set_aside_of(url: str) -> dict:
+    """The queue objects a drain set aside as not being requests: never applied, kept for the
+    store's owner to look at (and delete)."""
+    from storage.queue import has_queue
+
+    if not has_queue(url):
+        return {"count": 0, "where": None, "objects": []}
+    notes = quarantined(url)
+    return {"count": len(notes), "where": quarantine_path(url), "objects": notes}
 
 
 def layout_of(attrs: dict) -> dict:

@@ -465,31 +465,35 @@ def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: 
 
 
 # -- staging: the keys of new rows, between the hashing jobs and the index jobs -------------------
-STAGING_MARK = ".fairpipe-staging."  # a local store's staging folder: .<store><mark><random>
+STAGING_MARK = ".fairpipe-staging."  # a local store's staging folder: <store>/<mark><random>
 
 
 def stale_staging(local_dir: Path) -> list[Path]:
     """Staging folders of the local store ``local_dir`` (any there while its writer lock is held
-    were left by a killed ingest: only an ingest holding the lock makes one)."""
-    name = re.compile(re.escape(f".{local_dir.name}{STAGING_MARK}") + r"[a-z0-9_]+")
-    parent = local_dir.parent
-    if not parent.is_dir():
-        return []
-    return [p for p in parent.iterdir() if name.fullmatch(p.name) and p.is_dir()]
+    were left by a killed ingest: only an ingest holding the lock makes one): inside the store's
+    folder, and beside it (``.<store><mark><random>``, where stores kept them before)."""
+    inside = re.compile(re.escape(STAGING_MARK) + r"[a-z0-9_]+")
+    beside = re.compile(re.escape(f".{local_dir.name}{STAGING_MARK}") + r"[a-z0-9_]+")
+    found = []
+    for folder, name in ((local_dir, inside), (local_dir.parent, beside)):
+        if folder.is_dir():
+            found += [p for p in folder.iterdir() if name.fullmatch(p.name) and p.is_dir()]
+    return found
 
 
 class Staging:
-    """The new rows' keys, between the hashing jobs and the index jobs, outside the repository
-    (so no object of it outlives the ingest): beside a local store, else in the temporary folder
-    (which the workers must share). Each chunk job writes one ``.npy`` file of its rows' keys,
-    transposed (L, rows), so an index job reads each of its tables as one contiguous run of
-    every file (memory-mapped; one file write per chunk instead of a Zarr chunk per table)."""
+    """The new rows' keys, between the hashing jobs and the index jobs, outside the repository's
+    objects (so none of them outlives the ingest): in a folder inside a local store's folder,
+    else in the temporary folder (which the workers must share). Each chunk job writes one
+    ``.npy`` file of its rows' keys, transposed (L, rows), so an index job reads each of its
+    tables as one contiguous run of every file (memory-mapped; one file write per chunk instead
+    of a Zarr chunk per table)."""
 
     def __init__(self, local_dir: Path | None, base: int, n_total: int):
-        """Made by an ingest holding the store's writer lock. Beside a local store the folder is
-        named after it, so the folders of earlier ingests of the same store, killed before they
-        could remove their own (8 bytes a row and table: 8 GB at 10M rows and L = 100), are
-        found and removed first: :attr:`swept` counts them."""
+        """Made by an ingest holding the store's writer lock, so the staging folders of earlier
+        ingests of the same store, killed before they could remove their own (8 bytes a row and
+        table: 8 GB at 10M rows and L = 100), are found and removed first: :attr:`swept` counts
+        them."""
         self.swept = 0
         if local_dir is None:
             self.path = Path(tempfile.mkdtemp(prefix=f".fairpipe-staging-{uuid.uuid4().hex[:6]}-"))
@@ -498,8 +502,7 @@ class Staging:
             for old in stale:
                 shutil.rmtree(old, ignore_errors=True)
             self.swept = len(stale)
-            self.path = Path(tempfile.mkdtemp(prefix=f".{local_dir.name}{STAGING_MARK}",
-                                              dir=local_dir.parent))  # fmt: skip
+            self.path = Path(tempfile.mkdtemp(prefix=STAGING_MARK, dir=local_dir))
         self.base, self.n_total = base, n_total
 
     def write(self, start: int, keys: np.ndarray) -> None:

@@ -1,8 +1,15 @@
-"""One committing writer per store: an exclusive ``flock`` on a lock file.
+"""One committing writer per store: an exclusive ``flock``.
 
-For a local store the lock file sits in the store folder; for an object-store URL it sits in the
-user's cache folder, keyed by the URL, so it protects against concurrent writers on this machine
-only (object stores have no portable lock; run one committing flow per dataset at a time).
+For a local store the lock is taken on the store's folder itself, so a new store's folder can be
+locked before the repository is made in it (Icechunk creates repositories only in clean
+folders); the holder (pid, host, time) is noted in ``.fairpipe.lock`` there once a repository
+exists. For an object-store URL it is a lock file in the user's cache folder, keyed by the URL,
+so it protects against concurrent writers on this machine only (object stores have no portable
+lock; run one committing flow per dataset at a time).
+
+A locked folder may be removed by the command that made it (a failed first ingest leaves
+nothing behind): a waiter that then gets the lock of the removed folder notices (the path no
+longer names what it locked) and locks the path again.
 """
 
 from __future__ import annotations
@@ -14,10 +21,10 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 from fairpipe.errors import FairpipeInputError
 
+LOCK_NAME = ".fairpipe.lock"
 BUSY = (
     "Store {url} is being written by another process ({holder}); one committing writer per store "
     "at a time. Wait for it to finish, or pass a lock timeout to wait."
@@ -29,51 +36,97 @@ class StoreBusyError(FairpipeInputError):
 
 
 def lock_path_for(url: str, local_dir: Path | None) -> Path:
+    """What a store's writer locks: its folder (a local store), or a lock file in the cache."""
     if local_dir is not None:
-        return local_dir / ".fairpipe.lock"
+        return local_dir
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fairpipe" / "locks"
     cache.mkdir(parents=True, exist_ok=True)
     return cache / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".lock")
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file or folder open as ``fd`` (it may have been
+    removed, or replaced, while this process waited for its lock)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
 class WriterLock:
-    def __init__(self, path: Path, url: str, timeout: float = 0.0):
-        self.path, self.url, self.timeout = path, url, timeout
-        self._fh: Any = None
+    """The store's writer lock (a context manager) on ``path``: a store's folder, which must
+    exist (taking a lock never makes a store's folder), or a lock file. ``note_holder``: write
+    who holds it into the folder's ``.fairpipe.lock`` (a creator first needs the folder clean,
+    and calls :meth:`note_holder` once the repository is made)."""
+
+    def __init__(self, path: Path, url: str, timeout: float = 0.0, note_holder: bool = True):
+        self.path, self.url, self.timeout = Path(path), url, timeout
+        self._note = note_holder
+        self._folder = self.path.is_dir()
+        self._fd: int | None = None
+        self._noted = False
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    @property
+    def _holder_file(self) -> Path:
+        return self.path / LOCK_NAME if self._folder else self.path
+
+    def _open(self) -> int:
+        if self._folder:  # FileNotFoundError if the folder is gone: never made here
+            return os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def _holder(self) -> str:
+        """Who holds the lock, as noted (``pid 8891 on vm since 2026-11-27T07:21:57``)."""
+        try:
+            note = json.loads(self._holder_file.read_text())
+            return f"pid {int(note['pid'])} on {note['host']} since {note['since']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "a process that has not said which"
 
     def __enter__(self) -> WriterLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")
         deadline = time.monotonic() + self.timeout
         while True:
+            fd = self._open()
             try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
+                os.close(fd)
                 if time.monotonic() >= deadline:
-                    fh.seek(0)
-                    holder = fh.read().strip() or "unknown process"
-                    fh.close()
-                    raise StoreBusyError(BUSY.format(url=self.url, holder=holder)) from None
+                    raise StoreBusyError(BUSY.format(url=self.url, holder=self._holder())) from None
                 time.sleep(0.1)
-        fh.seek(0)
-        fh.truncate()
-        fh.write(
-            json.dumps(
-                {
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                }
-            )
-        )
-        fh.flush()
-        self._fh = fh
+                continue
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)  # locked what its maker removed meanwhile: lock the path again
+        self._fd = fd
+        if self._note:
+            self.note_holder()
         return self
 
+    def note_holder(self) -> None:
+        """Write this process as the holder (pid, host, since) for a waiter's message."""
+        note = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                           "since": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
+        with open(self._holder_file, "w") as fh:
+            fh.write(note)
+        self._noted = True
+
     def __exit__(self, *exc) -> None:
-        if self._fh is not None:
-            self._fh.truncate(0)
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
+        if self._fd is None:
+            return
+        if self._noted:
+            try:
+                with open(self._holder_file, "r+") as fh:
+                    fh.truncate(0)
+            except OSError:  # removed with its folder by a failed creation
+                pass
+            self._noted = False
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None

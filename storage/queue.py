@@ -8,6 +8,13 @@ sees half a request, many producers file at once without a lock, and no shared o
 read, modified and written.
 Request ids sort by filing time (``20261124T120000123456Z-1a2b3c4d``).
 
+The queue reads only what it wrote: a request's identity is its object's name. An object whose
+name is not ``<request id>.json``, that is not a regular file, is larger than
+``MAX_REQUEST_BYTES``, does not parse, or whose content disagrees with its name (another request
+id, ids that are not integers in [0, 2^63), a reason that is not text...) is never applied: the
+drain moves it to ``quarantine/`` beside the queue, with a note of why, and goes on; ``fairpipe
+status`` and ``receipts`` report it.
+
 A drain (:mod:`flows.forget`) applies pending requests in batches; each batch's commit records
 the applied request ids in the store's receipts (:mod:`storage.receipts`), so a rerun after a
 crash skips them, and the drain then deletes their objects. The ids in a request live only in
@@ -17,8 +24,13 @@ message, commit metadata, or a branch or tag name.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import os
+import re
+import stat
 import time
 import uuid
 from dataclasses import dataclass
@@ -28,32 +40,50 @@ from pathlib import Path
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from storage.urls import parse_store_url, s3_endpoint
+from storage.urls import object_store, parse_store_url
 
 QUEUE_DIR = "queue"
+QUARANTINE_DIR = "quarantine"
 NO_QUEUE = (
     "A deletion queue is kept beside a store in a local folder or in an S3, GCS or Azure "
     "bucket; {url} is neither (its requests can only be applied at once: 'fairpipe forget --ids')."
 )
-BAD_REQUEST = "The request object {path} is not a fairpipe deletion request ({why})."
+# What a request object may hold. A request is filed by request-deletion, forget --ids or a
+# backfill part (50,000 ids by default); a larger backlog is a backfill's many parts.
+MAX_REQUEST_IDS = 1_000_000
+MAX_REASON_CHARS = 10_000
+MAX_REQUEST_BYTES = 32 * 1024 * 1024  # 1M ids of 19 digits and a separator, and the reason
+TOO_MANY_IDS = (
+    "A deletion request holds at most {limit:,} ids; got {n:,}. File a larger backlog with "
+    "'fairpipe backfill', which files it in parts."
+)
+REASON_TOO_LONG = "A deletion request's reason holds at most {limit:,} characters; got {n:,}."
+MALFORMED = "The request object {path} is not a fairpipe deletion request ({why})."
+REQUEST_ID = re.compile(r"[0-9]{8}T[0-9]{12}Z-[0-9a-z]{1,40}")
 # A producer writes a request under a temporary name and links it to its own within
 # milliseconds; a temporary file older than this was left by a producer killed before its
 # request was filed (it holds ids, so the next drain deletes it).
 ABANDONED_AFTER_SECONDS = 3600.0
+_TEMPORARY = re.compile(r"\..+\.json\.[0-9a-f]{6}\.tmp")
+
+
+class MalformedRequest(FairpipeInputError):
+    """A queue object that is not a request this queue wrote (see the module's docstring)."""
 
 
 class _Folder:
     """Request objects in ``<store folder>/queue``: written whole under a temporary name,
     flushed, then linked to their name (which fails if it exists), then the folder flushed."""
 
-    def __init__(self, folder: Path):
-        self.folder = folder
+    def __init__(self, store_dir: Path):
+        self.folder = store_dir / QUEUE_DIR
+        self.quarantine = store_dir / QUARANTINE_DIR
 
     def where(self, name: str) -> str:
         return str(self.folder / name)
 
     def create(self, name: str, body: bytes) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(exist_ok=True)  # in the store's folder, which must exist
         tmp = self.folder / f".{name}.{uuid.uuid4().hex[:6]}.tmp"
         with open(tmp, "wb") as f:
             f.write(body)
@@ -63,22 +93,47 @@ class _Folder:
             os.link(tmp, self.folder / name)  # raises FileExistsError if the name exists
         finally:
             tmp.unlink()
-        fd = os.open(self.folder, os.O_RDONLY)
+        _sync_folder(self.folder)  # the new name itself is durable
+
+    def names(self) -> list[str]:
+        """Every entry of the queue but producers' temporary files."""
+        if not self.folder.is_dir():
+            return []
+        return [n for n in os.listdir(self.folder) if not _TEMPORARY.fullmatch(n)]
+
+    def read(self, name: str, limit: int) -> bytes:
+        """The bytes of a regular file (never through a link), at most ``limit`` of them."""
         try:
-            os.fsync(fd)  # the new name itself is durable
+            fd = os.open(self.folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise MalformedRequest("it is a symbolic link") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise MalformedRequest("it is not a regular file")
+            if st.st_size > limit:
+                raise MalformedRequest(f"it holds {st.st_size:,} bytes, over {limit:,}")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read(limit + 1)
         finally:
             os.close(fd)
 
-    def names(self) -> list[str]:
-        if not self.folder.is_dir():
-            return []
-        return [p.name for p in self.folder.glob("*.json")]
-
-    def read(self, name: str) -> bytes:
-        return (self.folder / name).read_bytes()
-
     def delete(self, name: str) -> None:
         (self.folder / name).unlink(missing_ok=True)
+
+    def set_aside(self, name: str, target: str, note: bytes) -> None:
+        self.quarantine.mkdir(exist_ok=True)
+        with open(self.quarantine / f"{target}.why.json", "wb") as f:
+            f.write(note)
+        os.rename(self.folder / name, self.quarantine / target)  # a folder or link is moved as is
+        _sync_folder(self.quarantine)
+
+    def notes(self) -> list[bytes]:
+        if not self.quarantine.is_dir():
+            return []
+        return [p.read_bytes() for p in sorted(self.quarantine.glob("*.why.json"))]
 
     def abandoned(self, now: float) -> list[Path]:
         """Temporary request files older than ABANDONED_AFTER_SECONDS (their producer died
@@ -86,13 +141,23 @@ class _Folder:
         if not self.folder.is_dir():
             return []
         old = []
-        for p in self.folder.glob(".*.json.*.tmp"):
+        for name in os.listdir(self.folder):
+            if not _TEMPORARY.fullmatch(name):
+                continue
             try:
-                if now - p.stat().st_mtime > ABANDONED_AFTER_SECONDS:
-                    old.append(p)
+                if now - (self.folder / name).lstat().st_mtime > ABANDONED_AFTER_SECONDS:
+                    old.append(self.folder / name)
             except FileNotFoundError:  # linked and removed by its producer meanwhile
                 continue
         return old
+
+
+def _sync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class _Bucket:
@@ -100,7 +165,7 @@ class _Bucket:
     conditional put (``If-None-Match: *``): a name is written once, whole, or not at all."""
 
     def __init__(self, url: str, store):
-        self.url, self.store = url.rstrip("/"), store
+        self.url, self.store = url.rstrip("/"), store  # the store: rooted at the store's prefix
 
     def where(self, name: str) -> str:
         return f"{self.url}/{QUEUE_DIR}/{name}"
@@ -110,45 +175,64 @@ class _Bucket:
         from obstore.exceptions import AlreadyExistsError
 
         try:
-            obstore.put(self.store, name, body, mode="create")
+            obstore.put(self.store, f"{QUEUE_DIR}/{name}", body, mode="create")
         except AlreadyExistsError:
             raise FileExistsError(self.where(name)) from None
 
     def names(self) -> list[str]:
         import obstore
 
-        return [m["path"] for batch in obstore.list(self.store) for m in batch
-                if m["path"].endswith(".json")]  # fmt: skip
+        at = len(QUEUE_DIR) + 1
+        return [m["path"][at:] for batch in obstore.list(self.store, prefix=f"{QUEUE_DIR}/")
+                for m in batch]  # fmt: skip
 
-    def read(self, name: str) -> bytes:
+    def read(self, name: str, limit: int) -> bytes:
         import obstore
 
-        return bytes(obstore.get(self.store, name).bytes())
+        with _gone_as_file_not_found(self.where(name)):
+            size = int(obstore.head(self.store, f"{QUEUE_DIR}/{name}")["size"])
+            if size > limit:
+                raise MalformedRequest(f"it holds {size:,} bytes, over {limit:,}")
+            return bytes(obstore.get(self.store, f"{QUEUE_DIR}/{name}").bytes())
 
     def delete(self, name: str) -> None:
         import obstore
 
-        obstore.delete(self.store, name)
+        obstore.delete(self.store, f"{QUEUE_DIR}/{name}")
+
+    def set_aside(self, name: str, target: str, note: bytes) -> None:
+        import obstore
+
+        with _gone_as_file_not_found(self.where(name)):
+            obstore.copy(self.store, f"{QUEUE_DIR}/{name}", f"{QUARANTINE_DIR}/{target}")
+        obstore.put(self.store, f"{QUARANTINE_DIR}/{target}.why.json", note)
+        obstore.delete(self.store, f"{QUEUE_DIR}/{name}")
+
+    def notes(self) -> list[bytes]:
+        import obstore
+
+        paths = sorted(m["path"] for batch in obstore.list(self.store, prefix=f"{QUARANTINE_DIR}/")
+                       for m in batch if m["path"].endswith(".why.json"))  # fmt: skip
+        return [bytes(obstore.get(self.store, p).bytes()) for p in paths]
+
+
+@contextlib.contextmanager
+def _gone_as_file_not_found(where: str):
+    """obstore's NotFoundError as the FileNotFoundError a folder's queue raises."""
+    from obstore.exceptions import NotFoundError
+
+    try:
+        yield
+    except NotFoundError:
+        raise FileNotFoundError(where) from None
 
 
 def _backend(url: str) -> _Folder | _Bucket | None:
     spec = parse_store_url(url)
     if spec.local_dir is not None:
-        return _Folder(spec.local_dir / QUEUE_DIR)
-    if spec.scheme not in ("s3", "gcs", "azure"):
-        return None
-    from obstore.store import AzureStore, GCSStore, S3Store
-
-    k = spec.kwargs
-    prefix = "/".join(p for p in (k.get("prefix", ""), QUEUE_DIR) if p)
-    if spec.scheme == "s3":
-        endpoint = s3_endpoint()
-        plain_http = bool(endpoint and endpoint.startswith("http://"))
-        return _Bucket(url, S3Store(k["bucket"], prefix=prefix,
-                                    client_options={"allow_http": plain_http}))  # fmt: skip
-    if spec.scheme == "gcs":
-        return _Bucket(url, GCSStore(k["bucket"], prefix=prefix))
-    return _Bucket(url, AzureStore(k["container"], prefix=prefix, account_name=k["account"]))
+        return _Folder(spec.local_dir)
+    store = object_store(spec)
+    return None if store is None else _Bucket(url, store)
 
 
 def has_queue(url: str) -> bool:
@@ -177,9 +261,15 @@ ID_TIME = "%Y%m%dT%H%M%S%fZ"  # a request id starts with its filing time, UTC
 def new_request(ids: np.ndarray, reason: str = "", tag: str | None = None) -> Request:
     """A request filed now (not yet written anywhere); its id ends with ``tag`` (default: a
     random one), which lets a backfill find its own parts again."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size > MAX_REQUEST_IDS:
+        raise FairpipeInputError(TOO_MANY_IDS.format(limit=MAX_REQUEST_IDS, n=ids.size))
+    if len(reason) > MAX_REASON_CHARS:
+        raise FairpipeInputError(REASON_TOO_LONG.format(limit=MAX_REASON_CHARS, n=len(reason)))
     now = datetime.now(UTC)
     rid = f"{now.strftime(ID_TIME)}-{tag or uuid.uuid4().hex[:8]}"
-    return Request(rid, np.asarray(ids, dtype=np.int64), reason, now.isoformat())
+    assert REQUEST_ID.fullmatch(rid), rid
+    return Request(rid, ids, reason, now.isoformat())
 
 
 def filed_at(request_id: str) -> datetime:
@@ -196,25 +286,106 @@ def file_request(url: str, ids: np.ndarray, reason: str = "", tag: str | None = 
     return request
 
 
+def request_id_of(name: str) -> str | None:
+    """The request id an object's name gives, or None if the name is not one this queue
+    writes (``<request id>.json``)."""
+    rid = name.removesuffix(".json")
+    return rid if name.endswith(".json") and REQUEST_ID.fullmatch(rid) else None
+
+
 def pending(url: str) -> list[str]:
     """Ids of the request objects in the queue, oldest first (applied ones not yet deleted
-    included: the receipts tell them apart). A store without a queue has none."""
+    included: the receipts tell them apart; objects of other names are not requests: see
+    :func:`unrecognised`). A store without a queue has none."""
     backend = _backend(url)
     if backend is None:
         return []
-    return sorted(name.removesuffix(".json") for name in backend.names())
+    return sorted(rid for name in backend.names() if (rid := request_id_of(name)) is not None)
+
+
+def unrecognised(url: str) -> list[str]:
+    """Names of queue objects that cannot be requests (the next drain sets them aside)."""
+    backend = _backend(url)
+    if backend is None:
+        return []
+    return sorted(name for name in backend.names() if request_id_of(name) is None)
+
+
+def parse_request(request_id: str, data: bytes) -> Request:
+    """The request in the bytes of object ``<request_id>.json``; :class:`MalformedRequest`
+    saying what is wrong unless it is exactly what :func:`file_request` writes for that id."""
+    try:
+        body = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise MalformedRequest("it is not UTF-8 text") from None
+    except ValueError as e:
+        raise MalformedRequest(f"it is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise MalformedRequest(f"it holds a JSON {type(body).__name__}, not an object")
+    if body.get("request") != request_id:
+        raise MalformedRequest("its 'request' field is not its own name")
+    ids, reason, at = body.get("ids"), body.get("reason", ""), body.get("requested_at")
+    if not isinstance(ids, list) or not ids:
+        raise MalformedRequest("its 'ids' field is not a list of ids")
+    if len(ids) > MAX_REQUEST_IDS:
+        raise MalformedRequest(f"it holds {len(ids):,} ids, over {MAX_REQUEST_IDS:,}")
+    if not all(type(i) is int and 0 <= i < 2**63 for i in ids):
+        raise MalformedRequest("an id in it is not an integer in [0, 2^63)")
+    if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
+        raise MalformedRequest(
+            f"its 'reason' is not text of at most {MAX_REASON_CHARS:,} characters"
+        )
+    try:
+        datetime.fromisoformat(at)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise MalformedRequest("its 'requested_at' is not an ISO 8601 time") from None
+    return Request(request_id, np.asarray(ids, dtype=np.int64), reason, at)  # type: ignore[arg-type]
 
 
 def read_request(url: str, request_id: str) -> Request:
+    """The request ``request_id`` of the queue (:class:`MalformedRequest` if its object is not
+    one; FileNotFoundError if it is gone)."""
     backend = _queue(url)
     name = f"{request_id}.json"
     try:
-        body = json.loads(backend.read(name))
-        ids = np.asarray(body["ids"], dtype=np.int64)
-        return Request(str(body["request"]), ids, str(body.get("reason", "")),
-                       str(body["requested_at"]))  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FairpipeInputError(BAD_REQUEST.format(path=backend.where(name), why=e)) from None
+        if REQUEST_ID.fullmatch(request_id) is None:
+            raise MalformedRequest("its name is not '<request id>.json'")
+        return parse_request(request_id, backend.read(name, MAX_REQUEST_BYTES))
+    except MalformedRequest as e:
+        raise MalformedRequest(MALFORMED.format(path=backend.where(name), why=e)) from None
+
+
+def set_aside(url: str, name: str, why: str) -> None:
+    """Move the queue object ``name`` to the quarantine, with a note of why (its name, never
+    its content). Quarantined objects are kept for the store's owner to look at; they may hold
+    ids, like any request."""
+    backend = _queue(url)
+    now = datetime.now(UTC)
+    target = f"{now.strftime(ID_TIME)}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+    note = {"object": name, "moved_to": target, "why": why, "at": now.isoformat()}
+    backend.set_aside(name, target, json.dumps(note).encode())
+
+
+def quarantined(url: str) -> list[dict]:
+    """The notes of the objects set aside (object, moved_to, why, at), oldest first."""
+    backend = _backend(url)
+    if backend is None:
+        return []
+    notes = []
+    for data in backend.notes():
+        try:
+            notes.append(json.loads(data))
+        except ValueError:  # a note cut short by a crash: the object is still set aside
+            continue
+    return notes
+
+
+def quarantine_path(url: str) -> str:
+    """Where set-aside objects are kept."""
+    backend = _queue(url)
+    if isinstance(backend, _Folder):
+        return str(backend.quarantine)
+    return f"{backend.url}/{QUARANTINE_DIR}/"
 
 
 def _abandoned_files(url: str) -> list[Path]:

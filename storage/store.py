@@ -8,28 +8,43 @@ clustering model in :mod:`storage.models`, the fair summary in :mod:`storage.sum
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from storage.lock import StoreBusyError, WriterLock, lock_path_for
-from storage.urls import make_storage, parse_store_url, probe_endpoint
+from storage.lock import LOCK_NAME, StoreBusyError, WriterLock, lock_path_for
+from storage.urls import (
+    delete_objects,
+    list_objects,
+    make_storage,
+    parse_store_url,
+    probe_endpoint,
+)
 
 FORMAT = 2
 TXN_PREFIX = "fairpipe-txn-"
 INTERNAL = "fairpipe_checkpoint"  # commit metadata key of a transaction's checkpoints
 CHECKPOINT = "checkpoint before distributed writes"
+# Where Icechunk's local storage keeps a branch's ref (its folder outlives the branch).
+LOCAL_REF_FOLDER = "refs/branch.{branch}"
 NOT_A_STORE = "{url} is not a fairpipe store ({why}). Give an empty or new folder to create one."
 UNREACHABLE = (
     "Cannot reach the store {url} ({why}). Check the URL, the network, and the credentials and "
     "endpoint in the environment (AWS_*, GOOGLE_*, AZURE_*)."
 )
 NO_STORE = "There is no fairpipe store at {url}. Run 'fairpipe ingest SOURCE --store {url}' first."
+CREATED_MEANWHILE = (
+    "Store {url} was created by another command while this one was starting; run this one again "
+    "to add to it."
+)
 
 __all__ = ["FairpipeStore", "NotAStoreError", "StoreBusyError", "open_store", "Transaction"]
 
@@ -583,6 +598,37 @@ def replace_array(root, name: str, values: np.ndarray) -> None:
         arr[...] = values
 
 
+def _check_empty_folder(url: str, local: Path | None) -> None:
+    """A folder that holds no repository may become a store only if it is empty (or holds only
+    a lock file)."""
+    if local is None or not local.exists():
+        return
+    entries = [p.name for p in local.iterdir() if p.name != LOCK_NAME]
+    if entries:
+        why = f"the folder holds {', '.join(sorted(entries)[:3])}"
+        raise NotAStoreError(NOT_A_STORE.format(url=url, why=why))
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; return those this call made, outermost first
+    (a folder another process made at the same moment is not ours)."""
+    missing: list[Path] = []
+    at = folder
+    while not at.exists():
+        missing.append(at)
+        if at.parent == at:
+            break
+        at = at.parent
+    made = []
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        made.append(path)
+    return made
+
+
 class FairpipeStore:
     """A fairpipe dataset in an Icechunk repository (local folder or object store URL)."""
 
@@ -591,17 +637,27 @@ class FairpipeStore:
         self.repo = repo
         self.spec = spec
         self._ids: tuple[str, np.ndarray] | None = None  # (snapshot, its ids): see ids_at
+        self._lock: WriterLock | None = None  # held by :meth:`creating` for the whole block
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
     def open(cls, url: str, create: bool = False) -> FairpipeStore:
+        """The fairpipe store at ``url``. Opening never writes: a missing folder is reported,
+        not made. ``create``: make a new store where there is none (and keep it), as
+        :meth:`creating` does."""
         import icechunk
 
         url = str(url)
         spec = parse_store_url(url)
-        if spec.local_dir is not None and spec.local_dir.exists():
-            if not spec.local_dir.is_dir():
-                raise NotAStoreError(NOT_A_STORE.format(url=url, why="it is a file"))
+        local = spec.local_dir
+        if local is not None and local.exists() and not local.is_dir():
+            raise NotAStoreError(NOT_A_STORE.format(url=url, why="it is a file"))
+        if local is not None and not local.exists():
+            # Icechunk's local storage makes the folder it is asked about: never ask.
+            if not create:
+                raise FairpipeInputError(NO_STORE.format(url=url))
+            with cls.creating(url) as store:
+                return store
         unreachable = probe_endpoint(spec)
         if unreachable is not None:
             raise FairpipeInputError(UNREACHABLE.format(url=url, why=unreachable))
@@ -609,34 +665,107 @@ class FairpipeStore:
         try:
             exists = icechunk.Repository.exists(storage)
         except icechunk.IcechunkError as e:  # no server, no bucket, no credentials
-            if spec.local_dir is not None:
+            if local is not None:
                 raise
             why = (str(e).strip().splitlines() or [type(e).__name__])[0].strip()
             raise FairpipeInputError(UNREACHABLE.format(url=url, why=why)) from None
         if not exists:
-            if spec.local_dir is not None and spec.local_dir.exists():
-                entries = [p.name for p in spec.local_dir.iterdir() if p.name != ".fairpipe.lock"]
-                if entries:
-                    why = f"the folder holds {', '.join(sorted(entries)[:3])}"
-                    raise NotAStoreError(NOT_A_STORE.format(url=url, why=why))
+            _check_empty_folder(url, local)
             if not create:
                 raise FairpipeInputError(NO_STORE.format(url=url))
-            repo = icechunk.Repository.create(storage)
-            # Mark the repository as ours at once, so an empty store reopens as a fairpipe store.
-            session = repo.writable_session("main")
-            root = open_group(session, mode="a")
-            root.attrs["fairpipe_format"] = FORMAT
-            session.commit("create fairpipe store")
-        else:
-            repo = icechunk.Repository.open(storage)
-        store = cls(url, repo, spec)
-        if exists:
-            attrs = store.attrs()
-            if attrs.get("fairpipe_format") is None and (attrs or not create):
-                raise NotAStoreError(
-                    NOT_A_STORE.format(url=url, why="an Icechunk repository without fairpipe data")
-                )
+            with cls.creating(url) as store:
+                return store
+        store = cls(url, icechunk.Repository.open(storage), spec)
+        attrs = store.attrs()
+        if attrs.get("fairpipe_format") is None and (attrs or not create):
+            raise NotAStoreError(
+                NOT_A_STORE.format(url=url, why="an Icechunk repository without fairpipe data")
+            )
         return store
+
+    @classmethod
+    @contextlib.contextmanager
+    def creating(cls, url: str, lock_timeout: float = 0.0) -> Iterator[FairpipeStore]:
+        """Make a new, empty store at ``url`` and yield it, holding its writer lock throughout
+        (the store's transactions inside the block use that lock). If the block raises, what
+        this call made is removed before the lock is released: the repository, the lock file
+        and the folders it created, nothing else. Of several commands creating one store at
+        once exactly one makes it; the others raise :class:`StoreBusyError` and touch nothing
+        of it.
+        """
+        import icechunk
+
+        url = str(url)
+        spec = parse_store_url(url)
+        local = spec.local_dir
+        made: list[Path] = []
+        try:
+            lock = None
+            for _ in range(3):  # the folder may be removed by a failed creator meanwhile
+                made += _make_folders(local) if local is not None else []
+                lock = WriterLock(lock_path_for(url, local), url, lock_timeout,
+                                  note_holder=local is None)  # fmt: skip
+                try:
+                    lock.__enter__()
+                    break
+                except FileNotFoundError:
+                    lock = None
+            if lock is None:
+                raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
+            try:
+                storage = make_storage(url, spec)
+                taken = False
+                if local is not None:
+                    before = set(os.listdir(local))
+                    if before == {LOCK_NAME}:  # a holder note of no repository: stale
+                        (local / LOCK_NAME).unlink()
+                        before = set()
+                    # Anything else was made by another creator since this command looked
+                    # (the folder was empty or absent then).
+                    taken = bool(before)
+                else:
+                    before = list_objects(url, spec)
+                if taken or icechunk.Repository.exists(storage):
+                    raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
+                repo = icechunk.Repository.create(storage)
+                if local is not None:
+                    lock.note_holder()
+                store = cls(url, repo, spec)
+                store._lock = lock
+                try:
+                    # Mark the repository as ours at once, so an empty store reopens as one.
+                    session = repo.writable_session("main")
+                    open_group(session, mode="a").attrs["fairpipe_format"] = FORMAT
+                    session.commit("create fairpipe store")
+                    yield store
+                except BaseException:
+                    store._remove_created(before)
+                    raise
+                finally:
+                    store._lock = None
+            finally:
+                lock.__exit__(None, None, None)
+        except BaseException:
+            for folder in reversed(made):  # only the folders this call made, if left empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
+
+    def _remove_created(self, before: set[str]) -> None:
+        """Delete the repository this process created (its writer lock held): in a local folder,
+        the entries that were not there before; in an object store, every object under the
+        store's prefix that was not there before."""
+        local = self.spec.local_dir
+        if local is not None:
+            for name in set(os.listdir(local)) - before:
+                entry = local / name
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+            return
+        with contextlib.suppress(Exception):
+            delete_objects(self.url, self.spec, list_objects(self.url, self.spec) - before)
 
     @classmethod
     def open_existing(cls, url: str) -> FairpipeStore | None:
@@ -711,25 +840,58 @@ class FairpipeStore:
         An exception inside the block (or a crash) leaves ``main`` at its last commit. The new
         ``main`` snapshot id is ``txn.commit_id`` afterwards.
         """
-        with WriterLock(lock_path_for(self.url, self.spec.local_dir), self.url, lock_timeout):
-            for stale in self.repo.list_branches():
-                if stale.startswith(TXN_PREFIX):  # left by a crashed writer; we hold the lock
-                    self.repo.delete_branch(stale)
+        with self.writer_lock(lock_timeout):
+            stale = [b for b in self.repo.list_branches() if b.startswith(TXN_PREFIX)]
+            for name in stale:  # left by a crashed writer; we hold the lock
+                self._delete_branch(name)
+            if stale:  # its objects too: written, never published
+                self._collect_garbage()
             base = self.repo.lookup_branch("main")
             branch = f"{TXN_PREFIX}{uuid.uuid4().hex[:12]}"
             self.repo.create_branch(branch, base)
             txn = Transaction(self, branch, self.repo.writable_session(branch), base)
+            failed = True
             try:
                 yield txn
                 if not txn.session.has_uncommitted_changes:  # nothing written: nothing to publish
                     txn.commit_id = base  # type: ignore[attr-defined]
-                    return
-                tip = txn.session.commit(message, metadata=metadata)
-                self.repo.reset_branch("main", tip, from_snapshot_id=base)
-                txn.commit_id = tip  # type: ignore[attr-defined]
+                else:
+                    tip = txn.session.commit(message, metadata=metadata)
+                    self.repo.reset_branch("main", tip, from_snapshot_id=base)
+                    txn.commit_id = tip  # type: ignore[attr-defined]
+                failed = False
             finally:
                 with contextlib.suppress(Exception):
-                    self.repo.delete_branch(branch)
+                    self._delete_branch(branch)
+                if failed:  # what the transaction wrote is garbage now: delete it
+                    with contextlib.suppress(Exception):
+                        self._collect_garbage()
+
+    @contextlib.contextmanager
+    def writer_lock(self, lock_timeout: float = 0.0) -> Iterator[None]:
+        """Hold the store's writer lock (already held inside :meth:`creating`'s block)."""
+        if self._lock is not None and self._lock.held:
+            yield
+            return
+        with WriterLock(lock_path_for(self.url, self.spec.local_dir), self.url, lock_timeout):
+            yield
+
+    def _delete_branch(self, name: str) -> None:
+        """Delete a transaction's branch. Icechunk's local storage deletes the branch's ref
+        object but leaves the folder that held it (``refs/branch.<name>``), so one empty folder
+        would pile up per commit: it is removed here if empty (tests/storage/test_store_files.py
+        fails with a clear message if Icechunk's layout changes)."""
+        self.repo.delete_branch(name)
+        local = self.spec.local_dir
+        if local is not None:
+            with contextlib.suppress(FileNotFoundError, OSError):
+                (local / LOCAL_REF_FOLDER.format(branch=name)).rmdir()
+
+    def _collect_garbage(self) -> None:
+        """Delete every object no branch reaches, under the writer lock (the objects of a
+        transaction that failed or crashed: chunks written, never published). History is
+        untouched: every snapshot of ``main`` stays reachable."""
+        self.repo.garbage_collect(datetime.now(UTC))
 
     def purge_history(self, lock_timeout: float = 0.0, older_than: datetime | None = None) -> dict:
         """Drop the snapshots of ``main`` written before ``older_than`` (default, and at the
@@ -744,7 +906,7 @@ class FairpipeStore:
         Chunks the tip still uses are never touched. Readers with a session on an expired
         snapshot may fail afterwards.
         """
-        with WriterLock(lock_path_for(self.url, self.spec.local_dir), self.url, lock_timeout):
+        with self.writer_lock(lock_timeout):
             tip = self.repo.lookup_snapshot(self.repo.lookup_branch("main"))
             cutoff = tip.written_at if older_than is None else min(older_than, tip.written_at)
             before = len(self.history())

@@ -75,6 +75,50 @@ def s3_endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
+def object_store(spec: StorageSpec, *under: str):
+    """An obstore store rooted at the store's prefix (joined with ``under``), for the objects
+    Icechunk does not manage (the deletion queue) or that a failed creation leaves; None for a
+    scheme obstore is not used with here (local folders, memory://, r2://, tigris://)."""
+    if spec.scheme not in ("s3", "gcs", "azure"):
+        return None
+    from obstore.store import AzureStore, GCSStore, S3Store
+
+    k = spec.kwargs
+    prefix = "/".join(p for p in (k.get("prefix", ""), *under) if p)
+    if spec.scheme == "s3":
+        endpoint = s3_endpoint()
+        plain_http = bool(endpoint and endpoint.startswith("http://"))
+        return S3Store(k["bucket"], prefix=prefix or None,
+                       client_options={"allow_http": plain_http})  # fmt: skip
+    if spec.scheme == "gcs":
+        return GCSStore(k["bucket"], prefix=prefix or None)
+    return AzureStore(k["container"], prefix=prefix or None, account_name=k["account"])
+
+
+def list_objects(url: str, spec: StorageSpec) -> set[str]:
+    """The objects under an object store URL's prefix (none for memory:// stores)."""
+    store = object_store(spec)
+    if store is None:
+        return set()
+    import obstore
+
+    return {m["path"] for batch in obstore.list(store) for m in batch}
+
+
+def delete_objects(url: str, spec: StorageSpec, names) -> None:
+    """Delete objects under an object store URL's prefix (a memory:// store: all of it)."""
+    if spec.scheme == "memory":
+        _MEMORY.pop(url, None)
+        return
+    store = object_store(spec)
+    names = sorted(names)
+    if store is None or not names:
+        return
+    import obstore
+
+    obstore.delete(store, names)
+
+
 PROBE_SECONDS = 5.0
 _ANSWERED: set[str] = set()  # endpoints that answered this process's probe (probed once)
 

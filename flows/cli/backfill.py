@@ -52,12 +52,11 @@ def backfill(
 ) -> dict:
     """Forget a large backlog of ids in batches; rerun with the same file to resume."""
     from fairpipe.datasets import read_ids
-    from fairpipe.errors import check_positive_int
-    from flows.backfill import BackfillOptions, run_backfill
+    from flows.backfill import BackfillOptions, check_batch_size, run_backfill
     from storage.store import FairpipeStore
 
     # Bad input before a cluster starts (the flow checks again: deployments call it directly).
-    check_positive_int(batch_size, "batch_size", "backfill")
+    check_batch_size(batch_size)
     FairpipeStore.open(store).require_data()
     read_ids(path=ids_file)
     options = BackfillOptions(batch_size=batch_size, reason=reason,

@@ -16,6 +16,10 @@ ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pendin
 
 def _render(r: dict) -> None:
     out = result_console()
+    aside = r.get("set_aside", [])
+    if aside:
+        out.print(f"{len(aside)} queue objects set aside as not deletion requests, never applied "
+                  f"(see 'fairpipe status --store {r['store']}')", markup=False)  # fmt: skip
     if not r["batches"]:
         out.print("no pending deletion requests")
         return

@@ -46,6 +46,16 @@ def request_deletion(
             "requested_at": req.requested_at}  # fmt: skip
 
 
+def _render_set_aside(aside: dict) -> None:
+    if not aside["count"]:
+        return
+    out = result_console()
+    out.print(f"{aside['count']} queue objects set aside as not deletion requests (never "
+              f"applied; look at them, then delete them): {aside['where']}", markup=False)  # fmt: skip
+    for note in aside["objects"]:
+        out.print(f"  {note['object']!r} -> {note['moved_to']}: {note['why']}", markup=False)
+
+
 def _render_receipts(r: dict) -> None:
     out = result_console()
     for x in r["receipts"]:
@@ -58,6 +68,7 @@ def _render_receipts(r: dict) -> None:
         )
     if not r["receipts"]:
         out.print("no receipts")
+    _render_set_aside(r["set_aside"])
 
 
 @command(render=_render_receipts, read_only=True)
@@ -88,7 +99,9 @@ def receipts(
             )
             raise FairpipeInputError(UNKNOWN_REQUEST.format(rid=request, url=store,
                                                             pending=waiting))  # fmt: skip
-    return {"receipts": found}
+    from flows.status import set_aside_of
+
+    return {"receipts": found, "set_aside": set_aside_of(store)}
 
 
 def _render_status(r: dict) -> None:
@@ -99,6 +112,10 @@ def _render_status(r: dict) -> None:
         f"{p['count']}" + (f" (oldest {p['oldest_age_seconds']:.0f} s)" if p["count"] else ""),
         markup=False,
     )
+    if p["unrecognised"]:
+        out.print(f"{p['unrecognised']} objects in the queue are not deletion requests (the next "
+                  "drain sets them aside)", markup=False)  # fmt: skip
+    _render_set_aside(r["set_aside"])
     if p["abandoned"]:
         out.print(f"{p['abandoned']} temporary request files of producers killed before filing "
                   "(never applied; the next drain deletes them)", markup=False)  # fmt: skip
