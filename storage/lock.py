@@ -86,8 +86,10 @@ class WriterLock:
         try:
             note = json.loads(self._holder_file.read_text())
             return f"pid {int(note['pid'])} on {note['host']} since {note['since']}"
+        except FileNotFoundError:
+            return "a command creating the store" if self._folder else "not noted"
         except (OSError, ValueError, KeyError, TypeError):
-            return "a process that has not said which"
+            return "not noted"
 
     def __enter__(self) -> WriterLock:
         deadline = time.monotonic() + self.timeout
