@@ -21,6 +21,21 @@ import urllib.request
 from pathlib import Path
 
 PORT_TAKEN = 3  # uvicorn's exit code when its port is in use
+PARENT_VARIABLE = "FAIRPIPE_SERVER_PARENT"
+# uvicorn's main, in a process that ends with the process that launched it, however that one
+# ends (a SIGKILL included): on Linux the kernel sends it SIGTERM when its parent dies
+# (PR_SET_PDEATHSIG); a parent already gone before that was set is seen by its pid.
+TIED_TO_PARENT = """
+import os, signal, sys
+if sys.platform.startswith("linux"):
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+if str(os.getppid()) != os.environ.get("FAIRPIPE_SERVER_PARENT"):
+    sys.exit(0)
+import runpy
+sys.argv[0] = "uvicorn"
+runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
+"""
 
 
 class LocalServer:
@@ -47,11 +62,14 @@ class LocalServer:
         spec = importlib.util.find_spec("prefect")
         assert spec is not None and spec.submodule_search_locations
         app_dir = Path(list(spec.submodule_search_locations)[0]).parent
+        env[PARENT_VARIABLE] = str(os.getpid())
+        # Its own session: a Ctrl-C at the terminal reaches the command, which stops the server
+        # once its flow has unwound (the flow still needs it to record the interruption).
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--app-dir", str(app_dir), "--factory",
+            [sys.executable, "-c", TIED_TO_PARENT, "--app-dir", str(app_dir), "--factory",
              "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port",
              str(self.port), "--log-level", "error", "--lifespan", "on"],
-            env=env,
+            env=env, start_new_session=True,
         )  # fmt: skip
 
     def wait(self) -> None:

@@ -62,7 +62,17 @@ for _command in (
 
 def main() -> None:
     """The ``fairpipe`` program (its console script and ``python -m flows.cli``)."""
+    import signal
+
     from flows.cli._runner import PROGRAM
 
     PROGRAM.running = True
+    # A SIGTERM (a scheduler stopping the job, ``kill``) unwinds the command as a Ctrl-C does:
+    # a transaction in progress is dropped with what it wrote, a store being created is
+    # removed, the local cluster and Prefect server are stopped; then exit 130.
+    signal.signal(signal.SIGTERM, _interrupt)
     app(prog_name="fairpipe")
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
