@@ -8,7 +8,15 @@ from datetime import UTC, datetime
 import numpy as np
 
 from storage.erasure import retention_of
-from storage.queue import abandoned, filed_at, pending, quarantine_path, quarantined, unrecognised
+from storage.queue import (
+    abandoned,
+    filed_at,
+    pending,
+    quarantine_path,
+    quarantined,
+    unlistable,
+    unrecognised,
+)
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore, read_array
 from storage.summary import has_summary, read_summary_ids
@@ -73,9 +81,10 @@ def set_aside_of(url: str) -> dict:
     from storage.queue import has_queue
 
     if not has_queue(url):
-        return {"count": 0, "where": None, "objects": []}
+        return {"count": 0, "where": None, "objects": [], "unlistable": []}
     notes = quarantined(url)
-    return {"count": len(notes), "where": quarantine_path(url), "objects": notes}
+    return {"count": len(notes), "where": quarantine_path(url), "objects": notes,
+            "unlistable": unlistable(url)}  # fmt: skip
 
 
 def layout_of(attrs: dict) -> dict:

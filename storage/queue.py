@@ -58,6 +58,11 @@ TOO_MANY_IDS = (
     "'fairpipe backfill', which files it in parts."
 )
 REASON_TOO_LONG = "A deletion request's reason holds at most {limit:,} characters; got {n:,}."
+UNLISTABLE = (
+    "The deletion queue at {where} holds objects whose keys are not valid object paths ({keys}: "
+    "a '.' or '..' segment, or an empty one), which stop every listing of it. Delete them with "
+    "the bucket's own tools (for example 'aws s3 rm'), then drain again."
+)
 MALFORMED = "The request object {path} is not a fairpipe deletion request ({why})."
 REQUEST_ID = re.compile(r"[0-9]{8}T[0-9]{12}Z-[0-9a-z]{1,40}")
 # A producer writes a request under a temporary name and links it to its own within
@@ -180,11 +185,28 @@ class _Bucket:
             raise FileExistsError(self.where(name)) from None
 
     def names(self) -> list[str]:
+        """Every object under the queue's prefix. A key that is no valid object path (a '.' or
+        '..' segment, an empty one: S3 accepts them, obstore cannot list, read or move them)
+        stops a listing: then only the keys from ``queue/2`` on are listed (request ids start
+        with the year), so such a key sorting before them ('.', '..', '/' do) stops no drain;
+        the keys that stop listings are in :attr:`unlistable`, for the store's owner to delete."""
+        from obstore.exceptions import InvalidPathError
+
+        self.unlistable: list[str] = []
+        for offset in (None, f"{QUEUE_DIR}/1"):
+            try:
+                return self._list(offset)
+            except InvalidPathError as e:
+                found = re.search(r'Error parsing Path "(.*?)"', str(e))
+                self.unlistable.append(found.group(1) if found else str(e).splitlines()[0])
+        raise FairpipeInputError(UNLISTABLE.format(where=self.where(""), keys=self.unlistable))
+
+    def _list(self, offset: str | None) -> list[str]:
         import obstore
 
         at = len(QUEUE_DIR) + 1
-        return [m["path"][at:] for batch in obstore.list(self.store, prefix=f"{QUEUE_DIR}/")
-                for m in batch]  # fmt: skip
+        pages = obstore.list(self.store, prefix=f"{QUEUE_DIR}/", offset=offset)
+        return [m["path"][at:] for batch in pages for m in batch]
 
     def read(self, name: str, limit: int) -> bytes:
         import obstore
@@ -309,6 +331,15 @@ def unrecognised(url: str) -> list[str]:
     if backend is None:
         return []
     return sorted(name for name in backend.names() if request_id_of(name) is None)
+
+
+def unlistable(url: str) -> list[str]:
+    """Keys of a bucket's queue that obstore cannot list (see :meth:`_Bucket.names`)."""
+    backend = _backend(url)
+    if not isinstance(backend, _Bucket):
+        return []
+    backend.names()
+    return list(backend.unlistable)
 
 
 def parse_request(request_id: str, data: bytes) -> Request:

@@ -47,9 +47,12 @@ def request_deletion(
 
 
 def _render_set_aside(aside: dict) -> None:
+    out = result_console()
+    if aside["unlistable"]:
+        out.print(f"queue objects whose keys are not valid object paths (delete them with the "
+                  f"bucket's own tools): {aside['unlistable']!r}", markup=False)  # fmt: skip
     if not aside["count"]:
         return
-    out = result_console()
     out.print(f"{aside['count']} queue objects set aside as not deletion requests (never "
               f"applied; look at them, then delete them): {aside['where']}", markup=False)  # fmt: skip
     for note in aside["objects"]:

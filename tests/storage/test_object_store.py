@@ -4,6 +4,7 @@ erased chunks from the bucket."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -116,11 +117,31 @@ def test_the_queue_lives_in_the_bucket_and_many_producers_lose_nothing(
     assert sorted(filed) == pending(url) and len(set(filed)) == 24
     keys = bucket_objects(s3_server, "queued/queue/")
     assert len(keys) == 24 and all(k.endswith(".json") for k in keys)
+    # Objects a hostile producer can put in a bucket: path-like names, a name that disagrees
+    # with its content. Set aside, never applied, never in the way.
+    rid = "20261127T000000000000Z-aaaaaaaa"
+    hostile = {
+        "queued/queue/../../victim.json": b"{}",
+        f"queued/queue/sub/{rid}.json": b"{}",
+        f"queued/queue/{rid}.json": json.dumps({"request": "../../../victim", "ids": [300],
+                                                "requested_at": "2026-11-27T00:00:00"}).encode(),
+    }  # fmt: skip
+    for key, data in hostile.items():
+        s3_server.put_object(Bucket=BUCKET, Key=key, Body=data)
     res = run_forget(url, None, **THREADS)
     assert sorted(res["requests"]) == sorted(filed) and len(res["deleted"]) == 24
-    assert pending(url) == [] and bucket_objects(s3_server, "queued/queue/") == {}
+    # The '..' key cannot be listed, read or moved by obstore: it stays, named by status.
+    assert len(res["set_aside"]) == 2
+    assert pending(url) == [] and list(bucket_objects(s3_server, "queued/queue/")) == [
+        "queued/queue/../../victim.json"
+    ]
+    from flows.status import store_status
+
+    assert store_status(url)["set_aside"]["unlistable"] == ["queued/queue/../../victim.json"]
     receipts = read_receipts(FairpipeStore.open(url).readonly_session())
     assert sorted(r["request"] for r in receipts) == sorted(filed)
+    aside = bucket_objects(s3_server, "queued/quarantine/")
+    assert len(aside) == 2 * 2 and 300 in FairpipeStore.open(url).read("ids")
 
 
 def test_a_missing_bucket_is_one_clear_error(s3_server):
