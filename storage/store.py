@@ -852,14 +852,26 @@ class FairpipeStore:
         ]
 
     def read(self, name: str, sel=slice(None), session=None) -> np.ndarray:
-        return read_array(session or self.readonly_session(), name, sel)
+        with self.named():
+            return read_array(session or self.readonly_session(), name, sel)
+
+    @contextlib.contextmanager
+    def named(self):
+        """A :class:`CorruptChunkError` raised inside names this store."""
+        try:
+            yield
+        except CorruptChunkError as e:
+            if e.store:
+                raise
+            raise e.with_store(self.url) from e
 
     def ids_at(self, snapshot: str) -> np.ndarray:
         """The ``ids`` array of ``snapshot``, read once per snapshot (a snapshot never changes):
         a forget checks the ids it is given, then its batch maps them to rows, from one read
         (8 bytes a row: 0.2 s at 10M rows). The array is returned read-only: it is shared."""
         if self._ids is None or self._ids[0] != snapshot:
-            ids = read_array(self.readonly_session(snapshot), "ids")
+            with self.named():
+                ids = read_array(self.readonly_session(snapshot), "ids")
             ids.flags.writeable = False
             self._ids = (snapshot, ids)
         return self._ids[1]

@@ -39,7 +39,8 @@ def _render(r: dict) -> None:
         a = r["added"]
         out.print(f"checksums added to {len(a['arrays'])} arrays ({a['chunks']} chunks) in "
                   f"commit {a['commit']}", markup=False)  # fmt: skip
-    verdict = f"{r['n_corrupt']} corrupt chunks" if r["n_corrupt"] else "no corrupt chunk"
+    n = r["n_corrupt"]
+    verdict = f"{n} corrupt chunk{'s' if n > 1 else ''}" if n else "no corrupt chunk"
     out.print(verdict, markup=False)
 
 
@@ -79,10 +80,8 @@ def verify(
     *,
     shared: Shared,
 ) -> None:
-    """Check every chunk of every array of the store's current snapshot against its checksum.
-
-    Exit 0: no corrupt chunk; 4: corrupt chunks (listed). Arrays stored without a checksum are
-    decoded and listed as not verified."""
+    """Check every chunk of the store's current snapshot against its checksum (exit 4: a chunk
+    is corrupt)."""
     from storage.integrity import add_checksums as add
     from storage.integrity import verify_store
     from storage.store import FairpipeStore

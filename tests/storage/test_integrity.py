@@ -161,6 +161,8 @@ def test_verify_reports_damage_and_exits_4(store):
         res = json.loads(invoke("verify", "--store", store, "--json").stdout)
         assert res["corrupt"] == [{"array": "ids", "chunk": [1], "why": res["corrupt"][0]["why"]}]
         assert res["arrays"] >= len(EXPECTED) and res["chunks"] == len(chunks)
+        with pytest.raises(CorruptChunkError, match=f"of array 'ids' in the store {store} is"):
+            FairpipeStore.open(str(store)).read("ids")
         # a read through zarr of a part of the array names the chunk it read
         with pytest.raises(CorruptChunkError, match=r"Chunk \(1\) of array 'ids'"):
             read_array(FairpipeStore.open(str(store)).readonly_session(), "ids", slice(600, 700))
@@ -317,3 +319,17 @@ def test_an_old_stores_undecodable_chunk_is_an_error_too(tmp_path):
     report = verify_store(st)
     assert [(c["array"], tuple(c["chunk"])) for c in report["corrupt"]] == [(name, coords)]
     restore(saved)
+
+
+def test_the_erasure_scan_reads_inside_a_checksummed_zstd_chunk():
+    """storage.erasure.holds decompresses a chunk whose zstd frame is followed by its checksum
+    (the proof that erased rows are in no stored byte must look inside compressed chunks)."""
+    from numcodecs import Zstd
+
+    from storage.erasure import holds
+    from storage.store import crc32c_of
+
+    row = np.arange(7, dtype=np.float32).tobytes()
+    frame = Zstd(level=0).encode(row * 50 + np.arange(300, dtype=np.float32).tobytes())
+    sealed = frame + crc32c_of(frame).to_bytes(4, "little")
+    assert row not in sealed and holds(sealed, [row]) and not holds(sealed, [b"\x01" * 28])
