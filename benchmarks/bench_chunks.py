@@ -7,8 +7,11 @@ uint8 sketch (n x (d + 12), chunks of 4096 rows), each stored without a compress
 and once with a crc32c checksum as the last codec (what every array of a store carries): the
 time to write all rows (storage.store.write_rows, one block), to read them all back
 (storage.store.read_arrays), and to read 20,000 scattered rows (storage.store.read_rows_at: a
-query's candidates), best of ``--repeat``; and zarr's own whole read of the same array for
-reference. Nothing is asserted: the figures are printed.
+query's candidates), best of ``--repeat``; zarr's own whole read of the same array for
+reference; and the CPU alone: encoding and decoding every chunk in memory (the direct path's
+codecs, checksum included), which is what the checksum adds, without the store's I/O (the I/O
+varies by tens of percent from run to run on a shared machine). Nothing is asserted: the
+figures are printed.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from storage.store import (  # noqa: E402
     FairpipeStore,
+    _plain_chunks,
     open_array,
     open_group,
     read_arrays,
@@ -60,7 +64,7 @@ def main() -> None:
     scattered = np.sort(rng.choice(n, size=min(n, 20_000), replace=False))
     print(f"{n} rows, d = {d}; best of {args.repeat}")
     print(f"  {'array':<8} {'checksum':<9} {'write':>8} {'read all':>9} {'20k rows':>9} "
-          f"{'zarr read':>10}")  # fmt: skip
+          f"{'zarr read':>10} {'encode':>8} {'decode':>8}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         store = FairpipeStore.open(str(Path(tmp) / "s"), create=True)
         for name, (X, block) in values.items():
@@ -78,8 +82,16 @@ def main() -> None:
                 rows = best_of(lambda r=r, path=path: read_rows_at(r, path, scattered), args.repeat)
                 by_zarr = best_of(lambda r=r, path=path: open_array(r, path)[...], args.repeat)
                 assert np.array_equal(read_arrays(r, [path])[0], X)
+                plain = _plain_chunks(open_array(r, path))
+                assert plain is not None and plain.checksum == (codecs is not None)
+                parts = [X[a : a + block] for a in range(0, n - block + 1, block)]
+                stored = [plain.encode(part) for part in parts]
+                encode = best_of(lambda p=plain, parts=parts: [p.encode(x) for x in parts],
+                                 args.repeat)  # fmt: skip
+                decode = best_of(lambda p=plain, stored=stored: [p.decode(b) for b in stored],
+                                 args.repeat)  # fmt: skip
                 print(f"  {name:<8} {label:<9} {write:>7.3f}s {read_all:>8.3f}s {rows:>8.3f}s "
-                      f"{by_zarr:>9.3f}s", flush=True)  # fmt: skip
+                      f"{by_zarr:>9.3f}s {encode:>7.3f}s {decode:>7.3f}s", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

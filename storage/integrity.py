@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
+from icechunk import IcechunkError
 
 from storage.store import (
     READ_CONCURRENCY,
@@ -40,10 +41,19 @@ from storage.store import (
 
 # The most damaged chunks a report lists (it counts them all).
 LISTED_CORRUPT = 1000
+UNREADABLE = "Icechunk cannot read its object ({error})"
+NO_CHUNK_LIST = "Icechunk cannot read the array's list of chunks, its manifest ({error})"
 CANNOT_ADD = (
     "Array '{array}' of {url} has codecs {codecs}: a checksum cannot be added to it here. "
     "Ingest the store's source again to get a store whose every array has one."
 )
+
+
+def icechunk_reason(error: BaseException) -> str:
+    """The innermost cause in an Icechunk error's report (``Data corruption detected``)."""
+    lines = [line.strip(" |`-") for line in str(error).splitlines() if "-> " in line]
+    lines = [line.removeprefix("> ").strip() for line in lines if line]
+    return lines[-1] if lines else (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def has_checksum(arr) -> bool:
@@ -145,10 +155,11 @@ class _Checker:
         return None
 
 
-async def _each_chunk(arr, wanted, handle) -> None:
+async def _each_chunk(arr, wanted, handle, unreadable=None) -> None:
     """Fetch every stored chunk of ``arr`` that ``wanted(coords)`` accepts, at most
     READ_CONCURRENCY at once, and await ``handle(coords, key, data)`` on each as it arrives;
-    stops listing more where one returns True."""
+    stops listing more where one returns True. ``unreadable(coords, error)``, where given, is
+    told of a chunk Icechunk cannot fetch (its object missing or damaged) instead of raising."""
     from zarr.core.buffer import default_buffer_prototype
 
     store, proto = arr.store_path.store, default_buffer_prototype()
@@ -158,7 +169,13 @@ async def _each_chunk(arr, wanted, handle) -> None:
 
     async def one(coords: tuple[int, ...], key: str) -> None:
         try:
-            raw = await store.get(key, proto)
+            try:
+                raw = await store.get(key, proto)
+            except IcechunkError as e:
+                if unreadable is None:
+                    raise
+                unreadable(coords, e)
+                return
             if raw is not None and await handle(coords, key, raw.as_numpy_array()):
                 stop.set()
         except Exception as e:  # the first one is raised once every fetch has ended
@@ -168,17 +185,19 @@ async def _each_chunk(arr, wanted, handle) -> None:
             gate.release()
 
     errors: list[Exception] = []
-    async for coords, key in _stored_chunks(arr):
-        if stop.is_set():
-            break
-        if not wanted(coords):
-            continue
-        await gate.acquire()
-        task = asyncio.ensure_future(one(coords, key))
-        running.add(task)
-        task.add_done_callback(running.discard)
-    if running:
-        await asyncio.gather(*running)
+    try:
+        async for coords, key in _stored_chunks(arr):
+            if stop.is_set():
+                break
+            if not wanted(coords):
+                continue
+            await gate.acquire()
+            task = asyncio.ensure_future(one(coords, key))
+            running.add(task)
+            task.add_done_callback(running.discard)
+    finally:  # (the listing may fail too) no fetch outlives this
+        if running:
+            await asyncio.gather(*running)
     if errors:
         raise errors[0]
 
@@ -211,8 +230,9 @@ def verify_store(store: FairpipeStore, snapshot: str | None = None,
 
     Returns ``{"store", "snapshot", "arrays", "chunks", "bytes", "corrupt": [{"array",
     "chunk", "why"}, ...] (at most LISTED_CORRUPT), "n_corrupt", "unverifiable": [{"array",
-    "chunks"}, ...]}``: arrays with a checksum are checked against it; arrays without are
-    decoded and listed as unverifiable. ``progress(array, arrays done, arrays, chunks checked)``
+    "chunks", "decoded"}, ...]}``: arrays with a checksum are checked against it; arrays without
+    are decoded and listed as unverifiable. A chunk whose object Icechunk cannot read is
+    corrupt too, and so is an array whose list of chunks it cannot read (``chunk`` None). ``progress(array, arrays done, arrays, chunks checked)``
     is called as each array starts and every 64 chunks."""
     from zarr.core.sync import sync
 
@@ -221,6 +241,12 @@ def verify_store(store: FairpipeStore, snapshot: str | None = None,
     report: dict[str, Any] = {"store": store.url, "snapshot": session.snapshot_id,
                               "arrays": len(arrays), "chunks": 0, "bytes": 0, "corrupt": [],
                               "n_corrupt": 0, "unverifiable": []}  # fmt: skip
+
+    def found(path: str, chunk: list[int] | None, why: str) -> None:
+        report["n_corrupt"] += 1
+        if len(report["corrupt"]) < LISTED_CORRUPT:
+            report["corrupt"].append({"array": path, "chunk": chunk, "why": why})
+
     for done, (path, arr) in enumerate(arrays):
         if progress is not None:
             progress(path, done, len(arrays), report["chunks"])
@@ -232,19 +258,23 @@ def verify_store(store: FairpipeStore, snapshot: str | None = None,
             report["bytes"] += int(data.size)
             bad = checker.check(coords, data) if checker.able else None
             if bad is not None:
-                report["n_corrupt"] += 1
-                if len(report["corrupt"]) < LISTED_CORRUPT:
-                    report["corrupt"].append({"array": path, "chunk": list(coords),
-                                              "why": bad.why})  # fmt: skip
+                found(path, list(coords), bad.why)
             if progress is not None and report["chunks"] % 64 == 0:
                 progress(path, done, len(arrays), report["chunks"])
             return False
 
-        sync(_each_chunk(arr, lambda coords: True, handle))
+        def unreadable(coords, error, path=path) -> None:
+            report["chunks"] += 1
+            found(path, list(coords), UNREADABLE.format(error=icechunk_reason(error)))
+
+        try:
+            sync(_each_chunk(arr, lambda coords: True, handle, unreadable))
+        except IcechunkError as e:  # the array's list of chunks (its manifest) is unreadable
+            found(path, None, NO_CHUNK_LIST.format(error=icechunk_reason(e)))
         if not checker.checksum:
             report["unverifiable"].append({"array": path, "chunks": report["chunks"] - before,
                                            "decoded": checker.able})  # fmt: skip
-    report["corrupt"].sort(key=lambda c: (c["array"], c["chunk"]))
+    report["corrupt"].sort(key=lambda c: (c["array"], c["chunk"] or []))
     if progress is not None:
         progress("", len(arrays), len(arrays), report["chunks"])
     return report

@@ -24,8 +24,8 @@ def _render(r: dict) -> None:
     out.print(f"{r['store']} at {r['snapshot']}: {r['chunks']} chunks of {r['arrays']} arrays "
               f"checked ({_size(r['bytes'])})", markup=False)  # fmt: skip
     for c in r["corrupt"]:
-        chunk = "(" + ", ".join(map(str, c["chunk"])) + ")"
-        out.print(f"corrupt: chunk {chunk} of array '{c['array']}': {c['why']}", markup=False)
+        what = "" if c["chunk"] is None else f"chunk ({', '.join(map(str, c['chunk']))}) of "
+        out.print(f"corrupt: {what}array '{c['array']}': {c['why']}", markup=False)
     if r["n_corrupt"] > len(r["corrupt"]):
         out.print(f"... and {r['n_corrupt'] - len(r['corrupt'])} more corrupt chunks",
                   markup=False)  # fmt: skip
@@ -40,7 +40,9 @@ def _render(r: dict) -> None:
         out.print(f"checksums added to {len(a['arrays'])} arrays ({a['chunks']} chunks) in "
                   f"commit {a['commit']}", markup=False)  # fmt: skip
     n = r["n_corrupt"]
-    verdict = f"{n} corrupt chunk{'s' if n > 1 else ''}" if n else "no corrupt chunk"
+    lists = any(c["chunk"] is None for c in r["corrupt"])
+    what = f"corrupt chunk{'s' if n > 1 else ''}" + (" or chunk lists" if lists else "")
+    verdict = f"{n} {what}" if n else "no corrupt chunk"
     out.print(verdict, markup=False)
 
 

@@ -333,3 +333,15 @@ def test_the_erasure_scan_reads_inside_a_checksummed_zstd_chunk():
     frame = Zstd(level=0).encode(row * 50 + np.arange(300, dtype=np.float32).tobytes())
     sealed = frame + crc32c_of(frame).to_bytes(4, "little")
     assert row not in sealed and holds(sealed, [row]) and not holds(sealed, [b"\x01" * 28])
+
+
+def test_verify_lists_a_chunk_whose_object_is_gone(store, tmp_path):
+    copy = tmp_path / "s"
+    shutil.copytree(store, copy)
+    data = stored_chunks(copy)[("points", (1, 0))]
+    gone = [p for p in (copy / "chunks").iterdir() if p.read_bytes() == data]
+    for p in gone:
+        p.unlink()
+    res = json.loads(invoke("verify", "--store", copy, "--json").stdout)
+    assert [(c["array"], c["chunk"]) for c in res["corrupt"]] == [("points", [1, 0])]
+    assert "Icechunk cannot read its object" in res["corrupt"][0]["why"]
