@@ -32,6 +32,7 @@ from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.integrity import add_checksums, has_checksum, store_arrays, verify_store
+from storage.light import open_light, plain_chunks
 from storage.store import (
     CorruptChunkError,
     FairpipeStore,
@@ -229,9 +230,11 @@ def test_the_hostile_case_64_bytes_of_rows_2048_to_2051_of_the_sketch(store):
         out = invoke("sample", "--store", store, "--query-row", 2048, "--json")
         assert out.exit_code == 4 and out.stdout == ""
         assert f"Chunk ({chunk}, 0) of array 'sketch'" in out.stderr
-        with pytest.raises(CorruptChunkError, match=rf"Chunk \({chunk}, 0\) of array 'sketch'"):
-            read_rows_at(FairpipeStore.open(str(store)).readonly_session(), "sketch",
-                         np.array([2049]))  # fmt: skip
+        light = open_light(store)
+        assert light is not None  # the cold query's read path: checked the same way
+        for session in (FairpipeStore.open(str(store)).readonly_session(), light[0]):
+            with pytest.raises(CorruptChunkError, match=rf"Chunk \({chunk}, 0\) of array 'sketch'"):
+                read_rows_at(session, "sketch", np.array([2049]))
     finally:
         restore(saved)
 
@@ -345,3 +348,13 @@ def test_verify_lists_a_chunk_whose_object_is_gone(store, tmp_path):
     res = json.loads(invoke("verify", "--store", copy, "--json").stdout)
     assert [(c["array"], c["chunk"]) for c in res["corrupt"]] == [("points", [1, 0])]
     assert "Icechunk cannot read its object" in res["corrupt"][0]["why"]
+
+
+def test_the_light_path_reads_the_checksum_only_as_the_last_codec():
+    meta = {"zarr_format": 3, "shape": [4], "data_type": "int32", "fill_value": 0,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}  # fmt: skip
+    crc, zstd = {"name": "crc32c"}, {"name": "zstd", "configuration": {"level": 0}}
+    assert not plain_chunks("x", meta).checksum
+    assert plain_chunks("x", {**meta, "codecs": meta["codecs"] + [zstd, crc]}).checksum
+    assert plain_chunks("x", {**meta, "codecs": meta["codecs"] + [crc, zstd]}) is None
