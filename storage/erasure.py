@@ -97,17 +97,20 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def _views(raw: bytes) -> list[bytes]:
-    """``raw`` as stored, and decompressed where it holds a zstd frame (Zarr chunks; Icechunk's
-    metadata files after a short header)."""
+    """``raw`` as stored, and decompressed where it holds a zstd frame (Zarr chunks, where the
+    frame is followed by the chunk's 4-byte checksum; Icechunk's metadata files after a short
+    header)."""
     from numcodecs import Zstd
 
     views = [raw]
     start = raw.find(ZSTD_MAGIC)
     if start >= 0:
-        try:
-            views.append(bytes(Zstd().decode(raw[start:])))
-        except Exception:  # not a whole frame: the raw bytes are still scanned
-            pass
+        for frame in (raw[start:], raw[start:-4]):
+            try:
+                views.append(bytes(Zstd().decode(frame)))
+                break
+            except Exception:  # not a whole frame: the raw bytes are still scanned
+                pass
     return views
 
 

@@ -83,6 +83,7 @@ from fairpipe.neighbors import (
 from fairpipe.validation import IdLookup
 from storage.store import (
     FORMAT,
+    create_array,
     open_array,
     open_group,
     read_array,
@@ -92,6 +93,7 @@ from storage.store import (
     rewrite_rows_at,
     write_chunks,
     write_rows,
+    zarr_checked,
 )
 
 TARGET_CHUNK_BYTES = 16 << 20
@@ -294,28 +296,28 @@ def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
     # nearly every chunk, and decoding was half of that read's time (float32 features rarely
     # compress: 3% on gaussian data).
     block = math.gcd(chunk_rows, POINT_BLOCK)
-    root.create_array("points", shape=(0, d), chunks=(block, d), dtype="float32",
-                      compressors=None)  # fmt: skip
+    create_array(root, "points", shape=(0, d), chunks=(block, d), dtype="float32",
+                 compressors=None)  # fmt: skip
     # The sketch (fairpipe.neighbors.sketch_points, d + 12 bytes a row): a query decides most
     # candidates' distances from it and reads the points of the few it cannot (a quarter of
     # the bytes of the points; a cold query's read of the candidates was most of its time).
     block = math.gcd(chunk_rows, SKETCH_BLOCK)
-    root.create_array("sketch", shape=(0, d + SKETCH_EXTRA), chunks=(block, d + SKETCH_EXTRA),
-                      dtype="uint8", compressors=None)  # fmt: skip
+    create_array(root, "sketch", shape=(0, d + SKETCH_EXTRA), chunks=(block, d + SKETCH_EXTRA),
+                 dtype="uint8", compressors=None)  # fmt: skip
     root.attrs[SKETCH_ATTR] = True
     # Its residual (d + 4 bytes a row), read only for the candidates the sketch leaves open:
     # where they are many (a radius where candidates are dense) it replaces reading their points.
-    root.create_array("sketch_residual", shape=(0, d + RESIDUAL_EXTRA),
-                      chunks=(block, d + RESIDUAL_EXTRA), dtype="uint8", compressors=None)  # fmt: skip
+    create_array(root, "sketch_residual", shape=(0, d + RESIDUAL_EXTRA),
+                 chunks=(block, d + RESIDUAL_EXTRA), dtype="uint8", compressors=None)  # fmt: skip
     root.attrs[RESIDUAL_ATTR] = True
-    root.create_array("ids", shape=(0,), chunks=(chunk_rows,), dtype="int64")
-    root.create_array(ID_RANGES, shape=(0, 2), chunks=(ID_RANGE_BLOCK, 2), dtype="int64")
+    create_array(root, "ids", shape=(0,), chunks=(chunk_rows,), dtype="int64")
+    create_array(root, ID_RANGES, shape=(0, 2), chunks=(ID_RANGE_BLOCK, 2), dtype="int64")
     root[ID_RANGES].attrs["rows"] = 0
-    root.create_array("groups", shape=(0,), chunks=(chunk_rows,), dtype="int32")
-    root.create_array("alive", shape=(0,), chunks=(chunk_rows,), dtype="bool")
+    create_array(root, "groups", shape=(0,), chunks=(chunk_rows,), dtype="int32")
+    create_array(root, "alive", shape=(0,), chunks=(chunk_rows,), dtype="bool")
     root.create_group("lsh")
     for name, arr in lsh.to_arrays().items():
-        root.create_array(f"lsh/{name}", shape=arr.shape, dtype=arr.dtype)[...] = arr
+        create_array(root, f"lsh/{name}", shape=arr.shape, dtype=arr.dtype)[...] = arr
 
 
 def grow(root, n_total: int) -> None:
@@ -555,9 +557,9 @@ def create_index(root, n_tables: int, layer: str = MAIN) -> None:
         names += [name for name in root["lsh"].array_keys() if name.startswith("delta")]
         names += ["keys", "members", "bucket_keys", "bucket_starts"]
     drop_arrays(root, names)
-    root.create_array(f"lsh/{layer_arrays(layer)[0]}", shape=(n_tables, MAX_SEGMENTS, SEGMENT_CAPACITY),
-                      chunks=(1, 1, SEGMENT_CHUNK), dtype="int32", fill_value=0,
-                      compressors=segment_codec())  # fmt: skip
+    create_array(root, f"lsh/{layer_arrays(layer)[0]}", shape=(n_tables, MAX_SEGMENTS, SEGMENT_CAPACITY),
+                 chunks=(1, 1, SEGMENT_CHUNK), dtype="int32", fill_value=0,
+                 compressors=segment_codec())  # fmt: skip
 
 
 def segment_codec():
@@ -580,7 +582,7 @@ def write_bucket_counts(root, counts: np.ndarray, layer: str = MAIN) -> None:
     """Buckets per table of ``layer`` (``lsh/bucket_counts`` int64 (L,) for the main one)."""
     name = layer_arrays(layer)[2]
     drop_arrays(root, [name])
-    root.create_array(f"lsh/{name}", shape=counts.shape, dtype="int64")[...] = counts
+    create_array(root, f"lsh/{name}", shape=counts.shape, dtype="int64")[...] = counts
 
 
 def write_segment_lengths(root, lengths: np.ndarray, layer: str = MAIN) -> None:
@@ -588,8 +590,8 @@ def write_segment_lengths(root, lengths: np.ndarray, layer: str = MAIN) -> None:
     may change)."""
     name = layer_arrays(layer)[1]
     drop_arrays(root, [name])
-    root.create_array(f"lsh/{name}", shape=lengths.shape, chunks=lengths.shape,
-                      dtype="int32", fill_value=0)[...] = lengths  # fmt: skip
+    create_array(root, f"lsh/{name}", shape=lengths.shape, chunks=lengths.shape,
+                 dtype="int32", fill_value=0)[...] = lengths  # fmt: skip
 
 
 def read_lengths(session, layer: str, sel=slice(None)) -> np.ndarray | None:
@@ -835,7 +837,8 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
                 segs = open_array(session, name)
                 h = _stored_keys(segs, t0 + i, lengths[i], rows, layer)
                 seg_of = segment_of(h, bits)
-                old = {int(p): np.asarray(segs[t0 + i, int(p), : int(lengths[i, p])])
+                old = {int(p): read_array(session, name, (t0 + i, int(p),
+                                                          slice(0, int(lengths[i, p]))))
                        for p in np.unique(seg_of)}  # fmt: skip
                 try:
                     new, added = _patched(old, seg_of, bits, rows, h)
@@ -878,7 +881,9 @@ def _stored_keys(segs, t: int, lengths: np.ndarray, rows: np.ndarray, layer: str
     """The mixed keys of the buckets of table ``t`` (of this layer) that hold ``rows``, read from
     all its segments; an error naming the first row that is in none."""
     width = _padded(int(lengths.max()))
-    block = np.asarray(segs[t, : lengths.shape[0], :width]) if width else None
+    sel = (t, slice(0, lengths.shape[0]), slice(0, width))
+    with zarr_checked(segs, sel):
+        block = np.asarray(segs[sel]) if width else None
     h = np.zeros(rows.shape[0], dtype=np.uint64)
     found = np.zeros(rows.shape[0], dtype=bool)
     order = np.argsort(rows, kind="stable")

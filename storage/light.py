@@ -5,7 +5,8 @@ Importing ``icechunk`` imports zarr (its store subclasses zarr's), 0.15 s of a c
 ``fairpipe sample`` of about 0.6 s. This view loads only icechunk's compiled module (3 ms), reads
 each array's ``zarr.json`` itself and fetches whole chunks through the compiled store, decoding
 them as :class:`storage.store._PlainChunks` does (raw little-endian bytes, then at most Blosc
-or Zstd: numcodecs, 0.03 s). :func:`storage.store.open_array`, :func:`~storage.store.read_many`,
+or Zstd: numcodecs, 0.03 s; each chunk's crc32c checksum verified first, a
+:class:`~storage.store.CorruptChunkError` where it fails). :func:`storage.store.open_array`, :func:`~storage.store.read_many`,
 :func:`~storage.store.read_arrays` and :func:`~storage.store.for_rows_at` accept a
 :class:`LightSession` where they accept an Icechunk session, so the reader's code is the same on
 both paths and reads the same bytes.
@@ -237,8 +238,8 @@ def chunk_key_encoder(meta: dict):
 
 def plain_chunks(path: str, meta: dict) -> _PlainChunks | None:
     """The decoding of an array's chunks from its ``zarr.json``, for the codecs
-    :func:`storage.store._plain_chunks` reads (little-endian bytes, then Blosc or Zstd);
-    None for anything else."""
+    :func:`storage.store._plain_chunks` reads (little-endian bytes, then Blosc or Zstd, then a
+    crc32c checksum); None for anything else."""
     if meta.get("zarr_format") != 3 or meta.get("storage_transformers"):
         return None
     grid = meta.get("chunk_grid") or {}
@@ -252,10 +253,13 @@ def plain_chunks(path: str, meta: dict) -> _PlainChunks | None:
         return None
     if dtype.kind not in "biuf":
         return None
-    first, rest = codecs[0], codecs[1:]
+    first, rest = codecs[0], list(codecs[1:])
     endian = (first.get("configuration") or {}).get("endian", "little")
     if first.get("name") != "bytes" or (dtype.itemsize > 1 and endian != "little"):
         return None
+    checksum = bool(rest) and rest[-1].get("name") == "crc32c"
+    if checksum:
+        rest.pop()
     decoders: list[Any] = []
     for codec in rest:
         if codec.get("name") == "blosc":
@@ -275,7 +279,8 @@ def plain_chunks(path: str, meta: dict) -> _PlainChunks | None:
         fill = float(fill.replace("Infinity", "inf"))
     shape = tuple(int(c) for c in grid["configuration"]["chunk_shape"])
     return _PlainChunks(path=path, encode_key=encode_key, shape=shape, dtype=dtype,
-                        fill=dtype.type(fill), decoders=tuple(reversed(decoders)))  # fmt: skip
+                        fill=dtype.type(fill), decoders=tuple(reversed(decoders)),
+                        checksum=checksum)  # fmt: skip
 
 
 def open_light(local_dir: Path, snapshot: str | None = None) -> tuple[LightSession, dict] | None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from fairpipe.cluster import Q_STATE, DCKMeans, QKMeans
 from fairpipe.errors import FairpipeInputError
-from storage.store import open_array, open_group, read_array, replace_array
+from storage.store import open_array, open_group, read_array, replace_array, zarr_checked
 
 NO_MODEL = "The store {url} has no fitted model. Run 'fairpipe fit --store {url} --k K' first."
 # The library's parameter names -> their names in the store's attributes (store format 1).
@@ -68,8 +68,10 @@ def write_tree_nodes(root, level: int, nodes: np.ndarray, centroids, masses) -> 
     """Overwrite some nodes of one level of the DC tree (a deletion batch's recomputed path)."""
     if nodes.size == 0:
         return
-    open_array(root, f"tree/level_{level}/centroids", mode="r+")[nodes] = centroids
-    open_array(root, f"tree/level_{level}/masses", mode="r+")[nodes] = masses
+    for name, values in (("centroids", centroids), ("masses", masses)):
+        arr = open_array(root, f"tree/level_{level}/{name}", mode="r+")
+        with zarr_checked(arr, (nodes,)):  # a node's chunk is read, then written
+            arr[nodes] = values
 
 
 def require_model(attrs: dict, url: str) -> str:

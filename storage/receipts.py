@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-from storage.store import open_group, read_array
+from storage.store import create_array, open_group, read_array
 
 RECEIPTS = "receipts/json"
 REQUESTS_KEY = "fairpipe_requests"  # commit metadata: the request ids a commit applied
@@ -31,4 +31,4 @@ def write_receipts(root, receipts: list[dict]) -> None:
     data = np.frombuffer(json.dumps(receipts).encode(), dtype=np.uint8)
     if "receipts" in root and "json" in root["receipts"]:
         del root[RECEIPTS]
-    root.create_array(RECEIPTS, shape=data.shape, dtype="uint8")[...] = data
+    create_array(root, RECEIPTS, shape=data.shape, dtype="uint8")[...] = data

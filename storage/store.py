@@ -46,11 +46,73 @@ CREATED_MEANWHILE = (
     "to add to it."
 )
 
-__all__ = ["FairpipeStore", "NotAStoreError", "StoreBusyError", "open_store", "Transaction"]
+__all__ = [
+    "CorruptChunkError",
+    "FairpipeStore",
+    "NotAStoreError",
+    "StoreBusyError",
+    "open_store",
+    "Transaction",
+]
 
 
 class NotAStoreError(FairpipeInputError):
     """The location exists but holds something other than a fairpipe store."""
+
+
+# A chunk whose stored bytes fail their checksum (or cannot be decoded): one line, naming the
+# chunk, the array and the store, and what to do.
+CORRUPT_CHUNK = (
+    "Chunk {chunk} of array '{array}'{where} is corrupt: {why}. 'fairpipe verify --store "
+    "{store}' lists every damaged chunk; restore the store from a copy or ingest its source again."
+)
+CHECKSUM_MISMATCH = "its crc32c checksum does not match its bytes"
+UNDECODABLE = "its bytes cannot be decoded ({error})"
+
+
+class CorruptChunkError(Exception):
+    """A chunk of an array whose stored bytes are not what was written: they fail the crc32c
+    checksum every array carries as its last codec, or (an array stored without one) cannot be
+    decoded. Damaged storage, never bad input and never a wrong answer: the read stops.
+
+    ``array`` is the array's path in the store, ``chunk`` the chunk's coordinates, ``store`` the
+    store's URL where the layer that raised it knew it (:meth:`with_store` adds it later)."""
+
+    def __init__(self, array: str, chunk: tuple[int, ...], store: str | None = None,
+                 why: str = CHECKSUM_MISMATCH):  # fmt: skip
+        self.array, self.chunk, self.store, self.why = array, tuple(chunk), store, why
+        super().__init__(array, self.chunk, store, why)
+
+    def __str__(self) -> str:
+        where = f" in the store {self.store}" if self.store else ""
+        return CORRUPT_CHUNK.format(chunk=format_chunk(self.chunk), array=self.array,
+                                    where=where, why=self.why, store=self.store or "STORE")  # fmt: skip
+
+    def with_store(self, store: str | None) -> CorruptChunkError:
+        """This error, naming ``store`` if it named none."""
+        if self.store or not store:
+            return self
+        return CorruptChunkError(self.array, self.chunk, store, self.why)
+
+
+def format_chunk(chunk: tuple[int, ...]) -> str:
+    """Chunk coordinates as a message shows them: ``(3, 0)``, ``(7)``."""
+    return "(" + ", ".join(str(int(c)) for c in chunk) + ")"
+
+
+def corrupt_chunk_error(exc: BaseException | None) -> CorruptChunkError | None:
+    """The :class:`CorruptChunkError` behind ``exc`` (itself, what it was raised from, or the one
+    exception of a group, as Prefect and Dask hand errors on), or None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, CorruptChunkError):
+            return exc
+        seen.add(id(exc))
+        if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]
+        else:
+            exc = exc.__cause__
+    return None
 
 
 def zarr_api():
@@ -152,7 +214,8 @@ def write_block(session, name: str, start: tuple[int, ...], block: np.ndarray) -
         _write_rows_direct(session, plain, keep_empty, int(start[0]), block)
         return
     if not whole or block.size == 0:
-        arr[region] = block
+        with zarr_checked(arr, region):
+            arr[region] = block
         return
     assert plain is not None
     chunks = plain.shape
@@ -205,7 +268,9 @@ def write_chunks(session, name: str, parts: Iterable[tuple[tuple[int, ...], np.n
     plain = _plain_chunks(arr)
     if plain is None:
         for coord, part in parts:
-            arr[tuple(slice(i * c, (i + 1) * c) for i, c in zip(coord, arr.chunks))] = part
+            region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(coord, arr.chunks))
+            with zarr_checked(arr, region):
+                arr[region] = part
         return
     _put_chunks(session, plain, bool(arr.config.write_empty_chunks), parts)
 
@@ -265,7 +330,32 @@ def _all_fill(part: np.ndarray, fill) -> bool:
 
 
 def read_array(session, name: str, sel=slice(None)) -> np.ndarray:
-    return np.asarray(open_array(session, name)[sel])
+    arr = open_array(session, name)
+    with zarr_checked(arr, sel):
+        return np.asarray(arr[sel])
+
+
+@contextlib.contextmanager
+def zarr_checked(arr, sel: Any = None):
+    """Around a read of zarr array ``arr`` through zarr's codec pipeline (or a write of part of a
+    chunk, which reads it): zarr's own error for a chunk that fails its checksum or its decoders
+    (a ValueError or RuntimeError naming no chunk) becomes a :class:`CorruptChunkError` naming
+    the first chunk selection ``sel`` reads (every chunk where None) that fails, if one does
+    (:func:`storage.integrity.first_corrupt_chunk`, which runs only once the read has failed)."""
+    try:
+        yield
+    except (ValueError, RuntimeError) as e:
+        if _is_light(arr):
+            raise
+        from storage.integrity import first_corrupt_chunk
+
+        try:
+            bad = first_corrupt_chunk(arr, sel)
+        except Exception:  # the search failed too: zarr's error is the one to see
+            bad = None
+        if bad is None:
+            raise
+        raise bad from e
 
 
 # Chunks fetched at once by the direct read path (measured on a 1M x 128 store's 489 chunks of
@@ -276,9 +366,10 @@ READ_CONCURRENCY = 8
 @dataclass(frozen=True)
 class _PlainChunks:
     """How to turn one stored chunk of an array back into numbers without zarr's codec pipeline:
-    the array's chunk shape, dtype, fill value and byte-to-byte decoders (Blosc or Zstd, applied
-    last first). Only arrays whose codecs are exactly that (little-endian bytes, then at most
-    those compressors) get one; zarr reads every other array."""
+    the array's chunk shape, dtype, fill value, byte-to-byte decoders (Blosc or Zstd, applied
+    last first) and whether a crc32c checksum ends the chain (verified before anything is
+    decoded). Only arrays whose codecs are exactly that (little-endian bytes, then at most those
+    compressors, then at most the checksum) get one; zarr reads every other array."""
 
     path: str
     encode_key: Any
@@ -287,39 +378,71 @@ class _PlainChunks:
     fill: Any
     decoders: tuple
     encoders: tuple = ()  # the same codecs, applied first to last
+    checksum: bool = False  # a crc32c of the encoded bytes follows them (zarr's Crc32cCodec)
 
     def encode(self, chunk: np.ndarray) -> bytes:
         """A whole chunk's stored bytes (what zarr's codec pipeline writes for it)."""
         data: Any = np.ascontiguousarray(chunk, dtype=self.dtype).reshape(-1).view(np.uint8)
         for encode in self.encoders:
             data = encode(data)
-        return bytes(data)
+        if not self.checksum:
+            return bytes(data)
+        return b"".join((data, crc32c_of(data).to_bytes(4, "little")))  # one copy
 
     def decode(self, data) -> np.ndarray:
-        """The chunk of its stored bytes (any buffer; None: a chunk never written)."""
+        """The chunk of its stored bytes (any buffer; None: a chunk never written). Raises
+        :class:`ChecksumMismatch` where the bytes fail their checksum, and whatever the decoders
+        raise for bytes they cannot read."""
         if data is None:  # a chunk never written holds the fill value
             return np.full(self.shape, self.fill, dtype=self.dtype)
+        if self.checksum:
+            data = np.frombuffer(data, dtype=np.uint8)
+            if not checksum_ok(data):
+                raise ChecksumMismatch(CHECKSUM_MISMATCH)
+            data = data[:-4]
         for decode in self.decoders:
             data = decode(data)
         return np.frombuffer(data, dtype=self.dtype).reshape(self.shape)
 
 
+class ChecksumMismatch(ValueError):
+    """Stored bytes whose crc32c checksum is not the one stored after them."""
+
+
+def crc32c_of(data) -> int:
+    """The crc32c (Castagnoli) of a bytes object or a contiguous numpy array's bytes, as zarr's
+    Crc32cCodec computes it (google-crc32c's compiled code, about 15 GB/s here)."""
+    from google_crc32c import value
+
+    return int(value(data if isinstance(data, (bytes, np.ndarray)) else bytes(data)))
+
+
+def checksum_ok(data) -> bool:
+    """Whether stored bytes ``data`` end with the crc32c of the bytes before them (what a chunk of
+    an array whose last codec is the checksum must do)."""
+    data = np.frombuffer(data, dtype=np.uint8)
+    return data.size >= 4 and crc32c_of(data[:-4]) == int.from_bytes(data[-4:], "little")
+
+
 def _plain_chunks(arr) -> _PlainChunks | None:
     if _is_light(arr):  # a storage.light array: plainly encoded by design
         return arr.plain
-    from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
+    from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
     meta = arr.metadata
     codecs = getattr(meta, "codecs", None)
     if getattr(meta, "zarr_format", None) != 3 or not codecs:
         return None
-    first, rest = codecs[0], codecs[1:]
+    first, rest = codecs[0], list(codecs[1:])
     if not isinstance(first, BytesCodec):  # e.g. sharding, or an array-to-array codec first
         return None
     dtype = np.dtype(arr.dtype)
     little = dtype.itemsize == 1 or getattr(first.endian, "value", first.endian) == "little"
     if not little or dtype.byteorder == ">":
         return None
+    checksum = bool(rest) and isinstance(rest[-1], Crc32cCodec)
+    if checksum:
+        rest.pop()
     decoders, encoders = [], []
     for codec in rest:
         if isinstance(codec, BloscCodec):
@@ -341,7 +464,7 @@ def _plain_chunks(arr) -> _PlainChunks | None:
             return None
     return _PlainChunks(path=arr.path, encode_key=meta.encode_chunk_key, shape=tuple(arr.chunks),
                         dtype=dtype, fill=arr.fill_value, decoders=tuple(reversed(decoders)),
-                        encoders=tuple(encoders))  # fmt: skip
+                        encoders=tuple(encoders), checksum=checksum)  # fmt: skip
 
 
 def _fetch_chunks(session, plain: _PlainChunks, coords: list[tuple[int, ...]], take) -> None:
@@ -364,11 +487,23 @@ def _fetch_many(session, items: list[tuple[_PlainChunks, tuple[int, ...]]], take
         async def one(i: int, plain: _PlainChunks, c: tuple[int, ...]) -> None:
             async with gate:
                 data = await get(f"{plain.path}/{plain.encode_key(c)}")
-            take(i, plain.decode(data))
+            take(i, decode_chunk(plain, c, data))
 
         await asyncio.gather(*(one(i, p, c) for i, (p, c) in enumerate(items)))
 
     run(fetch)
+
+
+def decode_chunk(plain: _PlainChunks, coord: tuple[int, ...], data) -> np.ndarray:
+    """Chunk ``coord`` of its stored bytes ``data``; a :class:`CorruptChunkError` naming it where
+    they fail their checksum or cannot be decoded."""
+    try:
+        return plain.decode(data)
+    except ChecksumMismatch:
+        raise CorruptChunkError(plain.path, coord) from None
+    except Exception as e:  # bytes no decoder reads (an array stored without a checksum)
+        why = UNDECODABLE.format(error=f"{type(e).__name__}: {e}".strip().split("\n")[0])
+        raise CorruptChunkError(plain.path, coord, why=why) from e
 
 
 def _chunk_source(session):
@@ -401,7 +536,8 @@ def read_arrays(session, names: list[str]) -> list[np.ndarray]:
     for i, arr in enumerate(arrays):
         plain = _plain_chunks(arr)
         if plain is None or arr.size == 0:
-            out.append(np.asarray(arr[...]))
+            with zarr_checked(arr):
+                out.append(np.asarray(arr[...]))
             continue
         out.append(np.empty(arr.shape, dtype=arr.dtype))
         grid = [range(-(-n // c)) for n, c in zip(arr.shape, arr.chunks)]
@@ -487,7 +623,8 @@ def read_many(session, name: str, selections: list) -> list[np.ndarray]:
         arr = await open_async(store=session.store, path=name, mode="r")
         return await asyncio.gather(*(arr.getitem(sel) for sel in selections))
 
-    return [np.asarray(x) for x in sync(read())]
+    with zarr_checked(arr):
+        return [np.asarray(x) for x in sync(read())]
 
 
 def read_rows_at(session, name: str, rows: np.ndarray) -> np.ndarray:
@@ -532,7 +669,9 @@ def for_rows_at(session, name: str, rows: np.ndarray, take) -> None:
     plain = _plain_chunks(arr)
     if plain is None or tuple(arr.chunks[1:]) != tuple(arr.shape[1:]):
         sel = (rows,) + (slice(None),) * (arr.ndim - 1)
-        take(np.arange(rows.size), np.asarray(arr.get_orthogonal_selection(sel)))
+        with zarr_checked(arr, sel):
+            values = np.asarray(arr.get_orthogonal_selection(sel))
+        take(np.arange(rows.size), values)
         return
     _check_rows(rows, name, arr.shape[0])
     block = arr.chunks[0]
@@ -569,9 +708,11 @@ def rewrite_rows_at(session, name: str, rows: np.ndarray, edit) -> None:
     if plain is None or tuple(arr.chunks[1:]) != tuple(arr.shape[1:]):
         for f, e in zip(firsts, ends):
             a = int(chunk[f]) * block
-            values = np.asarray(arr[a : a + block])
+            with zarr_checked(arr, slice(a, a + block)):
+                values = np.asarray(arr[a : a + block])
             edit(values, rows[f:e] - a)
-            arr[a : a + values.shape[0]] = values
+            with zarr_checked(arr, slice(a, a + block)):
+                arr[a : a + values.shape[0]] = values
         return
     keep_empty = bool(arr.config.write_empty_chunks)
     zeros = (0,) * (arr.ndim - 1)
@@ -589,11 +730,33 @@ def rewrite_rows_at(session, name: str, rows: np.ndarray, edit) -> None:
         _put_chunks(session, plain, keep_empty, [(coords[j], got[j]) for j in range(len(mine))])
 
 
+def checksummed(compressors: Any = "auto") -> tuple:
+    """The bytes-to-bytes codecs of an array a store creates: ``compressors`` (``"auto"``: zarr's
+    default, zstd at level 0; None: none), then a crc32c checksum of the encoded chunk, so a
+    chunk whose stored bytes change is an error (:class:`CorruptChunkError`), never a wrong
+    answer. The direct chunk path writes and verifies it too (:class:`_PlainChunks`)."""
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    if isinstance(compressors, str) and compressors == "auto":
+        compressors = (ZstdCodec(level=0, checksum=False),)  # zarr 3's default, fixed here
+    elif compressors is None:
+        compressors = ()
+    elif not isinstance(compressors, (list, tuple)):
+        compressors = (compressors,)
+    return (*compressors, Crc32cCodec())
+
+
+def create_array(root, name: str, *, compressors: Any = "auto", **kwargs):
+    """``root.create_array(name, ...)`` with the chunks checksummed (:func:`checksummed`): how
+    every array of a store is created."""
+    return root.create_array(name, compressors=checksummed(compressors), **kwargs)
+
+
 def replace_array(root, name: str, values: np.ndarray) -> None:
     """Write ``values`` as array ``name`` of an open group, replacing any array there."""
     if name in root:
         del root[name]
-    arr = root.create_array(name, shape=values.shape, dtype=values.dtype)
+    arr = create_array(root, name, shape=values.shape, dtype=values.dtype)
     if values.size:
         arr[...] = values
 
@@ -818,14 +981,26 @@ class FairpipeStore:
         ]
 
     def read(self, name: str, sel=slice(None), session=None) -> np.ndarray:
-        return read_array(session or self.readonly_session(), name, sel)
+        with self.named():
+            return read_array(session or self.readonly_session(), name, sel)
+
+    @contextlib.contextmanager
+    def named(self):
+        """A :class:`CorruptChunkError` raised inside names this store."""
+        try:
+            yield
+        except CorruptChunkError as e:
+            if e.store:
+                raise
+            raise e.with_store(self.url) from e
 
     def ids_at(self, snapshot: str) -> np.ndarray:
         """The ``ids`` array of ``snapshot``, read once per snapshot (a snapshot never changes):
         a forget checks the ids it is given, then its batch maps them to rows, from one read
         (8 bytes a row: 0.2 s at 10M rows). The array is returned read-only: it is shared."""
         if self._ids is None or self._ids[0] != snapshot:
-            ids = read_array(self.readonly_session(snapshot), "ids")
+            with self.named():
+                ids = read_array(self.readonly_session(snapshot), "ids")
             ids.flags.writeable = False
             self._ids = (snapshot, ids)
         return self._ids[1]

@@ -20,7 +20,7 @@ import numpy as np
 
 from fairpipe.summary import NodeOutput, SummaryParams, nodes_from_arrays
 from storage.index import points_and_groups_of
-from storage.store import open_array, open_group, read_array, replace_array
+from storage.store import open_array, open_group, read_array, replace_array, zarr_checked
 
 NO_SUMMARY = (
     "The store {url} has no summary. Run 'fairpipe summarize --store {url} --k K --lower L "
@@ -54,7 +54,9 @@ def summary_tree(session) -> tuple[SummaryParams, int, int, dict]:
 def update_summary(root, level: int, nodes: np.ndarray, arrays: dict[str, np.ndarray]) -> None:
     """Overwrite some nodes of one level (a deletion batch's recomputed path)."""
     for name, values in arrays.items():
-        open_array(root, f"summary/level_{level}/{name}", mode="r+")[nodes] = values
+        arr = open_array(root, f"summary/level_{level}/{name}", mode="r+")
+        with zarr_checked(arr, (nodes,)):  # a node's chunk is read, then written
+            arr[nodes] = values
 
 
 def write_root(root, attrs: dict, ids: np.ndarray) -> None:

@@ -3,7 +3,8 @@
 (:mod:`flows.cli._options`).
 
 Results go to stdout (``--json``: one object), diagnostics and progress to stderr. Exit codes: 0
-done, 1 a bug (the traceback is written to a file), 2 bad input, 3 the store is busy, 130
+done, 1 a bug (the traceback is written to a file), 2 bad input, 3 the store is busy, 4 a chunk
+of the store is damaged (it fails its checksum: ``fairpipe verify`` lists them all), 130
 interrupted.
 """
 
@@ -31,6 +32,7 @@ from flows.cli import (  # noqa: E402
     rerank,
     sample,
     summarize,
+    verify,
 )
 
 __all__ = ["app", "main"]
@@ -55,6 +57,7 @@ for _command in (
     summarize.summarize,
     predict.predict,
     info.info,
+    verify.verify,
     demo.demo,
 ):
     app.command()(_command)

@@ -6,6 +6,8 @@ says what went wrong:
 - 2: bad input (:class:`~fairpipe.errors.FairpipeInputError`), one line ``error: <message>``;
   typer's own usage errors exit 2 as well;
 - 3: the store is busy (:class:`~storage.lock.StoreBusyError`), one line ``error: <message>``;
+- 4: a chunk of the store is damaged (:class:`~storage.store.CorruptChunkError`: its bytes fail
+  their checksum), one line ``error: <message>`` naming the array, the chunk and the store;
 - 130: interrupted;
 - 1: anything else, which is a bug: one line naming the exception, and a second naming the file
   holding the traceback (``FAIRPIPE_DEBUG=1``: the traceback itself, on stderr).
@@ -38,6 +40,7 @@ from flows._server import launch_early, stop_early
 from flows.cli._options import AsJson, DaskAddress, LockTimeout, Workers
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
+CORRUPT_STORE = 4
 DEBUG_VARIABLE = "FAIRPIPE_DEBUG"
 # The versions a bug report names, besides Python's.
 REPORTED_PACKAGES = ("fairpipe", "numpy", "dask", "distributed", "prefect", "zarr", "icechunk")
@@ -177,6 +180,10 @@ def errors_reported(
         _print_line(Text(f"fairpipe {name}: interrupted"))
         raise typer.Exit(INTERRUPTED) from None
     except Exception as exc:
+        corrupt = _corrupt_chunk(exc)
+        if corrupt is not None:  # damaged storage: neither bad input nor a bug
+            _print_error(str(corrupt.with_store(parameters.get("store"))))
+            raise typer.Exit(CORRUPT_STORE) from None
         bad = input_error(exc)
         if bad is not None:
             one_line = " ".join(str(bad).split("\n"))
@@ -207,6 +214,13 @@ def input_error(exc: BaseException) -> FairpipeInputError | None:
         else:
             current = current.__cause__
     return None
+
+
+def _corrupt_chunk(exc: BaseException):
+    """The :class:`storage.store.CorruptChunkError` behind ``exc``, if any (none where no chunk
+    was read: storage.store was never imported)."""
+    store = sys.modules.get("storage.store")
+    return None if store is None else store.corrupt_chunk_error(exc)
 
 
 def _exit_code_of(error: FairpipeInputError) -> int:

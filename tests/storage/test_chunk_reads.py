@@ -12,6 +12,7 @@ import storage.store as store_module
 from storage.store import (
     FairpipeStore,
     _plain_chunks,
+    checksummed,
     open_array,
     open_group,
     read_many,
@@ -20,12 +21,21 @@ from storage.store import (
 
 fetch_chunks = store_module._fetch_chunks
 
-CODECS = {
+PLAIN = {
     "none": None,
     "blosc": BloscCodec(cname="lz4", clevel=1, shuffle="shuffle"),
     "zstd": ZstdCodec(level=1),
     "gzip": GzipCodec(level=1),  # not decoded directly: zarr reads it
 }
+# Each again with a crc32c checksum last, as every array of a store has it.
+CODECS = {**PLAIN, **{f"{name}_crc": checksummed(codec) for name, codec in PLAIN.items()}}
+
+
+def without_time(objects: dict, codec: str) -> dict:
+    """Gzip's objects without the second they were written (header bytes 4-7), nor the checksum
+    that covers it."""
+    end = -4 if codec.endswith("_crc") else None
+    return {k: v[:4] + v[8:end] for k, v in objects.items()}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +72,7 @@ def test_rows_equal_zarrs_orthogonal_read(session, codec):
     rng = np.random.default_rng(1)
     for name in (f"x_{codec}", f"y_{codec}"):
         arr = open_array(session, name)
-        assert (_plain_chunks(arr) is None) == (codec == "gzip")
+        assert (_plain_chunks(arr) is None) == codec.startswith("gzip")
         for rows in ([0], [102], [5, 5, 3, 99, 0], rng.integers(0, 103, 500), np.arange(103)):
             rows = np.asarray(rows)
             want = arr.get_orthogonal_selection((rows,) + (slice(None),) * (arr.ndim - 1))
@@ -95,7 +105,7 @@ def test_selections_equal_zarrs_reads(session, codec, monkeypatch):
             assert g.shape == want.shape and np.array_equal(g, want)
     direct = [(0, 0, 0), (3, 2, 2), (2, 1, 1), (1, 4, 4), (0, 2, 0)]
     pieces = [(1, 1, 0), (1, 1, 1), (1, 1, 2), (1, 1, 3), (2, 0, 0), (2, 0, 1), (2, 0, 2)]
-    assert fetched == ([] if codec == "gzip" else [direct, direct + pieces])
+    assert fetched == ([] if codec.startswith("gzip") else [direct, direct + pieces])
 
 
 @pytest.mark.parametrize("name", ["wide", "sharded"])
@@ -147,10 +157,8 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
         return {k.split("/", 1)[1]: (await s.store.get(k, proto)).to_bytes() for k in keys}
 
     by_zarr, direct = sync(objects("by_zarr")), sync(objects("direct"))
-    if codec == "gzip":  # its header holds the second it was written (bytes 4-7): not compared
-        by_zarr, direct = (
-            {k: v[:4] + v[8:] for k, v in objs.items()} for objs in (by_zarr, direct)
-        )
+    if codec.startswith("gzip"):  # its header holds the second it was written (bytes 4-7)
+        by_zarr, direct = (without_time(objs, codec) for objs in (by_zarr, direct))
     assert by_zarr == direct and len(direct) >= 2 * 3 * 4 - 1
     # the chunk now all fill value was deleted (by both)
     assert "c/2/2/1" not in direct and "c/2/2/0" in direct
@@ -213,17 +221,17 @@ def test_rows_written_inside_chunks_leave_the_objects_zarr_writes(tmp_path, code
                     store_module.write_rows(s, arr.path, n, block)
             n += m
         by_zarr, direct = sync(objects(f"by_zarr_{kind}")), sync(objects(f"direct_{kind}"))
-        if codec == "gzip":  # the second it was written (header bytes 4-7): not compared
-            by_zarr, direct = (
-                {k: v[:4] + v[8:] for k, v in objs.items()} for objs in (by_zarr, direct)
-            )
+        if codec.startswith("gzip"):  # the second it was written (header bytes 4-7)
+            by_zarr, direct = (without_time(objs, codec) for objs in (by_zarr, direct))
         assert by_zarr == direct and len(direct) >= 5, kind
         assert np.array_equal(open_array(s, f"direct_{kind}")[:],
                               open_array(s, f"by_zarr_{kind}")[:])  # fmt: skip
-    assert len(direct_writes) == (0 if codec == "gzip" else 4 * 6)  # gzip: through zarr
+    assert len(direct_writes) == (0 if codec.startswith("gzip") else 4 * 6)  # gzip: zarr
 
 
-@pytest.mark.parametrize("name", ["x_none", "x_blosc", "y_zstd", "y_gzip", "wide", "sharded"])
+@pytest.mark.parametrize(
+    "name", ["x_none", "x_blosc", "y_zstd", "y_gzip", "wide", "sharded", "x_none_crc", "y_zstd_crc"]
+)
 def test_rewriting_rows_changes_those_rows_and_writes_only_their_chunks(tmp_path, name):
     # storage.store.rewrite_rows_at (what erasing rows uses): the edited rows change, every
     # other value stays, the edge chunk (3 rows of a 100-row chunk) included, and only the
@@ -234,7 +242,8 @@ def test_rewriting_rows_changes_those_rows_and_writes_only_their_chunks(tmp_path
     root = open_group(s, mode="a")
     kw: dict = {"x_none": {"compressors": None}, "x_blosc": {"compressors": CODECS["blosc"]},
                 "y_zstd": {"compressors": CODECS["zstd"]}, "y_gzip": {"compressors": CODECS["gzip"]},
-                "wide": {}, "sharded": {}}[name]  # fmt: skip
+                "wide": {}, "sharded": {}, "x_none_crc": {"compressors": CODECS["none_crc"]},
+                "y_zstd_crc": {"compressors": CODECS["zstd_crc"]}}[name]  # fmt: skip
     # Chunks large enough not to be inlined in Icechunk's manifests (so each is a file).
     shape, chunks = ((10003,), (1000,)) if name.startswith("y") else ((1003, 64), (100, 64))
     if name == "wide":

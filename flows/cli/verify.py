@@ -1,0 +1,98 @@
+"""``fairpipe verify``: check every chunk of a store against its checksum."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated
+
+import typer
+
+from flows.cli._options import Store
+from flows.cli._runner import CORRUPT_STORE, Shared, command, emit, result_console
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"  # unreachable
+
+
+def _render(r: dict) -> None:
+    out = result_console()
+    out.print(f"{r['store']} at {r['snapshot']}: {r['chunks']} chunks of {r['arrays']} arrays "
+              f"checked ({_size(r['bytes'])})", markup=False)  # fmt: skip
+    for c in r["corrupt"]:
+        what = "" if c["chunk"] is None else f"chunk ({', '.join(map(str, c['chunk']))}) of "
+        out.print(f"corrupt: {what}array '{c['array']}': {c['why']}", markup=False)
+    if r["n_corrupt"] > len(r["corrupt"]):
+        out.print(f"... and {r['n_corrupt'] - len(r['corrupt'])} more corrupt chunks",
+                  markup=False)  # fmt: skip
+    if r["unverifiable"]:
+        names = ", ".join(u["array"] for u in r["unverifiable"])
+        out.print(f"without a checksum (decoded, not verified): {names}", markup=False)
+        if not r["n_corrupt"] and not r.get("added"):
+            out.print(f"'fairpipe verify --store {r['store']} --add-checksums' gives them one",
+                      markup=False)  # fmt: skip
+    if r.get("added"):
+        a = r["added"]
+        out.print(f"checksums added to {len(a['arrays'])} arrays ({a['chunks']} chunks) in "
+                  f"commit {a['commit']}", markup=False)  # fmt: skip
+    n = r["n_corrupt"]
+    lists = any(c["chunk"] is None for c in r["corrupt"])
+    what = f"corrupt chunk{'s' if n > 1 else ''}" + (" or chunk lists" if lists else "")
+    verdict = f"{n} {what}" if n else "no corrupt chunk"
+    out.print(verdict, markup=False)
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool):
+    """A callback ``(array, arrays done, arrays, chunks checked)`` advancing a bar on stderr (or
+    None)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True),
+                  transient=True) as bar:  # fmt: skip
+        task = bar.add_task("arrays", total=None)
+
+        def update(array: str, done: int, total: int, chunks: int) -> None:
+            bar.update(task, completed=done, total=total,
+                       description=f"{chunks} chunks checked {array}")  # fmt: skip
+
+        yield update
+
+
+@command(shared=("lock_timeout", "as_json"))
+def verify(
+    store: Store,
+    add_checksums: Annotated[
+        bool,
+        typer.Option(
+            "--add-checksums",
+            help="When no chunk is corrupt, give the arrays stored without a checksum one (one "
+            "commit; their data are not rewritten).",
+        ),
+    ] = False,
+    *,
+    shared: Shared,
+) -> None:
+    """Check every chunk of the store's current snapshot against its checksum (exit 4: a chunk
+    is corrupt)."""
+    from storage.integrity import add_checksums as add
+    from storage.integrity import verify_store
+    from storage.store import FairpipeStore
+
+    st = FairpipeStore.open(store)
+    with _progress(not shared.as_json) as progress:
+        result = verify_store(st, progress=progress)
+    if add_checksums and result["unverifiable"] and not result["n_corrupt"]:
+        result["added"] = add(st, lock_timeout=shared.lock_timeout)
+    emit(result, shared.as_json, _render)
+    if result["n_corrupt"]:
+        raise typer.Exit(CORRUPT_STORE)

@@ -1,0 +1,328 @@
+"""Checking a store's chunks against their checksums, and giving checksums to arrays without.
+
+Every array a store creates ends its codec chain with a crc32c checksum of the encoded chunk
+(:func:`storage.store.checksummed`): a stored chunk whose bytes change no longer matches it, and
+reading it raises :class:`storage.store.CorruptChunkError` (on the direct chunk path, and through
+zarr where :func:`storage.store.zarr_checked` wraps the read). This module finds damaged chunks
+without decoding them: :func:`verify_store` checks every chunk of every array of a snapshot
+(``fairpipe verify``), :func:`first_corrupt_chunk` the chunks a failed zarr read covered, and
+:func:`add_checksums` gives a checksum to the arrays of a store written before they had one.
+
+An array without a checksum cannot be verified: a damaged chunk of an uncompressed array still
+decodes, to wrong numbers. :func:`verify_store` decodes such an array's chunks (a damaged
+compressed chunk may fail to decompress, and a chunk of the wrong length never passes) and
+reports the array as unverifiable; :func:`add_checksums` appends to each of its chunks the checksum of
+the bytes it holds (the data are not re-encoded: every other byte stays as stored), after
+decoding it, so the checksum never seals a chunk that is already unreadable.
+
+Memory follows the chunk size: chunks are listed and fetched as a stream, at most
+``READ_CONCURRENCY`` at once, and each is dropped once checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+from icechunk import IcechunkError
+
+from storage.store import (
+    READ_CONCURRENCY,
+    CorruptChunkError,
+    FairpipeStore,
+    _plain_chunks,
+    checksum_ok,
+    crc32c_of,
+    decode_chunk,
+    open_group,
+)
+
+# The most damaged chunks a report lists (it counts them all).
+LISTED_CORRUPT = 1000
+UNREADABLE = "Icechunk cannot read its object ({error})"
+NO_CHUNK_LIST = "Icechunk cannot read the array's list of chunks, its manifest ({error})"
+CANNOT_ADD = (
+    "Array '{array}' of {url} has codecs {codecs}: a checksum cannot be added to it here. "
+    "Ingest the store's source again to get a store whose every array has one."
+)
+
+
+def icechunk_reason(error: BaseException) -> str:
+    """The innermost cause in an Icechunk error's report (``Data corruption detected``)."""
+    lines = [line.strip(" |`-") for line in str(error).splitlines() if "-> " in line]
+    lines = [line.removeprefix("> ").strip() for line in lines if line]
+    return lines[-1] if lines else (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def has_checksum(arr) -> bool:
+    """Whether array ``arr``'s last codec is a crc32c checksum (a zarr array's metadata)."""
+    from zarr.codecs import Crc32cCodec
+
+    codecs = list(getattr(arr.metadata, "codecs", None) or ())
+    return bool(codecs) and isinstance(codecs[-1], Crc32cCodec)
+
+
+def store_arrays(session) -> list[tuple[str, Any]]:
+    """(path, zarr array) of every array of a session's store, by path."""
+    root = open_group(session)
+    found = [(name, node) for name, node in root.members(max_depth=None)
+             if not hasattr(node, "members")]  # fmt: skip
+    return sorted(found, key=lambda pair: pair[0])
+
+
+def _chunk_coords(arr) -> Callable[[str], tuple[int, ...] | None]:
+    """The chunk coordinates of a key below an array's path (``c/3/0``), None for other keys
+    (its ``zarr.json``)."""
+    encoding = arr.metadata.chunk_key_encoding
+    sep = getattr(encoding, "separator", "/")
+    if getattr(encoding, "name", "default") == "default":
+
+        def coords(rest: str) -> tuple[int, ...] | None:
+            if rest == "c":
+                return ()
+            if not rest.startswith("c" + sep):
+                return None
+            return tuple(int(part) for part in rest[2:].split(sep))
+
+        return coords
+
+    def v2(rest: str) -> tuple[int, ...] | None:
+        if rest.endswith(("zarr.json", ".zarray", ".zattrs")):
+            return None
+        return tuple(int(part) for part in rest.split(sep)) if rest != "0" or arr.ndim else ()
+
+    return v2
+
+
+async def _stored_chunks(arr) -> AsyncIterator[tuple[tuple[int, ...], str]]:
+    """(coordinates, key) of every chunk of ``arr`` its store holds, as the store lists them."""
+    store, prefix = arr.store_path.store, f"{arr.path}/"
+    coords_of = _chunk_coords(arr)
+    async for key in store.list_prefix(prefix):
+        coords = coords_of(key[len(prefix) :])
+        if coords is not None:
+            yield coords, key
+
+
+def _covers(sel: Any, shape: tuple[int, ...], chunks: tuple[int, ...]):
+    """A test of chunk coordinates: does selection ``sel`` (ints, slices, integer arrays, one per
+    dimension at most, or None: everything) read that chunk?"""
+    if sel is None or sel is Ellipsis:
+        return lambda coords: True
+    sel = sel if isinstance(sel, tuple) else (sel,)
+    if any(s is Ellipsis for s in sel):
+        return lambda coords: True
+    tests: list[Any] = []
+    for s, n, c in zip(sel, shape, chunks):
+        if isinstance(s, (int, np.integer)):
+            i = int(s) + n if s < 0 else int(s)
+            tests.append({i // c})
+        elif isinstance(s, slice):
+            picked = range(*s.indices(n))
+            tests.append(set() if not picked else
+                         range(min(picked[0], picked[-1]) // c, max(picked[0], picked[-1]) // c + 1))  # fmt: skip
+        else:
+            values = np.asarray(s)
+            if values.dtype == bool:
+                values = np.flatnonzero(values)
+            tests.append(set((np.where(values < 0, values + n, values) // c).tolist()))
+    return lambda coords: all(k in t for k, t in zip(coords, tests))
+
+
+class _Checker:
+    """Checks stored chunks of one array: their checksum where the array has one, else whether
+    they decode (an array the direct path reads; None: nothing to check them with)."""
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.checksum = has_checksum(arr)
+        self.plain = None if self.checksum else _plain_chunks(arr)
+
+    @property
+    def able(self) -> bool:
+        return self.checksum or self.plain is not None
+
+    def check(self, coords: tuple[int, ...], data) -> CorruptChunkError | None:
+        if self.checksum:
+            return None if checksum_ok(data) else CorruptChunkError(self.arr.path, coords)
+        assert self.plain is not None  # checked by the caller (able)
+        try:
+            decode_chunk(self.plain, coords, data)
+        except CorruptChunkError as e:
+            return e
+        return None
+
+
+async def _each_chunk(arr, wanted, handle, unreadable=None) -> None:
+    """Fetch every stored chunk of ``arr`` that ``wanted(coords)`` accepts, at most
+    READ_CONCURRENCY at once, and await ``handle(coords, key, data)`` on each as it arrives;
+    stops listing more where one returns True. ``unreadable(coords, error)``, where given, is
+    told of a chunk Icechunk cannot fetch (its object missing or damaged) instead of raising."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    store, proto = arr.store_path.store, default_buffer_prototype()
+    gate = asyncio.Semaphore(READ_CONCURRENCY)
+    running: set[asyncio.Future] = set()
+    stop = asyncio.Event()
+
+    async def one(coords: tuple[int, ...], key: str) -> None:
+        try:
+            try:
+                raw = await store.get(key, proto)
+            except IcechunkError as e:
+                if unreadable is None:
+                    raise
+                unreadable(coords, e)
+                return
+            if raw is not None and await handle(coords, key, raw.as_numpy_array()):
+                stop.set()
+        except Exception as e:  # the first one is raised once every fetch has ended
+            errors.append(e)
+            stop.set()
+        finally:
+            gate.release()
+
+    errors: list[Exception] = []
+    try:
+        async for coords, key in _stored_chunks(arr):
+            if stop.is_set():
+                break
+            if not wanted(coords):
+                continue
+            await gate.acquire()
+            task = asyncio.ensure_future(one(coords, key))
+            running.add(task)
+            task.add_done_callback(running.discard)
+    finally:  # (the listing may fail too) no fetch outlives this
+        if running:
+            await asyncio.gather(*running)
+    if errors:
+        raise errors[0]
+
+
+def first_corrupt_chunk(arr, sel: Any = None) -> CorruptChunkError | None:
+    """The first chunk of zarr array ``arr`` that selection ``sel`` reads (every stored one where
+    None) whose bytes fail their checksum (or, without one, do not decode), as an error to
+    raise; None where every one passes."""
+    from zarr.core.sync import sync
+
+    checker = _Checker(arr)
+    if not checker.able:
+        return None
+    wanted = _covers(sel, tuple(arr.shape), tuple(arr.chunks))
+    found: list[CorruptChunkError] = []
+
+    async def handle(coords, key, data) -> bool:
+        bad = checker.check(coords, data)
+        if bad is not None:
+            found.append(bad)
+        return bool(found)
+
+    sync(_each_chunk(arr, wanted, handle))
+    return min(found, key=lambda e: e.chunk) if found else None
+
+
+def verify_store(store: FairpipeStore, snapshot: str | None = None,
+                 progress: Callable[[str, int, int, int], None] | None = None) -> dict:  # fmt: skip
+    """Check every stored chunk of every array of ``snapshot`` (default: the tip of ``main``).
+
+    Returns ``{"store", "snapshot", "arrays", "chunks", "bytes", "corrupt": [{"array",
+    "chunk", "why"}, ...] (at most LISTED_CORRUPT), "n_corrupt", "unverifiable": [{"array",
+    "chunks", "decoded"}, ...]}``: arrays with a checksum are checked against it; arrays without
+    are decoded and listed as unverifiable. A chunk whose object Icechunk cannot read is
+    corrupt too, and so is an array whose list of chunks it cannot read (``chunk`` None). ``progress(array, arrays done, arrays, chunks checked)``
+    is called as each array starts and every 64 chunks."""
+    from zarr.core.sync import sync
+
+    session = store.readonly_session(snapshot)
+    arrays = store_arrays(session)
+    report: dict[str, Any] = {"store": store.url, "snapshot": session.snapshot_id,
+                              "arrays": len(arrays), "chunks": 0, "bytes": 0, "corrupt": [],
+                              "n_corrupt": 0, "unverifiable": []}  # fmt: skip
+
+    def found(path: str, chunk: list[int] | None, why: str) -> None:
+        report["n_corrupt"] += 1
+        if len(report["corrupt"]) < LISTED_CORRUPT:
+            report["corrupt"].append({"array": path, "chunk": chunk, "why": why})
+
+    for done, (path, arr) in enumerate(arrays):
+        if progress is not None:
+            progress(path, done, len(arrays), report["chunks"])
+        checker = _Checker(arr)
+        before = report["chunks"]
+
+        async def handle(coords, key, data, checker=checker, path=path, done=done) -> bool:
+            report["chunks"] += 1
+            report["bytes"] += int(data.size)
+            bad = checker.check(coords, data) if checker.able else None
+            if bad is not None:
+                found(path, list(coords), bad.why)
+            if progress is not None and report["chunks"] % 64 == 0:
+                progress(path, done, len(arrays), report["chunks"])
+            return False
+
+        def unreadable(coords, error, path=path) -> None:
+            report["chunks"] += 1
+            found(path, list(coords), UNREADABLE.format(error=icechunk_reason(error)))
+
+        try:
+            sync(_each_chunk(arr, lambda coords: True, handle, unreadable))
+        except IcechunkError as e:  # the array's list of chunks (its manifest) is unreadable
+            found(path, None, NO_CHUNK_LIST.format(error=icechunk_reason(e)))
+        if not checker.checksum:
+            report["unverifiable"].append({"array": path, "chunks": report["chunks"] - before,
+                                           "decoded": checker.able})  # fmt: skip
+    report["corrupt"].sort(key=lambda c: (c["array"], c["chunk"] or []))
+    if progress is not None:
+        progress("", len(arrays), len(arrays), report["chunks"])
+    return report
+
+
+def add_checksums(store: FairpipeStore, lock_timeout: float = 0.0) -> dict:
+    """Give every array of ``main``'s tip that has no checksum one, in one commit: each stored
+    chunk becomes its bytes followed by their crc32c (what zarr's Crc32cCodec appends to the
+    encoded chunk), the array's codecs gain the checksum last, and nothing else changes (the
+    data are not re-encoded). Each chunk is decoded first: a chunk that does not decode stops
+    it with a :class:`CorruptChunkError` before anything is published. Returns ``{"arrays":
+    [paths], "chunks": n, "commit": id}``."""
+    import dataclasses
+
+    from zarr.codecs import Crc32cCodec
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    from fairpipe.errors import FairpipeInputError
+
+    base = store.readonly_session()
+    todo = [path for path, arr in store_arrays(base) if not has_checksum(arr)]
+    for path, arr in store_arrays(base):  # before the lock: an array it cannot change
+        if path in todo and _Checker(arr).plain is None:
+            codecs = [c.to_dict()["name"] for c in arr.metadata.codecs]
+            raise FairpipeInputError(CANNOT_ADD.format(array=path, url=store.url, codecs=codecs))
+    if not todo:
+        return {"arrays": [], "chunks": 0, "commit": base.snapshot_id}
+    proto = default_buffer_prototype()
+    chunks = 0
+    with store.transaction("add chunk checksums", lock_timeout=lock_timeout) as txn:
+        arrays = dict(store_arrays(store.readonly_session(txn.base_snapshot)))
+        target = txn.session.store
+        for path in todo:
+            arr, checker = arrays[path], _Checker(arrays[path])
+            meta = dataclasses.replace(arr.metadata, codecs=(*arr.metadata.codecs, Crc32cCodec()))
+            for key, value in meta.to_buffer_dict(proto).items():
+                sync(target.set(f"{path}/{key}", value))
+
+            async def handle(coords, key, data, checker=checker) -> bool:
+                nonlocal chunks
+                bad = checker.check(coords, data)
+                if bad is not None:
+                    raise bad.with_store(store.url)
+                sealed = b"".join((data, crc32c_of(data).to_bytes(4, "little")))
+                await target.set(key, proto.buffer.from_bytes(sealed))
+                chunks += 1
+                return False
+
+            sync(_each_chunk(arr, lambda coords: True, handle))
+    return {"arrays": todo, "chunks": chunks, "commit": txn.commit_id}
