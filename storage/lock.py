@@ -61,10 +61,13 @@ class WriterLock:
     who holds it into the folder's ``.fairpipe.lock`` (a creator first needs the folder clean,
     and calls :meth:`note_holder` once the repository is made)."""
 
-    def __init__(self, path: Path, url: str, timeout: float = 0.0, note_holder: bool = True):
+    def __init__(self, path: Path, url: str, timeout: float = 0.0, note_holder: bool = True,
+                 folder: bool | None = None):  # fmt: skip
+        """``folder``: whether ``path`` is a store's folder (default: whether it is a folder
+        now)."""
         self.path, self.url, self.timeout = Path(path), url, timeout
         self._note = note_holder
-        self._folder = self.path.is_dir()
+        self._folder = self.path.is_dir() if folder is None else folder
         self._fd: int | None = None
         self._noted = False
 

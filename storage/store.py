@@ -774,22 +774,28 @@ def _check_empty_folder(url: str, local: Path | None) -> None:
 
 def _make_folders(folder: Path) -> list[Path]:
     """Make ``folder`` and its missing parents; return those this call made, outermost first
-    (a folder another process made at the same moment is not ours)."""
-    missing: list[Path] = []
-    at = folder
-    while not at.exists():
-        missing.append(at)
-        if at.parent == at:
-            break
-        at = at.parent
-    made = []
-    for path in reversed(missing):
+    (a folder another process made at the same moment is not ours; one it removed meanwhile is
+    made again)."""
+    made: list[Path] = []
+    for _ in range(5):
+        missing: list[Path] = []
+        at = folder
+        while not at.exists():
+            missing.append(at)
+            if at.parent == at:
+                break
+            at = at.parent
         try:
-            path.mkdir()
-        except FileExistsError:
+            for path in reversed(missing):
+                try:
+                    path.mkdir()
+                except FileExistsError:
+                    continue
+                made.append(path)
+            return made
+        except FileNotFoundError:  # a parent removed meanwhile: look again
             continue
-        made.append(path)
-    return made
+    raise FileNotFoundError(f"{folder}: its parent folders keep disappearing")
 
 
 class FairpipeStore:
@@ -862,57 +868,56 @@ class FairpipeStore:
         spec = parse_store_url(url)
         local = spec.local_dir
         made: list[Path] = []
-        try:
-            lock = None
-            for _ in range(3):  # the folder may be removed by a failed creator meanwhile
-                made += _make_folders(local) if local is not None else []
-                lock = WriterLock(lock_path_for(url, local), url, lock_timeout,
-                                  note_holder=local is None)  # fmt: skip
-                try:
-                    lock.__enter__()
-                    break
-                except FileNotFoundError:
-                    lock = None
-            if lock is None:
-                raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
+        lock = None
+        for _ in range(5):  # the folder may be removed by a failed creator meanwhile
+            made += _make_folders(local) if local is not None else []
+            lock = WriterLock(lock_path_for(url, local), url, lock_timeout,
+                              note_holder=local is None, folder=local is not None)  # fmt: skip
             try:
-                storage = make_storage(url, spec)
-                taken = False
-                if local is not None:
-                    before = set(os.listdir(local))
-                    if before == {LOCK_NAME}:  # a holder note of no repository: stale
-                        (local / LOCK_NAME).unlink()
-                        before = set()
-                    # Anything else was made by another creator since this command looked
-                    # (the folder was empty or absent then).
-                    taken = bool(before)
-                else:
-                    before = list_objects(url, spec)
-                if taken or icechunk.Repository.exists(storage):
-                    raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
-                repo = icechunk.Repository.create(storage)
-                if local is not None:
-                    lock.note_holder()
-                store = cls(url, repo, spec)
-                store._lock = lock
-                try:
-                    # Mark the repository as ours at once, so an empty store reopens as one.
-                    session = repo.writable_session("main")
-                    open_group(session, mode="a").attrs["fairpipe_format"] = FORMAT
-                    session.commit("create fairpipe store")
-                    yield store
-                except BaseException:
-                    store._remove_created(before)
-                    raise
-                finally:
-                    store._lock = None
+                lock.__enter__()  # StoreBusyError: the folders made stay (the holder's now)
+                break
+            except FileNotFoundError:
+                lock = None
+        if lock is None:
+            raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
+        try:
+            storage = make_storage(url, spec)
+            taken = False
+            if local is not None:
+                before = set(os.listdir(local))
+                if before == {LOCK_NAME}:  # a holder note of no repository: stale
+                    (local / LOCK_NAME).unlink()
+                    before = set()
+                # Anything else was made by another creator since this command looked (the
+                # folder was empty or absent then).
+                taken = bool(before)
+            else:
+                before = list_objects(url, spec)
+            if taken or icechunk.Repository.exists(storage):
+                raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
+            repo = icechunk.Repository.create(storage)
+            if local is not None:
+                lock.note_holder()
+            store = cls(url, repo, spec)
+            store._lock = lock
+            try:
+                # Mark the repository as ours at once, so an empty store reopens as one.
+                session = repo.writable_session("main")
+                open_group(session, mode="a").attrs["fairpipe_format"] = FORMAT
+                session.commit("create fairpipe store")
+                yield store
+            except BaseException:
+                store._remove_created(before)
+                # Only the holder removes folders (a creator that lost the race must not
+                # remove the folder it made: the winner may not have written into it yet).
+                for folder in reversed(made):  # only those this call made, if left empty
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+                raise
             finally:
-                lock.__exit__(None, None, None)
-        except BaseException:
-            for folder in reversed(made):  # only the folders this call made, if left empty
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
-            raise
+                store._lock = None
+        finally:
+            lock.__exit__(None, None, None)
 
     def _remove_created(self, before: set[str]) -> None:
         """Delete the repository this process created (its writer lock held): in a local folder,
@@ -1048,7 +1053,9 @@ class FairpipeStore:
         if self._lock is not None and self._lock.held:
             yield
             return
-        with WriterLock(lock_path_for(self.url, self.spec.local_dir), self.url, lock_timeout):
+        local = self.spec.local_dir
+        with WriterLock(lock_path_for(self.url, local), self.url, lock_timeout,
+                        folder=local is not None):  # fmt: skip
             yield
 
     def _delete_branch(self, name: str) -> None:
