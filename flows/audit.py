@@ -25,7 +25,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.audit import (
@@ -49,6 +48,7 @@ from fairpipe.audit import (
 )
 from fairpipe.datasets import AuditData, load_audit_data
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
+from flows.private import flow, task
 from flows.runtime import default_task_runner, run_flow
 
 # Seeds per Dask task: fixed (so the samples do not depend on the worker count) and large enough

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.errors import FairpipeInputError
@@ -37,6 +36,7 @@ from fairpipe.ranking import (
     read_candidates,
     rerank_lists,
 )
+from flows.private import flow, task
 from flows.runtime import default_task_runner, run_flow
 
 BAD_OUT = "--out must end in .csv or .parquet. Got {out!r}."

@@ -2,6 +2,7 @@
 store, 1 and a traceback file for a bug, 130 when interrupted. Results never reach stdout then."""
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,7 @@ def missing_key():
 
 def test_a_bug_exits_1_with_one_line_and_the_traceback_in_a_file(monkeypatch, cache_home):
     sampler_raising(monkeypatch, missing_key)
+    monkeypatch.setattr(sys, "argv", ["fairpipe", *SAMPLE])
     out = invoke(*SAMPLE)
     assert out.exit_code == 1 and out.stdout == ""
     summary, where = out.stderr.splitlines()
@@ -52,7 +54,10 @@ def test_a_bug_exits_1_with_one_line_and_the_traceback_in_a_file(monkeypatch, ca
     assert report.startswith(summary + "\n")
     assert "Traceback (most recent call last)" in report and "in missing_key" in report
     assert report.rstrip().endswith("KeyError: 'x'")
-    assert "'query_id': 3" in report and "python: 3." in report and "fairpipe 0.1.0" in report
+    # A stored point's id is a person's: the report names the parameter, not its value.
+    assert "'query_id': 'REDACTED'" in report and "--query-id REDACTED" in report
+    assert "python: 3." in report and "fairpipe 0.1.0" in report
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
     # The same bug twice in one second gets a second file.
     again = Path(invoke(*SAMPLE).stderr.splitlines()[1].removeprefix("the traceback is in "))
     assert again != path and again.exists()
