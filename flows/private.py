@@ -126,33 +126,39 @@ def _redacting(fn: Callable, carry: bool, name: str | None = None) -> Callable:
     """``fn`` with its private arguments revealed, raising a RedactedError for any error (a Rust
     panic included): carrying the original (a task's), or holding it in memory only (a flow's)."""
 
+    # The wrapper names nothing but a function of this module: a task's travels to Dask workers
+    # by value (cloudpickle), and this module's globals (a ContextVar) cannot be pickled.
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        try:
-            return fn(*map(reveal, args), **{k: reveal(v) for k, v in kwargs.items()})
-        except Exception as exc:
-            error: BaseException = exc
-        except BaseException as exc:
-            if not is_panic(exc):
-                raise  # interruptions, exits and Prefect's own signals pass as they are
-            error = exc
-        # Raised outside the handler: the redacted error has no context to pickle or log.
-        if isinstance(error, RedactedError) and error.original is not None:
-            original, reference = error.original, error.reference  # a task's, in a flow
-        else:
-            original, reference = error, uuid.uuid4().hex[:12]
-        redacted = RedactedError(kind_of(original), reference, original if carry else None)
-        redacted.original = original
-        if not carry and not CALLER_REPORTS.get():
-            message = " ".join(str(original).split())
-            sys.stderr.write(UNREPORTED.format(name=name, kind=kind_of(original),
-                                               message=message, reference=reference))  # fmt: skip
-        raise redacted
+        return _call_redacting(fn, carry, name, args, kwargs)
 
     # Prefect reads the parameters' types from the signature, resolving names in the function's
     # module: the wrapper's is this one, so they are resolved here, in the flow's module.
     run.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
     return run
+
+
+def _call_redacting(fn: Callable, carry: bool, name: str | None, args: tuple, kwargs: dict):
+    try:
+        return fn(*map(reveal, args), **{k: reveal(v) for k, v in kwargs.items()})
+    except Exception as exc:
+        error: BaseException = exc
+    except BaseException as exc:
+        if not is_panic(exc):
+            raise  # interruptions, exits and Prefect's own signals pass as they are
+        error = exc
+    # Raised outside the handler: the redacted error has no context to pickle or log.
+    if isinstance(error, RedactedError) and error.original is not None:
+        original, reference = error.original, error.reference  # a task's, in a flow
+    else:
+        original, reference = error, uuid.uuid4().hex[:12]
+    redacted = RedactedError(kind_of(original), reference, original if carry else None)
+    redacted.original = original
+    if not carry and not CALLER_REPORTS.get():
+        message = " ".join(str(original).split())
+        sys.stderr.write(UNREPORTED.format(name=name, kind=kind_of(original), message=message,
+                                           reference=reference))  # fmt: skip
+    raise redacted
 
 
 def flow(*, private: tuple[str, ...] = (), **options: Any) -> Callable[[F], Any]:
