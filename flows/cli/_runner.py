@@ -310,7 +310,7 @@ def _with_flags(message: str, parameter_flags: Mapping[str, str]) -> str:
 
 # -- the filesystem refusing: read-only, full, not ours ------------------------------------------
 READ_ONLY = "{path} is on a read-only filesystem; {need}."
-NO_SPACE = "No space left on device writing {path} ({free} free there); free space or {need}."
+NO_SPACE = "No space left on device writing {path} ({free} free there now); free space or {need}."
 NOT_PERMITTED = "Permission denied: {path}; {need}."
 # The options naming a path a command writes, and what a message asks of them.
 PATH_OPTIONS = {"store": "--store", "out": "--out", "plot": "--plot"}
@@ -334,36 +334,29 @@ def environment_error(exc: BaseException, parameters: Mapping[str, Any]) -> str 
             code = int(found.group(1))  # Icechunk does not say which file: the store's
         if code is None:
             continue
-        path = str(path) if path is not None else _written_path(parameters)
-        need = _what_is_needed(path, parameters, code)
+        shown, flag = _path_option(str(path) if path is not None else None, parameters)
         if code == errno.EROFS:
-            return READ_ONLY.format(path=path, need=need)
+            need = f"give a writable {flag}" if flag else "write to a writable filesystem"
+            return READ_ONLY.format(path=shown, need=need)
         if code in (errno.ENOSPC, errno.EDQUOT):
-            return NO_SPACE.format(path=path, free=_free_space(path), need=need)
-        return NOT_PERMITTED.format(path=path, need=need)
+            need = f"give {flag} another folder" if flag else "use another folder"
+            return NO_SPACE.format(path=shown, free=_free_space(shown), need=need)
+        need = f"give {flag} a folder you can write" if flag else "use a folder you can write"
+        return NOT_PERMITTED.format(path=shown, need=need)
     return None
 
 
-def _written_path(parameters: Mapping[str, Any]) -> str:
-    for name in PATH_OPTIONS:
-        if parameters.get(name):
-            return str(parameters[name])
-    return "a file"
-
-
-def _what_is_needed(path: str, parameters: Mapping[str, Any], code: int) -> str:
-    """What to do: name the option whose path holds ``path``, if any."""
-    flag = None
-    for name, option in PATH_OPTIONS.items():
+def _path_option(path: str | None, parameters: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The path to name in the message and the option that gave it: the path an option gave
+    that holds ``path`` (a store's folder rather than a file deep in it), or ``path``; for an
+    error that names no file, the first path option given."""
+    for name, flag in PATH_OPTIONS.items():
         given = parameters.get(name)
-        if given and "://" not in str(given) and _inside(path, str(given)):
-            flag = option
-            break
-    if code in (errno.ENOSPC, errno.EDQUOT):
-        return f"give {flag} another folder" if flag else "use another folder"
-    if flag:
-        return f"give a writable {flag}"
-    return "use a folder you can write"
+        if not given or "://" in str(given):
+            continue
+        if path is None or _inside(path, str(given)):
+            return str(given), flag
+    return (path or "a file"), None
 
 
 def _inside(path: str, folder: str) -> bool:
