@@ -5,6 +5,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -239,3 +240,26 @@ def test_text_from_producers_is_escaped():
         "a\\nb\\x1b[2J\\t\\x7f\\u202e\\u2028\\x85é名"
     )
     assert printable({"g\x1b": ["x\ny", 1, None]}) == {"g\\x1b": ["x\\ny", 1, None]}
+
+
+def test_the_programs_stderr_is_one_line_when_a_worker_fails(prefect_server, tmp_path):
+    """Run as the ``fairpipe`` program, on its own local cluster: a worker's failure is one line,
+    without distributed's "Compute Failed" log, Prefect's engine traceback or its services'
+    warnings (``--verbose`` shows them)."""
+    import os
+    import subprocess
+
+    points = np.random.default_rng(0).normal(size=(1500, 4)).astype(np.float32)
+    points[1200, 2] = np.nan
+    np.save(tmp_path / "nan.npy", points)
+    exe = sys.executable.replace("python", "fairpipe")
+    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+    for name in ("PREFECT_LOGGING_LEVEL", "PREFECT_LOGGING_ROOT_LEVEL", "DASK_LOGGING"):
+        env.pop(name, None)  # as a user's shell has them: unset
+    got = subprocess.run([exe, "ingest", str(tmp_path / "nan.npy"), "--store",
+                          str(tmp_path / "s"), "--workers", "1", "--chunk-rows", "500"],
+                         capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert got.returncode == 2 and got.stdout == ""
+    assert got.stderr == (
+        "error: Row 1200 of nan.npy holds a NaN value in column 2; points must be finite numbers.\n"
+    )
