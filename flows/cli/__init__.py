@@ -37,8 +37,10 @@ if "DASK_LOGGING" in _LOUD and "DASK_LOGGING__DISTRIBUTED" in os.environ:  # wit
 
 
 def loud_libraries() -> None:
-    """Show the libraries' logs, warnings and tracebacks again (``--verbose``): the environment
-    as it was before :data:`QUIET_ENV`, for a command that has not imported them yet."""
+    """Show the libraries' logs, warnings and tracebacks again (``--verbose``): the environment,
+    warning filters and root log level as they were before the command line quieted them, for a
+    command that has not imported the libraries yet."""
+    import logging
     import warnings
 
     for name, value in _LOUD.items():
@@ -46,8 +48,12 @@ def loud_libraries() -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    os.environ.pop("PYTHONWARNINGS", None)
-    warnings.resetwarnings()
+    if _SAVED_WARNING_FILTERS:
+        warnings.filters[:] = _SAVED_WARNING_FILTERS  # type: ignore[index]
+    logging.getLogger().setLevel(logging.WARNING)
+
+
+_SAVED_WARNING_FILTERS: list = []
 
 
 import typer  # noqa: E402
@@ -96,14 +102,19 @@ for _command in (
 
 def main() -> None:
     """The ``fairpipe`` program (its console script and ``python -m flows.cli``)."""
+    import logging
     import warnings
 
     from flows.cli._runner import PROGRAM
 
     PROGRAM.running = True
-    # Python's warnings too (Icechunk's, Dask's), here and in the processes the command starts:
-    # set by the program only, so that tests running commands keep their own warning filters.
+    # Python's warnings and logs too (Icechunk's, Dask's, a library logging before Prefect sets
+    # up logging), here and in the processes the command starts: by the program only, so that
+    # tests running commands keep their own warning filters.
     if "PYTHONWARNINGS" not in os.environ and not sys.warnoptions:
+        _LOUD["PYTHONWARNINGS"] = None
+        _SAVED_WARNING_FILTERS[:] = warnings.filters
         os.environ["PYTHONWARNINGS"] = "ignore"
         warnings.simplefilter("ignore")
+    logging.getLogger().setLevel(logging.CRITICAL)
     app(prog_name="fairpipe")

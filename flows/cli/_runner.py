@@ -112,7 +112,7 @@ def printable(value: Any) -> Any:
         return escape_controls(value)
     if isinstance(value, dict):
         return {printable(k): printable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if type(value) in (list, tuple):
         return type(value)(printable(v) for v in value)
     return value
 
