@@ -341,7 +341,7 @@ def environment_error(exc: BaseException, parameters: Mapping[str, Any]) -> str 
         if code in (errno.ENOSPC, errno.EDQUOT):
             need = f"give {flag} another folder" if flag else "use another folder"
             return NO_SPACE.format(path=shown, free=_free_space(shown), need=need)
-        need = f"give {flag} a folder you can write" if flag else "use a folder you can write"
+        need = f"give {flag} a folder you may read and write" if flag else "use another folder"
         return NOT_PERMITTED.format(path=shown, need=need)
     return None
 
