@@ -14,4 +14,6 @@ DEFAULT_ENV = {
     "OMP_NUM_THREADS": "1",
 }
 for _k, _v in DEFAULT_ENV.items():
+    if _k.startswith("DASK_LOGGING__") and "DASK_LOGGING" in os.environ:
+        continue  # the whole of Dask's logging is set (the command line's, flows.cli)
     os.environ.setdefault(_k, _v)

@@ -25,7 +25,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.audit import (
@@ -49,6 +48,8 @@ from fairpipe.audit import (
 )
 from fairpipe.datasets import AuditData, load_audit_data
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
+from flows.outputs import check_output_folder
+from flows.private import flow, task
 from flows.runtime import default_task_runner, run_flow
 
 # Seeds per Dask task: fixed (so the samples do not depend on the worker count) and large enough
@@ -182,6 +183,8 @@ def _progress(enabled: bool):
 def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
     o = options
     t_start = time.perf_counter()
+    if out is not None:
+        check_output_folder(out, "--out")  # before a search of minutes
     data, domain, model = check_request(o)
     timings: dict[str, float] = {}
     # Cold workers import while the model trains; the searches start once they are warm.
@@ -267,7 +270,7 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
         import pandas as pd
 
         folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(exist_ok=True)  # its parent exists (checked first)
         frame = pd.DataFrame(found, columns=list(domain.names))
         _write_atomically(folder / "samples.parquet", lambda p: frame.to_parquet(p, index=False))
         _write_atomically(folder / "model.pkl", lambda p: p.write_bytes(pickle.dumps(model)))
@@ -280,6 +283,8 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
 
 
 def run_audit(options: AuditOptions, out=None, dask_address=None, n_workers=2, processes=True):
+    if out is not None:
+        check_output_folder(str(out), "--out")
     check_request(options)  # bad input fails here, before a cluster starts
     return run_flow(audit_flow, options, None if out is None else str(out),
                     dask_address=dask_address, n_workers=n_workers, processes=processes)  # fmt: skip

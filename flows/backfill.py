@@ -25,10 +25,9 @@ import contextlib
 import hashlib
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-from prefect import flow
 
 from fairpipe.cluster import DCKMeans
 from fairpipe.datasets import read_ids
@@ -36,6 +35,7 @@ from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.tree import leaf_of
 from fairpipe.validation import IdLookup
 from flows.forget import ForgetOptions, drain
+from flows.private import PRIVATE, flow
 from flows.runtime import default_task_runner, run_flow
 from storage.erasure import erase_due
 from storage.models import read_model
@@ -65,7 +65,8 @@ BATCH_TOO_LARGE = (
 @dataclass
 class BackfillOptions:
     batch_size: int = BATCH_SIZE  # ids per part (one request, one commit)
-    reason: str = "backfill"  # kept in every part's receipt
+    # Kept in every part's receipt; never in Prefect's records (PRIVATE).
+    reason: str = field(default="backfill", metadata=PRIVATE)
     lock_timeout: float = 0.0
     progress: bool = False  # a progress bar with ETA on stderr (the command line sets it)
 

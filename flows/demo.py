@@ -15,6 +15,7 @@ from fairpipe.neighbors import evaluate_tv, hash_order, pick_queries, plot_tv
 from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
+from flows.outputs import check_output_file
 from flows.sample import load_sampler
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.erasure import files_holding, row_needles
@@ -35,6 +36,8 @@ def run_demo(
 
     from flows.runtime import local_cluster_kwargs, prefect_api
 
+    if plot is not None:
+        check_output_file(plot, "--plot")
     t0 = time.perf_counter()
     # One Prefect server and one Dask cluster for the three flows (each would start its own).
     with prefect_api(), LocalCluster(**local_cluster_kwargs()) as cluster:

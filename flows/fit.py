@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.cluster import (
@@ -31,6 +30,7 @@ from fairpipe.cluster import (
 )
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
 from fairpipe.tree import nodes_per_level
+from flows.private import flow, task
 from flows.runtime import default_task_runner, gather_parts, run_flow, shuffle_by_leaf
 from storage.index import n_features, read_all_live
 from storage.models import write_model

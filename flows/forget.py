@@ -27,10 +27,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import NO_IDS
@@ -38,6 +37,7 @@ from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.validation import IdLookup, deletion_request
 from flows import update
 from flows.jobs import remove_job
+from flows.private import PRIVATE, flow, task
 from flows.runtime import dask_map, default_task_runner, run_flow, start_cluster_early
 from flows.update import forget_q_task, update_dc, update_summary_tree
 from storage.erasure import erase_due
@@ -100,7 +100,8 @@ class ForgetOptions:
     # erasure_retention (storage.erasure): time travel before this drain is lost.
     purge_history: bool = False
     max_batch: int = MAX_BATCH  # ids per batch (a larger request is a batch of its own)
-    reason: str = ""  # kept in the receipt of the request ``ids`` make
+    # Kept in the receipt of the request ``ids`` make; never in Prefect's records (PRIVATE).
+    reason: str = field(default="", metadata=PRIVATE)
 
 
 def _ids_array(ids) -> np.ndarray:
@@ -111,7 +112,8 @@ def _ids_array(ids) -> np.ndarray:
     return np.unique(arr.astype(np.int64))
 
 
-@flow(name="fairpipe-forget", log_prints=False, task_runner=default_task_runner())
+@flow(name="fairpipe-forget", log_prints=False, task_runner=default_task_runner(),
+      private=("ids",))  # fmt: skip
 def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) -> dict:
     """File ``ids`` as a deletion request (if given), then drain the store's queue: one commit
     per batch. Ids none of which the store holds are an error, and nothing is filed."""

@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import (
@@ -37,6 +36,7 @@ from fairpipe.neighbors import (
     width_sample_rows,
 )
 from flows.jobs import index_job, ingest_chunk
+from flows.private import flow, task
 from flows.runtime import (
     cluster_running,
     dask_map,

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.errors import FairpipeInputError
@@ -37,6 +36,8 @@ from fairpipe.ranking import (
     read_candidates,
     rerank_lists,
 )
+from flows.outputs import check_output_file
+from flows.private import flow, task
 from flows.runtime import default_task_runner, run_flow
 
 BAD_OUT = "--out must end in .csv or .parquet. Got {out!r}."
@@ -84,6 +85,7 @@ def rerank_flow(candidates: str, out: str, options: RerankOptions | None = None)
     out_path = Path(out)
     if not out_path.name.lower().endswith((".csv", ".parquet")):
         raise FairpipeInputError(BAD_OUT.format(out=out))
+    check_output_file(out_path, "--out")
     lists = prepare(candidates, o)
     t_read = time.perf_counter() - t_start
     n_lists = lists.list_ids.shape[0]
@@ -136,6 +138,7 @@ def rerank_flow(candidates: str, out: str, options: RerankOptions | None = None)
 
 def run_rerank(candidates, out, options=None, dask_address=None, n_workers=2, processes=True):
     o = options or RerankOptions()
+    check_output_file(str(out), "--out")  # before a cluster starts (the flow checks again)
     path = Path(str(candidates))
     if not path.is_file() or path.stat().st_size < PRECHECK_BYTES:
         prepare(str(candidates), o)  # bad input fails here, before a cluster starts

@@ -10,6 +10,7 @@ cluster starts) at it, and flushes logs before stopping it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 
@@ -19,6 +20,7 @@ from fairpipe.cluster import LEAF_BATCH_POINTS
 from fairpipe.tree import leaf_of
 from flows import DEFAULT_ENV  # noqa: F401  (applied on import of the package)
 from flows._server import LocalServer, adopt_early
+from flows.private import CALLER_REPORTS, RedactedError, conceal
 from storage.index import n_features, read_live_rows
 
 
@@ -211,10 +213,38 @@ def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
     ``dask_address``, or an embedded LocalCluster of ``n_workers`` (processes or threads),
     started at the flow's first task. (Starting it while the Prefect server starts was
     measured: on 2 cores the two compete, and a command took as long.) ``warm_kernels``: see
-    :func:`prefect_api`."""
-    with prefect_api(warm_kernels), no_exit_heartbeat_wait():
-        runner = task_runner(dask_address, n_workers=n_workers, processes=processes)
-        return flow.with_options(task_runner=runner)(*args, **kwargs)
+    :func:`prefect_api`.
+
+    Prefect records no person's ids: the arguments the flow declares private are given to it
+    concealed, and its error is recorded as a reference (:mod:`flows.private`); the error itself
+    is raised here."""
+    args, kwargs = _concealed(flow, args, kwargs)
+    token = CALLER_REPORTS.set(True)
+    try:
+        with prefect_api(warm_kernels), no_exit_heartbeat_wait():
+            runner = task_runner(dask_address, n_workers=n_workers, processes=processes)
+            return flow.with_options(task_runner=runner)(*args, **kwargs)
+    except RedactedError as redacted:
+        original = redacted.original  # Prefect recorded a reference; the caller gets the error
+        if original is None:
+            raise
+    finally:
+        CALLER_REPORTS.reset(token)
+    raise original
+
+
+def _concealed(flow, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments of ``flow`` with those Prefect must not record wrapped in
+    :class:`~flows.private.Private`: the parameters it declares private, and the private fields
+    of options dataclasses (:mod:`flows.private`)."""
+    import inspect
+
+    private = getattr(flow.fn, "private_parameters", ())
+    bound = inspect.signature(flow.fn).bind_partial(*args, **kwargs)
+    for name, value in bound.arguments.items():
+        if name in private or dataclasses.is_dataclass(value):
+            bound.arguments[name] = conceal(value)
+    return bound.args, bound.kwargs
 
 
 HEARTBEAT_VARIABLES = ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
@@ -36,6 +35,7 @@ from fairpipe.summary import (
     summary_arrays,
 )
 from fairpipe.validation import IdLookup
+from flows.private import flow, task
 from flows.runtime import (
     default_task_runner,
     gather_parts,

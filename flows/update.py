@@ -11,13 +11,13 @@ Every artifact then equals a fresh build on the live rows with the same seed, bi
 from __future__ import annotations
 
 import numpy as np
-from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.cluster import DCKMeans, QKMeans
 from fairpipe.summary import NodeOutput, level_arrays, merge_ancestors, root_figures
 from fairpipe.validation import IdLookup
 from flows.fit import fit_q_task, solve_leaf_group, solve_leaves_task, solve_parents_task
+from flows.private import task
 from flows.runtime import reached_leaves, read_leaf_rows
 from flows.summarize import summarize_leaf_group, summarize_leaves_task
 from storage.index import n_features, read_all_live

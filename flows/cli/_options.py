@@ -29,6 +29,14 @@ DaskAddress = Annotated[
         show_default=False,
     ),
 ]
+Verbose = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        help="Also show the logs and warnings of Prefect, Dask and Icechunk, and an internal "
+        "error's traceback, on stderr.",
+    ),
+]
 Workers = Annotated[int, typer.Option("--workers", help="Worker processes of the local cluster.")]
 LockTimeout = Annotated[
     float,

@@ -4,27 +4,40 @@ Results go to stdout (``--json``: one object), diagnostics and errors to stderr.
 says what went wrong:
 
 - 2: bad input (:class:`~fairpipe.errors.FairpipeInputError`), one line ``error: <message>``;
-  typer's own usage errors exit 2 as well;
+  typer's own usage errors exit 2 as well; so does a read-only filesystem, a full disk or a
+  refused permission (the line names the path and what to do);
 - 3: the store is busy (:class:`~storage.lock.StoreBusyError`), one line ``error: <message>``;
 - 4: a chunk of the store is damaged (:class:`~storage.store.CorruptChunkError`: its bytes fail
   their checksum), one line ``error: <message>`` naming the array, the chunk and the store;
 - 130: interrupted;
-- 1: anything else, which is a bug: one line naming the exception, and a second naming the file
-  holding the traceback (``FAIRPIPE_DEBUG=1``: the traceback itself, on stderr).
+- 1: anything else, which is a bug (a Rust panic in Icechunk included): one line naming the
+  exception, and a second naming the file holding the traceback (``FAIRPIPE_DEBUG=1`` or
+  ``--verbose``: the traceback itself, on stderr).
+
+A bug report holds no person's ids and no reason for forgetting them: the values of
+:data:`PRIVATE_PARAMETERS` are left out of its command line and parameters, and the numbers in
+its exception messages are replaced by ``<n>``; only its owner can read it.
+
+Text that comes from data or from other producers (reasons, file, group and column names, request
+ids) is printed with its control characters escaped (:func:`printable`), and never read as rich
+markup.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib.metadata
 import inspect
 import json
 import os
 import platform
+import re
 import shlex
 import sys
 import time
 import traceback
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,35 +50,84 @@ from rich.text import Text
 
 from fairpipe.errors import FairpipeInputError
 from flows._server import launch_early, stop_early
-from flows.cli._options import AsJson, DaskAddress, LockTimeout, Workers
+from flows.cli._options import AsJson, DaskAddress, LockTimeout, Verbose, Workers
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 CORRUPT_STORE = 4
 DEBUG_VARIABLE = "FAIRPIPE_DEBUG"
 # The versions a bug report names, besides Python's.
 REPORTED_PACKAGES = ("fairpipe", "numpy", "dask", "distributed", "prefect", "zarr", "icechunk")
+# Parameters whose values identify people (ids) or say why they asked to be forgotten: a bug
+# report leaves them out (its command line and its parameters).
+PRIVATE_PARAMETERS = ("ids", "reason", "query_id")
+REDACTED = "REDACTED"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 # -- output ----------------------------------------------------------------------------------------
 def result_console() -> Console:
-    """A console on stdout for a command's human-readable result."""
-    return Console(soft_wrap=True)
+    """A console on stdout for a command's human-readable result. It reads no markup and no
+    emoji codes: text from data ('[bold]', ':smile:') is printed as it is (build styled text
+    with :class:`rich.text.Text`)."""
+    return Console(soft_wrap=True, markup=False, emoji=False)
 
 
 def diagnostics_console() -> Console:
     """A console on stderr for progress and errors (soft wrap: an error stays on one line for grep
-    and logs)."""
-    return Console(stderr=True, soft_wrap=True)
+    and logs); like :func:`result_console`, it reads no markup."""
+    return Console(stderr=True, soft_wrap=True, markup=False, emoji=False)
+
+
+# Characters that move the cursor, clear the screen, end a line or reorder the text shown:
+# C0 and C1 controls and DEL, and Unicode's format characters (bidi overrides and isolates,
+# zero-width characters), line and paragraph separators, surrogates and private or unassigned
+# code points.
+_ASCII_CONTROLS = re.compile(r"[\x00-\x1f\x7f]")
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every character that could act on a terminal shown as a visible escape:
+    ``\\n``, ``\\x1b``, ``\\u202e``. Printable text (any script) is left as it is."""
+    if text.isascii() and not _ASCII_CONTROLS.search(text):
+        return text
+    return "".join(
+        _escape(ch) if ord(ch) < 0x20 or unicodedata.category(ch) in _UNSAFE_CATEGORIES else ch
+        for ch in text
+    )
+
+
+def _escape(ch: str) -> str:
+    if ch in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[ch]
+    code = ord(ch)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def printable(value: Any) -> Any:
+    """``value`` (a command's result) with every string in it, keys included, passed through
+    :func:`escape_controls`: what every command's text rendering receives."""
+    if isinstance(value, str):
+        return escape_controls(value)
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(printable(v) for v in value)
+    return value
 
 
 def emit(result: dict, as_json: bool, render: Callable[[dict], None]) -> None:
-    """The result on stdout: one JSON object, or ``render``'s text for people."""
+    """The result on stdout: one JSON object (every non-ASCII and control character escaped by
+    the encoder: ``\\u001b``, ``\\u202e``), or ``render``'s text for people, given the result
+    with its text made :func:`printable`."""
     if as_json:
-        sys.stdout.write(json.dumps(result, default=str) + "\n")
+        sys.stdout.write(json.dumps(result, default=str, ensure_ascii=True) + "\n")
     else:
-        render(result)
+        render(printable(result))
 
 
 @dataclass
@@ -95,12 +157,14 @@ def quick_exit() -> None:
 @dataclass(frozen=True)
 class Shared:
     """The options a command shares with others of its kind: where its flows run, how long it
-    waits for another writer, and whether it answers in JSON."""
+    waits for another writer, whether it answers in JSON, and whether libraries' logs and
+    tracebacks are shown (every command has ``--verbose``)."""
 
     as_json: bool = False
     dask_address: str | None = None
     workers: int = 2
     lock_timeout: float = 0.0
+    verbose: bool = False
 
     @property
     def cluster(self) -> dict[str, Any]:
@@ -114,6 +178,7 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "workers": (Workers, 2),
     "lock_timeout": (LockTimeout, 0.0),
     "as_json": (AsJson, False),
+    "verbose": (Verbose, False),
 }
 RUNS_FLOWS = ("dask_address", "workers", "as_json")
 WRITES_STORES = ("dask_address", "workers", "lock_timeout", "as_json")
@@ -125,8 +190,9 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             render: Callable[[dict], None] | None = None,
             read_only: bool = False) -> Callable[[F], F]:  # fmt: skip
     """A command: run under the one exception handler (see the module's docstring), with the
-    ``shared`` options added after its own and given to it as ``shared: Shared``; the dict it
-    returns is printed as one JSON object (``--json``) or by ``render``.
+    ``shared`` options (and ``--verbose``) added after its own and given to it as
+    ``shared: Shared``; the dict it returns is printed as one JSON object (``--json``) or by
+    ``render``.
 
     A ``read_only`` command (one that writes nothing and runs no flow) ends the ``fairpipe``
     program as soon as its result is out (:func:`quick_exit`).
@@ -135,6 +201,7 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
     to the flag of this command that sets it (``--tree-width``); the message then names the flag.
     """
     flags = dict(parameter_flags or {})
+    shared = (*shared, "verbose")
 
     def decorate(fn: F) -> F:
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
@@ -147,6 +214,10 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
 
         @functools.wraps(fn)
         def run(**kwargs: Any) -> None:
+            if kwargs["verbose"]:
+                from flows.cli import loud_libraries
+
+                loud_libraries()
             try:
                 with errors_reported(fn.__name__, flags, dict(kwargs)):
                     if "dask_address" in shared:  # runs a flow: its Prefect server starts now,
@@ -179,7 +250,9 @@ def errors_reported(
     except KeyboardInterrupt:
         _print_line(Text(f"fairpipe {name}: interrupted"))
         raise typer.Exit(INTERRUPTED) from None
-    except Exception as exc:
+    except BaseException as exc:
+        if not isinstance(exc, Exception) and not _is_panic(exc):
+            raise  # SystemExit and the like: not an error of the command
         corrupt = _corrupt_chunk(exc)
         if corrupt is not None:  # damaged storage: neither bad input nor a bug
             _print_error(str(corrupt.with_store(parameters.get("store"))))
@@ -192,8 +265,30 @@ def errors_reported(
                 message += " (option --lock-timeout)"  # it says "pass a lock timeout to wait"
             _print_error(message)
             raise typer.Exit(code) from None
+        environment = environment_error(exc, parameters)
+        if environment is not None:
+            _print_error(environment)
+            raise typer.Exit(BAD_INPUT) from None
         _report_bug(name, exc, parameters)
         raise typer.Exit(BUG) from None
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the errors it wraps: its explicit cause (``raise ... from``), the one error
+    of a group of one, and a redacted flow error's original (:mod:`flows.private`)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        yield current
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup) and len(current.exceptions) == 1:
+            current = current.exceptions[0]
+        elif getattr(current, "original", None) is not None and type(current).__name__ == (
+            "RedactedError"
+        ):
+            current = current.original  # type: ignore[attr-defined]
+        else:
+            current = current.__cause__
 
 
 def input_error(exc: BaseException) -> FairpipeInputError | None:
@@ -203,24 +298,16 @@ def input_error(exc: BaseException) -> FairpipeInputError | None:
     a group of one exception. An error merely *during the handling* of bad input (its
     ``__context__``) is a bug of its own, and is reported as one.
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, FairpipeInputError):
-            return current
-        seen.add(id(current))
-        if isinstance(current, BaseExceptionGroup) and len(current.exceptions) == 1:
-            current = current.exceptions[0]
-        else:
-            current = current.__cause__
-    return None
+    return next((e for e in _causes(exc) if isinstance(e, FairpipeInputError)), None)
 
 
 def _corrupt_chunk(exc: BaseException):
     """The :class:`storage.store.CorruptChunkError` behind ``exc``, if any (none where no chunk
     was read: storage.store was never imported)."""
     store = sys.modules.get("storage.store")
-    return None if store is None else store.corrupt_chunk_error(exc)
+    if store is None:
+        return None
+    return next((e for e in _causes(exc) if isinstance(e, store.CorruptChunkError)), None)
 
 
 def _exit_code_of(error: FairpipeInputError) -> int:
@@ -237,9 +324,86 @@ def _with_flags(message: str, parameter_flags: Mapping[str, str]) -> str:
     return f"{message} (option{'s' if len(named) > 1 else ''} {', '.join(named)})"
 
 
+# -- the filesystem refusing: read-only, full, not ours ------------------------------------------
+READ_ONLY = "{path} is on a read-only filesystem; {need}."
+NO_SPACE = "No space left on device writing {path} ({free} free there now); free space or {need}."
+NOT_PERMITTED = "Permission denied: {path}; {need}."
+# The options naming a path a command writes, and what a message asks of them.
+PATH_OPTIONS = {"store": "--store", "out": "--out", "plot": "--plot"}
+# The errno of an OSError, or the "(os error N)" of a Rust library's error message (Icechunk's
+# errors and panics, object_store's), that the filesystem refused with.
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+ENVIRONMENT_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM}
+
+
+def environment_error(exc: BaseException, parameters: Mapping[str, Any]) -> str | None:
+    """The one-line message of a filesystem that refused to be written (read-only, full,
+    not permitted) behind ``exc``, wherever it was raised (a Dask worker's error, Icechunk's,
+    a Rust panic); None for any other error."""
+    for error in _causes(exc):
+        code, path = None, None
+        if isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS:
+            if error.errno in (errno.EACCES, errno.EPERM) and error.filename is None:
+                continue  # a refused signal or socket, not a file: a bug
+            code, path = error.errno, error.filename
+        elif (found := _OS_ERROR.search(str(error))) and int(found.group(1)) in ENVIRONMENT_ERRNOS:
+            code = int(found.group(1))  # Icechunk does not say which file: the store's
+        if code is None:
+            continue
+        shown, flag = _path_option(str(path) if path is not None else None, parameters)
+        if code == errno.EROFS:
+            need = f"give a writable {flag}" if flag else "write to a writable filesystem"
+            return READ_ONLY.format(path=shown, need=need)
+        if code in (errno.ENOSPC, errno.EDQUOT):
+            need = f"give {flag} another folder" if flag else "use another folder"
+            return NO_SPACE.format(path=shown, free=_free_space(shown), need=need)
+        need = f"give {flag} a folder you may read and write" if flag else "use another folder"
+        return NOT_PERMITTED.format(path=shown, need=need)
+    return None
+
+
+def _path_option(path: str | None, parameters: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The path to name in the message and the option that gave it: the path an option gave
+    that holds ``path`` (a store's folder rather than a file deep in it), or ``path``; for an
+    error that names no file, the first path option given."""
+    for name, flag in PATH_OPTIONS.items():
+        given = parameters.get(name)
+        if not given or "://" in str(given):
+            continue
+        if path is None or _inside(path, str(given)):
+            return str(given), flag
+    return (path or "a file"), None
+
+
+def _inside(path: str, folder: str) -> bool:
+    try:
+        Path(path).resolve().relative_to(Path(folder).resolve())
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+def _free_space(path: str) -> str:
+    """The space left on ``path``'s filesystem (of its nearest existing folder)."""
+    import shutil
+
+    where = Path(path)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return "unknown"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if free >= size:
+            return f"{free / size:.1f} {unit}"
+    return f"{free} bytes"
+
+
+# -- bugs ------------------------------------------------------------------------------------------
 def _print_error(message: str) -> None:
     # A Text, not a string: rich would read "[lower, upper]" in a message as markup.
-    _print_line(Text.assemble(("error:", "bold red"), " ", message))
+    _print_line(Text.assemble(("error:", "bold red"), " ", escape_controls(message)))
 
 
 def _print_line(line: Text) -> None:
@@ -250,31 +414,37 @@ def _debugging() -> bool:
     return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
 
 
+def _is_panic(exc: BaseException) -> bool:
+    """A Rust panic raised through PyO3 (``pyo3_runtime.PanicException``, a BaseException)."""
+    return type(exc).__name__ == "PanicException" and type(exc).__module__ == "pyo3_runtime"
+
+
 def _report_bug(name: str, exc: BaseException, parameters: Mapping[str, Any]) -> None:
-    _print_line(Text(f"fairpipe {name} failed with an internal error: {describe(exc)}"))
-    tb = "".join(traceback.format_exception(exc))
-    if _debugging():
-        sys.stderr.write(tb)
+    _print_line(Text(escape_controls(f"fairpipe {name} failed with an internal error: "
+                                     f"{describe(exc)}")))  # fmt: skip
+    if _debugging() or parameters.get("verbose"):
+        sys.stderr.write("".join(traceback.format_exception(exc)))
         return
     try:
-        path = write_bug_report(name, exc, parameters, tb)
+        path = write_bug_report(name, exc, parameters)
     except OSError as why:  # no writable cache folder: the traceback must still be somewhere
         _print_line(Text(f"the traceback could not be written to a file ({why}):"))
-        sys.stderr.write(tb)
+        sys.stderr.write("".join(traceback.format_exception(exc)))
         return
     _print_line(Text(f"the traceback is in {path}"))
 
 
 def describe(exc: BaseException) -> str:
     """``KeyError: 'x'``: the exception's type and the first line of its message."""
-    kind = type(exc)
-    name = (
-        kind.__qualname__
-        if kind.__module__ == "builtins"
-        else f"{kind.__module__}.{kind.__qualname__}"
-    )
     lines = str(exc).strip().splitlines()
-    return f"{name}: {lines[0]}" if lines else name
+    return f"{_kind(exc)}: {lines[0]}" if lines else _kind(exc)
+
+
+def _kind(exc: BaseException) -> str:
+    kind = type(exc)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def errors_folder() -> Path:
@@ -283,32 +453,105 @@ def errors_folder() -> Path:
     return Path(cache) / "fairpipe" / "errors"
 
 
-def write_bug_report(name: str, exc: BaseException, parameters: Mapping[str, Any], tb: str) -> Path:
-    """Write the traceback, the command line and the versions to a new file; return its path."""
+def write_bug_report(name: str, exc: BaseException, parameters: Mapping[str, Any]) -> Path:
+    """Write the traceback, the command line and the versions to a new file only its owner can
+    read (in a folder only they can open); return its path. Nothing identifying a person goes
+    in (see the module)."""
     folder = errors_folder()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)  # also a folder made before bug reports were private
     stem = f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     report = "\n".join(
         [
-            f"fairpipe {name} failed with an internal error: {describe(exc)}",
+            f"fairpipe {name} failed with an internal error: {redact_numbers(describe(exc))}",
             f"time: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
-            f"command line: {shlex.join(sys.argv)}",
-            f"parameters: {dict(parameters)!r}",
+            f"command line: {shlex.join(redacted_argv(sys.argv))}",
+            f"parameters: {redacted_parameters(parameters)!r}",
             f"python: {sys.version.split()[0]} ({platform.platform()})",
             "versions: " + ", ".join(f"{p} {_version(p)}" for p in REPORTED_PACKAGES),
             "",
-            tb,
+            redacted_traceback(exc),
         ]
     )
+    reason = parameters.get("reason")
+    if isinstance(reason, str) and reason.strip():
+        report = report.replace(reason, REDACTED)  # in a message that quoted it
     for attempt in range(1, 1000):  # the same command failing twice in a second, in one process
         path = folder / (f"{stem}.txt" if attempt == 1 else f"{stem}-{attempt}.txt")
         try:
-            with open(path, "x", encoding="utf-8") as fh:
-                fh.write(report)
-            return path
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.write(report)
+        return path
     raise FileExistsError(f"{folder / stem}*.txt")
+
+
+def redacted_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the values of :data:`PRIVATE_PARAMETERS`' flags (``--ids 1,2``,
+    ``--ids=1,2``) replaced by ``REDACTED``."""
+    flags = {"--" + name.replace("_", "-") for name in PRIVATE_PARAMETERS}
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        flag, equals, _ = arg.partition("=")
+        if hide_next:
+            shown.append(REDACTED)
+            hide_next = False
+        elif flag in flags and equals:
+            shown.append(f"{flag}={REDACTED}")
+        else:
+            shown.append(arg)
+            hide_next = arg in flags
+    return shown
+
+
+def redacted_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: REDACTED if k in PRIVATE_PARAMETERS and v not in (None, "") else v
+        for k, v in parameters.items()
+    }
+
+
+_NUMBER = re.compile(r"\b\d+\b")
+
+
+def redact_numbers(message: str) -> str:
+    """``message`` with its numbers (any of which could be a person's id) replaced by ``<n>``."""
+    return _NUMBER.sub("<n>", message)
+
+
+def redacted_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` and of the errors it was raised from or during, as Python prints
+    it, with the numbers in their messages and notes redacted (:func:`redact_numbers`): the
+    frames (files, lines, code) are kept, the data in messages is not."""
+    return "".join(_redacted_lines(exc, set()))
+
+
+def _redacted_lines(exc: BaseException, seen: set[int]) -> list[str]:
+    seen.add(id(exc))
+    lines: list[str] = []
+    if exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        lines += _redacted_lines(exc.__cause__, seen)
+        lines.append("\nThe above exception was the direct cause of the following exception:\n\n")
+    elif (exc.__context__ is not None and not exc.__suppress_context__
+          and id(exc.__context__) not in seen):  # fmt: skip
+        lines += _redacted_lines(exc.__context__, seen)
+        lines.append("\nDuring handling of the above exception, another exception occurred:\n\n")
+    if exc.__traceback__ is not None:
+        lines.append("Traceback (most recent call last):\n")
+        lines += traceback.format_tb(exc.__traceback__)
+    message = redact_numbers(str(exc))
+    lines.append(f"{_kind(exc)}: {message}\n" if message else f"{_kind(exc)}\n")
+    lines += [redact_numbers(str(note)) + "\n" for note in getattr(exc, "__notes__", ())]
+    if isinstance(exc, BaseExceptionGroup):
+        for i, member in enumerate(exc.exceptions, 1):
+            lines.append(f"+---- {i} ----\n")
+            lines += [
+                "    " + line for line in "".join(_redacted_lines(member, seen)).splitlines(True)
+            ]
+    return lines
 
 
 def _version(package: str) -> str:

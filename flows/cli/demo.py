@@ -8,7 +8,13 @@ import typer
 from rich.table import Table
 
 from flows.cli._options import Seed
-from flows.cli._runner import Shared, command, diagnostics_console, result_console
+from flows.cli._runner import (
+    Shared,
+    command,
+    diagnostics_console,
+    escape_controls,
+    result_console,
+)
 
 PARAMETER_FLAGS = {"n_queries": "--queries"}
 
@@ -49,6 +55,6 @@ def demo(
 
     def log(message: str) -> None:
         if not shared.as_json:
-            progress.print(message, markup=False)
+            progress.print(escape_controls(message))
 
     return run_demo(store=store, n_queries=queries, seed=seed, plot=plot, log=log)

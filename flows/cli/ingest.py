@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
+from rich.text import Text
 
 from flows.cli._options import Store
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
@@ -17,9 +17,9 @@ PARAMETER_FLAGS = {"n_hashes": "--lsh-k", "n_tables": "--lsh-tables", "bucket_wi
 def _render(r: dict) -> None:
     out = result_console()
     out.print(
-        f"ingested [bold]{r['added']}[/] rows -> {escape(str(r['store']))} "
-        f"({r['n']} points x {r['d']} dims)"
-    )
+        Text.assemble("ingested ", (str(r["added"]), "bold"),
+                      f" rows -> {r['store']} ({r['n']} points x {r['d']} dims)")
+    )  # fmt: skip
     out.print(f"groups: {r['groups']}", markup=False)
     out.print(
         f"LSH: k={r['lsh']['k']} L={r['lsh']['n_tables']} w={r['lsh']['width']:.4g}; "

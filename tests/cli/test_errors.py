@@ -2,8 +2,10 @@
 store, 1 and a traceback file for a bug, 130 when interrupted. Results never reach stdout then."""
 
 import re
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -41,6 +43,7 @@ def missing_key():
 
 def test_a_bug_exits_1_with_one_line_and_the_traceback_in_a_file(monkeypatch, cache_home):
     sampler_raising(monkeypatch, missing_key)
+    monkeypatch.setattr(sys, "argv", ["fairpipe", *SAMPLE])
     out = invoke(*SAMPLE)
     assert out.exit_code == 1 and out.stdout == ""
     summary, where = out.stderr.splitlines()
@@ -52,7 +55,10 @@ def test_a_bug_exits_1_with_one_line_and_the_traceback_in_a_file(monkeypatch, ca
     assert report.startswith(summary + "\n")
     assert "Traceback (most recent call last)" in report and "in missing_key" in report
     assert report.rstrip().endswith("KeyError: 'x'")
-    assert "'query_id': 3" in report and "python: 3." in report and "fairpipe 0.1.0" in report
+    # A stored point's id is a person's: the report names the parameter, not its value.
+    assert "'query_id': 'REDACTED'" in report and "--query-id REDACTED" in report
+    assert "python: 3." in report and "fairpipe 0.1.0" in report
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
     # The same bug twice in one second gets a second file.
     again = Path(invoke(*SAMPLE).stderr.splitlines()[1].removeprefix("the traceback is in "))
     assert again != path and again.exists()
@@ -169,3 +175,91 @@ def test_every_command_runs_under_the_one_handler():
     assert len(handlers) == 1 and len(app.registered_commands) == 16
     (handler,) = handlers
     assert handler.co_name == "run" and handler.co_filename.endswith("flows/cli/_runner.py")
+
+
+# PyO3's PanicException is a BaseException of the module pyo3_runtime, made when Rust first
+# panics; a class of the same name and module stands for it.
+PanicException = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
+
+
+def test_a_rust_panic_is_a_bug_with_a_report(monkeypatch, cache_home):
+    sampler_raising(monkeypatch, lambda: PanicException("called `Option::unwrap()` on a None"))
+    out = invoke(*SAMPLE)
+    assert out.exit_code == 1 and out.stdout == ""
+    summary, where = out.stderr.splitlines()
+    assert summary == (
+        "fairpipe sample failed with an internal error: pyo3_runtime.PanicException: called "
+        "`Option::unwrap()` on a None"
+    )
+    assert Path(where.removeprefix("the traceback is in ")).is_file()
+
+
+def test_a_panic_over_a_read_only_filesystem_names_the_store(monkeypatch, cache_home):
+    message = 'failed to create object store: ICError { kind: Other("Read-only file system (os '
+    sampler_raising(monkeypatch, lambda: PanicException(message + 'error 30)") }'))
+    out = invoke(*SAMPLE)
+    assert out.exit_code == 2 and out.stderr == (
+        "error: nowhere is on a read-only filesystem; give a writable --store.\n"
+    )
+
+
+def test_every_command_has_verbose_showing_a_bugs_traceback(monkeypatch, cache_home):
+    for command in app.registered_commands:
+        name = (command.name or command.callback.__name__).replace("_", "-")  # type: ignore[union-attr]
+        assert "--verbose" in invoke(name, "--help").stdout, name
+    sampler_raising(monkeypatch, missing_key)
+    out = invoke(*SAMPLE, "--verbose")
+    assert out.exit_code == 1 and "Traceback (most recent call last)" in out.stderr
+    assert not cache_home.exists()
+
+
+AN_ID = 918_273_645
+
+
+def test_a_bug_report_redacts_ids_in_messages_and_arguments(monkeypatch, cache_home):
+    from flows.cli._runner import redacted_argv
+
+    def key_error():
+        raise RuntimeError("while forgetting") from KeyError(AN_ID)
+
+    sampler_raising(monkeypatch, key_error)
+    out = invoke(*SAMPLE)
+    assert out.exit_code == 1 and "RuntimeError: while forgetting" in out.stderr
+    report = Path(out.stderr.splitlines()[1].removeprefix("the traceback is in ")).read_text()
+    assert str(AN_ID) not in report and "KeyError: <n>" in report
+    assert "The above exception was the direct cause" in report
+    assert redacted_argv(["fairpipe", "forget", "--ids", "1,2", "--reason=why", "--store", "s"]) == [
+        "fairpipe", "forget", "--ids", "REDACTED", "--reason=REDACTED", "--store", "s"
+    ]  # fmt: skip
+
+
+def test_text_from_producers_is_escaped():
+    from flows.cli._runner import escape_controls, printable
+
+    assert escape_controls("a\nb\x1b[2J\t\x7f\u202e\u2028\x85é名") == (
+        "a\\nb\\x1b[2J\\t\\x7f\\u202e\\u2028\\x85é名"
+    )
+    assert printable({"g\x1b": ["x\ny", 1, None]}) == {"g\\x1b": ["x\\ny", 1, None]}
+
+
+def test_the_programs_stderr_is_one_line_when_a_worker_fails(prefect_server, tmp_path):
+    """Run as the ``fairpipe`` program, on its own local cluster: a worker's failure is one line,
+    without distributed's "Compute Failed" log, Prefect's engine traceback or its services'
+    warnings (``--verbose`` shows them)."""
+    import os
+    import subprocess
+
+    points = np.random.default_rng(0).normal(size=(1500, 4)).astype(np.float32)
+    points[1200, 2] = np.nan
+    np.save(tmp_path / "nan.npy", points)
+    exe = sys.executable.replace("python", "fairpipe")
+    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+    for name in ("PREFECT_LOGGING_LEVEL", "PREFECT_LOGGING_ROOT_LEVEL", "DASK_LOGGING"):
+        env.pop(name, None)  # as a user's shell has them: unset
+    got = subprocess.run([exe, "ingest", str(tmp_path / "nan.npy"), "--store",
+                          str(tmp_path / "s"), "--workers", "1", "--chunk-rows", "500"],
+                         capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert got.returncode == 2 and got.stdout == ""
+    assert got.stderr == (
+        "error: Row 1200 of nan.npy holds a NaN value in column 2; points must be finite numbers.\n"
+    )
