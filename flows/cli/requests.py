@@ -50,13 +50,13 @@ def _render_set_aside(aside: dict) -> None:
     out = result_console()
     if aside["unlistable"]:
         out.print(f"queue objects whose keys are not valid object paths (delete them with the "
-                  f"bucket's own tools): {aside['unlistable']!r}", markup=False)  # fmt: skip
+                  f"bucket's own tools): {', '.join(aside['unlistable'])}", markup=False)  # fmt: skip
     if not aside["count"]:
         return
     out.print(f"{aside['count']} queue objects set aside as not deletion requests (never "
               f"applied; look at them, then delete them): {aside['where']}", markup=False)  # fmt: skip
     for note in aside["objects"]:
-        out.print(f"  {note['object']!r} -> {note['moved_to']}: {note['why']}", markup=False)
+        out.print(f"  '{note['object']}' -> {note['moved_to']}: {note['why']}", markup=False)
 
 
 def _render_receipts(r: dict) -> None:
