@@ -28,6 +28,7 @@ ONE_OF = "{subject} must be one of {allowed}. Got {value} instead."
 NON_NEGATIVE_INT = "{subject} must be a non-negative integer. Got {value} instead."
 INTEGER = "{subject} must be an integer. Got {value} instead."
 OPEN_UNIT = "{subject} must be in (0, 1). Got {value} instead."
+FRACTION = "{subject} must be a fraction from 0 to 1. Got {value} instead."
 INT_AT_LEAST = "{subject} must be an integer >= {low}. Got {value} instead."
 INT_AT_MOST = "{subject} must be an integer from {low} to {high}. Got {value} instead."
 NON_NEGATIVE_FLOAT = "{subject} must be a number >= 0{inf}. Got {value} instead."
@@ -135,4 +136,12 @@ def check_open_unit(value: Any, name: str, owner: str) -> float:
     ok = isinstance(value, Real) and not isinstance(value, bool) and 0 < float(value) < 1
     if not ok:
         raise _bad(OPEN_UNIT, value, name, owner)
+    return float(value)
+
+
+def check_fraction(value: Any, name: str, owner: str) -> float:
+    """A number from 0 to 1 (not NaN)."""
+    ok = isinstance(value, Real) and not isinstance(value, bool) and 0 <= float(value) <= 1
+    if not ok:
+        raise _bad(FRACTION, value, name, owner)
     return float(value)

@@ -16,7 +16,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fairpipe.errors import FairpipeInputError, check_non_negative_int, check_positive_int
+from fairpipe.errors import (
+    FairpipeInputError,
+    check_int_range,
+    check_non_negative_int,
+    check_positive_int,
+)
 from fairpipe.hashing import stable_hash
 
 MAX_LEAVES = 1 << 24
@@ -34,7 +39,7 @@ def leaf_of(ids: np.ndarray, seed: int, n_leaves: int) -> np.ndarray:
 def check_tree(fanout, height, owner: str, needs_root_above_leaves: bool = False) -> int:
     """Validate the tree's shape (``height`` >= 1 when ``needs_root_above_leaves``, else >= 0);
     returns its number of leaves."""
-    fanout = check_positive_int(fanout, "fanout", owner)
+    fanout = check_int_range(fanout, "fanout", owner, 2)  # 1: a chain of one child per node
     check_height = check_positive_int if needs_root_above_leaves else check_non_negative_int
     height = check_height(height, "height", owner)
     leaves = fanout**height

@@ -178,7 +178,7 @@ def check_ids(values, where: str, locate: Callable[[int], str] | None = None) ->
         def locate(i: int) -> str:
             return f"in row {i + 1} of {where}"
 
-    arr = _as_id_array(values)
+    arr = as_id_array(values)
     if arr.ndim != 1:
         raise FairpipeInputError(IDS_SHAPE.format(where=where, shape=arr.shape))
     kind = arr.dtype.kind
@@ -215,7 +215,9 @@ def check_ids(values, where: str, locate: Callable[[int], str] | None = None) ->
     raise FairpipeInputError(IDS_TYPE.format(where=where, dtype=arr.dtype))
 
 
-def _as_id_array(values) -> np.ndarray:
+def as_id_array(values) -> np.ndarray:
+    """``values`` as an array :func:`check_ids` checks exactly (Python ints that no one numpy
+    integer type holds are kept as objects, never made floats)."""
     if isinstance(values, np.ndarray):
         return values
     arr = np.asarray(values)
@@ -289,7 +291,7 @@ def deletion_request(ids, lookup: IdLookup, alive: np.ndarray):
 
     Unknown ids and ids already deleted are not errors: the caller reports them.
     """
-    ids = np.unique(check_ids(np.atleast_1d(_as_id_array(ids)), "the ids to delete"))
+    ids = np.unique(check_ids(np.atleast_1d(as_id_array(ids)), "the ids to delete"))
     rows, known = lookup.rows(ids)
     return ids, known, rows, alive[rows]
 

@@ -31,7 +31,7 @@ from functools import lru_cache
 import numpy as np
 
 from fairpipe.base import BaseEstimator
-from fairpipe.errors import check_int, check_positive_int
+from fairpipe.errors import check_positive_int, check_seed
 from fairpipe.hashing import seed_key
 from fairpipe.parallel import THREADS, compiled, splitmix64_one, thread_pool
 
@@ -372,4 +372,4 @@ class KMeansParameters(BaseEstimator):
         owner = type(self).__name__
         for name in ("n_clusters", "max_iter", "n_init"):
             check_positive_int(getattr(self, name), name, owner)
-        check_int(self.seed, "seed", owner)
+        check_seed(self.seed, "seed", owner)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairpipe.base import BaseEstimator
-from fairpipe.errors import FairpipeInputError, check_int, check_positive_float, check_positive_int
+from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int, check_seed
 from fairpipe.hashing import splitmix64
 from fairpipe.neighbors import _segments
 from fairpipe.validation import check_points
@@ -74,7 +74,7 @@ class LSHParameters(BaseEstimator):
         check_positive_int(self.n_hashes, "n_hashes", "E2LSH")
         n_tables = check_positive_int(self.n_tables, "n_tables", "E2LSH")
         check_positive_float(self.bucket_width, "bucket_width", "E2LSH")
-        check_int(self.seed, "seed", "E2LSH")
+        check_seed(self.seed, "seed", "E2LSH")
         if n_tables > MAX_TABLES:
             raise FairpipeInputError(TOO_MANY_TABLES.format(limit=MAX_TABLES, value=n_tables))
         if self.projection not in PROJECTIONS:

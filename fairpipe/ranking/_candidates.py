@@ -78,7 +78,11 @@ def load_desired_file(path: str) -> dict[str, float]:
             raise FairpipeInputError(
                 BAD_DESIRED.format(path=path, problem=f"group {name!r} has {share!r}")
             )
-        if not share >= 0:
+        if not math.isfinite(share):  # JSON's NaN and Infinity, which Python reads
+            raise FairpipeInputError(BAD_DESIRED.format(
+                path=path, problem=f"group {name!r} has the share {share}, not a number >= 0"
+            ))  # fmt: skip
+        if share < 0:
             raise FairpipeInputError(
                 BAD_DESIRED.format(
                     path=path, problem=f"group {name!r} has the negative share {share!r}"

@@ -45,10 +45,10 @@ from fairpipe.base import BaseEstimator, DeletionReport, rows_from_arrays
 from fairpipe.errors import (
     K_TOO_LARGE,
     FairpipeInputError,
-    check_int,
     check_one_of,
     check_positive_float,
     check_positive_int,
+    check_seed,
 )
 from fairpipe.hashing import stable_hash
 from fairpipe.parallel import thread_pool
@@ -339,7 +339,7 @@ class FairSummary(BaseEstimator):
 
     def _check_params(self) -> tuple[SummaryParams, int]:
         """The node parameters and the number of leaves, validated."""
-        check_int(self.seed, "seed", "FairSummary")
+        check_seed(self.seed, "seed", "FairSummary")
         lo, up = check_bounds(self.k, self.lower, self.upper)
         params = SummaryParams(
             k=int(self.k), lower=tuple(int(v) for v in lo), upper=tuple(int(v) for v in up),

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli._options import Store
+from flows.cli._options import Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 
@@ -31,7 +31,11 @@ def _render(r: dict) -> None:
                   f"{e['chunks_deleted']} chunks deleted", markup=False)  # fmt: skip
 
 
-@command({"batch_size": "--batch-size"}, shared=WRITES_STORES, render=_render)
+def _check(**o) -> None:
+    check_options("fairpipe backfill", batch_size=("positive", o["batch_size"]))
+
+
+@command({"batch_size": "--batch-size"}, shared=WRITES_STORES, render=_render, check=_check)
 def backfill(
     store: Store,
     ids_file: Annotated[
@@ -52,12 +56,10 @@ def backfill(
 ) -> dict:
     """Forget a large backlog of ids in batches; rerun with the same file to resume."""
     from fairpipe.datasets import read_ids
-    from fairpipe.errors import check_positive_int
     from flows.backfill import BackfillOptions, run_backfill
     from storage.store import FairpipeStore
 
     # Bad input before a cluster starts (the flow checks again: deployments call it directly).
-    check_positive_int(batch_size, "batch_size", "backfill")
     FairpipeStore.open(store).require_data()
     read_ids(path=ids_file)
     options = BackfillOptions(batch_size=batch_size, reason=reason,

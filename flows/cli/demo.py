@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli._options import Seed
+from flows.cli._options import Seed, check_options
 from flows.cli._runner import Shared, command, diagnostics_console, result_console
 
 PARAMETER_FLAGS = {"n_queries": "--queries"}
@@ -30,7 +30,11 @@ def _render(r: dict) -> None:
     print(f"plot: {r['plot']}\nstore: {r['store']}\ntotal {r['seconds']:.1f} s")
 
 
-@command(PARAMETER_FLAGS, render=_render)
+def _check(**o) -> None:
+    check_options("fairpipe demo", queries=("positive", o["queries"]), seed=("seed", o["seed"]))
+
+
+@command(PARAMETER_FLAGS, render=_render, check=_check)
 def demo(
     store: Annotated[
         str | None,

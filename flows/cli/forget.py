@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Ids, IdsFile, Store
+from flows.cli._options import Ids, IdsFile, Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
@@ -47,7 +47,11 @@ def _render(r: dict) -> None:
         )
 
 
-@command(shared=WRITES_STORES, render=_render)
+def _check(**o) -> None:
+    check_options("fairpipe forget", max_batch=("positive", o["max_batch"]))
+
+
+@command(shared=WRITES_STORES, render=_render, check=_check)
 def forget(
     store: Store,
     ids: Ids = None,

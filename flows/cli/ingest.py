@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from flows.cli._options import Store
+from flows.cli._options import Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 # E2LSH's parameters, as its error messages name them.
@@ -31,7 +31,18 @@ def _render(r: dict) -> None:
     )
 
 
-@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render)
+def _check(**o) -> None:
+    check_options(
+        "fairpipe ingest", seed=("seed", o["seed"]), lsh_k=("positive", o["lsh_k"]),
+        lsh_tables=("positive", o["lsh_tables"]), lsh_width=("positive_float", o["lsh_width"]),
+        chunk_rows=("positive", o["chunk_rows"]), gaussian_n=("positive", o["gaussian_n"]),
+        gaussian_d=("positive", o["gaussian_d"]),
+        gaussian_clusters=("positive", o["gaussian_clusters"]),
+        gaussian_groups=("positive", o["gaussian_groups"]),
+    )  # fmt: skip
+
+
+@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)
 def ingest(
     source: Annotated[
         str,

@@ -133,7 +133,13 @@ def _render_configure(r: dict) -> None:
     )
 
 
-@command(shared=("lock_timeout", "as_json"), render=_render_configure)
+def _check_configure(**o) -> None:
+    from storage.erasure import parse_retention
+
+    parse_retention(o["erasure_retention"])
+
+
+@command(shared=("lock_timeout", "as_json"), render=_render_configure, check=_check_configure)
 def configure(
     store: Store,
     erasure_retention: Annotated[
