@@ -116,3 +116,16 @@ def check_options(owner: str, **rules: tuple) -> None:
     for name, (rule, value) in rules.items():
         if value is not None:
             checks[rule](value, "--" + name.replace("_", "-"))
+
+
+def check_ids_given(ids: str | None, ids_file: str | None, one_source: str, required: bool) -> None:
+    """The ids of ``--ids`` or ``--ids-file``, read and checked (``one_source``: the error for
+    both, or for neither where ``required``). The command reads them again: a list of people to
+    forget is small, and its errors then come before anything starts."""
+    from fairpipe.datasets import read_ids
+
+    given = (ids is not None) + (ids_file is not None)
+    if given > 1 or (required and given == 0):
+        raise FairpipeInputError(one_source)
+    if given:
+        read_ids(text=ids, path=ids_file)

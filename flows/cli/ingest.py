@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,6 +11,13 @@ from rich.markup import escape
 from flows.cli._options import Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
+# A source file up to this size (and any .npy, whose plan reads its header and the ids and
+# groups files only) is planned before the flow starts, so that its errors come before anything
+# starts; the flow plans it again (a CSV of 64 MB plans in about 0.2 s). A larger one is planned
+# by the flow alone, still before the store is created. Up to CHECK_AHEAD_BYTES, its rows are
+# read and checked as well (a NaN named before the flow starts rather than by a chunk job).
+PLAN_AHEAD_BYTES = 64 << 20
+CHECK_AHEAD_BYTES = 16 << 20
 # E2LSH's parameters, as its error messages name them.
 PARAMETER_FLAGS = {"n_hashes": "--lsh-k", "n_tables": "--lsh-tables", "bucket_width": "--lsh-width"}
 
@@ -40,6 +48,19 @@ def _check(**o) -> None:
         gaussian_clusters=("positive", o["gaussian_clusters"]),
         gaussian_groups=("positive", o["gaussian_groups"]),
     )  # fmt: skip
+    source = Path(o["source"])
+    name = o["source"].partition(":")[0]
+    if name in ("digits", "gaussian", "mnist", "word2vec", "adult", "bank", "census-kdd"):
+        return  # built-in: loaded by the flow
+    size = source.stat().st_size if source.is_file() else 0
+    if size > PLAN_AHEAD_BYTES and source.suffix.lower() != ".npy":
+        return
+    from fairpipe.datasets import plan_source, read_source_rows
+
+    plan = plan_source(o["source"], group_column=o["group_column"], id_column=o["id_column"],
+                       groups_file=o["groups_file"], ids_file=o["ids_file"])  # fmt: skip
+    if size <= CHECK_AHEAD_BYTES:
+        read_source_rows(plan, 0, plan.n)
 
 
 @command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)

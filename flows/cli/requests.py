@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Ids, IdsFile, Store
+from flows.cli._options import Ids, IdsFile, Store, check_ids_given
 from flows.cli._runner import Shared, command, result_console
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
@@ -23,7 +23,11 @@ def _render_request(r: dict) -> None:
     )
 
 
-@command(render=_render_request)
+def _check_request(**o) -> None:
+    check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=True)
+
+
+@command(render=_render_request, check=_check_request)
 def request_deletion(
     store: Store,
     ids: Ids = None,
