@@ -53,7 +53,7 @@ def data(tmp_path_factory) -> Path:
     np.save(d / "ids_2d.npy", np.arange(20).reshape(2, 10))
     np.save(d / "ids_uint.npy", np.array([3, 2**63], dtype=np.uint64))
     np.save(d / "points_ids_2d.npy", np.arange(40).reshape(20, 2))
-    np.save(d / "points_ids_big.npy", np.r_[np.arange(19), 2**63].astype(np.uint64))
+    np.save(d / "points_ids_big.npy", np.append(np.arange(19, dtype=np.uint64), np.uint64(2**63)))
     (d / "ids_2_64.txt").write_text(f"5\n{2**64}\n")
     (d / "ids_neg.csv").write_text("id\n5\n-3\n")
     return d
