@@ -133,7 +133,7 @@ SPECS = [
         behave=lambda m, X: m.predict(X),
         bad=[
             ({"n_clusters": 0}, "'n_clusters' parameter of DCKMeans must be a positive integer"),
-            ({"fanout": -1}, "'fanout' parameter of DCKMeans must be a positive integer"),
+            ({"fanout": -1}, "'fanout' parameter of DCKMeans must be an integer >= 2. Got -1"),
             ({"max_iter": 0}, "'max_iter' parameter of DCKMeans must be a positive integer"),
             ({"fanout": 10000, "height": 3}, "10000 \\*\\* 3|fanout \\*\\* height = 1000000000000"),
             ({"n_clusters": 500}, "n_clusters = 500 is larger than the 300 points"),

@@ -40,6 +40,7 @@ from fairpipe.errors import (
     FairpipeInputError,
     check_positive_float,
     check_positive_int,
+    plain,
 )
 from fairpipe.parallel import compiled
 from fairpipe.summary._utilities import (
@@ -140,13 +141,17 @@ def check_groups(groups, n: int, n_groups: int, where: str) -> np.ndarray:
         bad = np.flatnonzero(~np.isfinite(c.astype(float)) | (c != np.round(c)))
         if bad.size:
             raise FairpipeInputError(
-                BAD_GROUP.format(row=int(bad[0]), where=where, value=c[bad[0]], last=n_groups - 1)
+                BAD_GROUP.format(
+                    row=int(bad[0]) + 1, where=where, value=plain(c[bad[0]]), last=n_groups - 1
+                )  # fmt: skip
             )
     c = c.astype(np.int64)
     bad = np.flatnonzero((c < 0) | (c >= n_groups))
     if bad.size:
         raise FairpipeInputError(
-            BAD_GROUP.format(row=int(bad[0]), where=where, value=int(c[bad[0]]), last=n_groups - 1)
+            BAD_GROUP.format(
+                row=int(bad[0]) + 1, where=where, value=int(c[bad[0]]), last=n_groups - 1
+            )  # fmt: skip
         )
     return c
 

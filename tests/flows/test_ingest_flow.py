@@ -120,7 +120,7 @@ def test_failed_ingest_leaves_the_store_as_it_was_and_a_rerun_finishes(prefect_s
     np.save(tmp_path / "bad.npy", more)
     with pytest.raises(Exception) as info:
         run_ingest(str(tmp_path / "bad.npy"), str(store), opts)
-    assert "Row 650 of bad.npy holds a NaN value in column 2" in str(info.value)
+    assert "Row 651 of bad.npy holds a NaN value in column 3" in str(info.value)
     after, attrs_after = snapshot(store)
     assert attrs_after == attrs_before and open_store(str(store)).history() == history_before
     for name in ARRAYS:
