@@ -26,7 +26,8 @@ from fairpipe.hashing import stable_hash
 
 MAX_LEAVES = 1 << 24
 TOO_MANY_LEAVES = (
-    "The tree of {owner} has fanout ** height = {leaves} leaves; at most {limit} are supported."
+    "The tree of {owner} has 'fanout' ** 'height' = {fanout} ** {height} leaves; at most {limit} "
+    "are supported."
 )
 LEAF_SALT = 0xDC
 
@@ -45,7 +46,7 @@ def check_tree(fanout, height, owner: str, needs_root_above_leaves: bool = False
     leaves = fanout**height
     if leaves > MAX_LEAVES:
         raise FairpipeInputError(
-            TOO_MANY_LEAVES.format(owner=owner, leaves=leaves, limit=MAX_LEAVES)
+            TOO_MANY_LEAVES.format(owner=owner, fanout=fanout, height=height, limit=MAX_LEAVES)
         )
     return leaves
 

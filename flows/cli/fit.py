@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import check_open_unit
+from fairpipe.tree import check_tree
 from flows.cli._options import Seed, Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
@@ -43,6 +44,7 @@ def _check(**o) -> None:
         seed=("seed", o["seed"]),
     )  # fmt: skip
     check_open_unit(o["gamma"], "--gamma", "fairpipe fit")
+    check_tree(o["tree_width"], o["tree_height"], "fairpipe fit", needs_root_above_leaves=True)
 
 
 @command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)

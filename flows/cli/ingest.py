@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from fairpipe.errors import check_int_range
 from flows.cli._options import Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
@@ -19,7 +20,11 @@ from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 PLAN_AHEAD_BYTES = 64 << 20
 CHECK_AHEAD_BYTES = 16 << 20
 # E2LSH's parameters, as its error messages name them.
-PARAMETER_FLAGS = {"n_hashes": "--lsh-k", "n_tables": "--lsh-tables", "bucket_width": "--lsh-width"}
+PARAMETER_FLAGS = {
+    "n_hashes": "--lsh-k",
+    "n_tables": "--lsh-tables",
+    "bucket_width": "--lsh-width",
+}
 
 
 def _render(r: dict) -> None:
@@ -61,6 +66,10 @@ def _check(**o) -> None:
                        groups_file=o["groups_file"], ids_file=o["ids_file"])  # fmt: skip
     if size <= CHECK_AHEAD_BYTES:
         read_source_rows(plan, 0, plan.n)
+    from fairpipe.neighbors._lsh import MAX_TABLES, check_projection_size
+
+    check_int_range(o["lsh_tables"] or 1, "--lsh-tables", "fairpipe ingest", 1, MAX_TABLES)
+    check_projection_size(plan.d, o["lsh_k"] or 15, o["lsh_tables"] or 100)
 
 
 @command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)

@@ -87,6 +87,8 @@ CASES = [
     ("ingest {d}/good.npy --store {new} --lsh-width inf", r"--lsh-width .* Got inf instead\."),
     ("ingest {d}/good.npy --store {new} --chunk-rows 0", r"--chunk-rows .* Got 0 instead\."),
     ("ingest gaussian --store {new} --gaussian-n 0", r"The --gaussian-n option of fairpipe ingest must be a positive integer"),
+    ("ingest {d}/good.npy --store {new} --lsh-tables 100000000", r"The --lsh-tables option of fairpipe ingest must be an integer from 1 to 65535"),
+    ("ingest {d}/good.npy --store {new} --lsh-k 100000000", r"needs 30000000000 projection values; at most 134217728 \(1 GiB\) are supported. \(options --lsh-k, --lsh-tables\)"),
     # sample
     ("sample --store {store} --query-row 1 --samples 100000000000", r"The --samples option of fairpipe sample must be an integer from 1 to 100000000. Got 100000000000 instead\."),
     ("sample --store {store} --query-row 1 --samples 0", r"--samples .* Got 0 instead\."),
@@ -120,6 +122,7 @@ CASES = [
     ("fit --store {store} --k 3 --tree-width 1", r"The --tree-width option of fairpipe fit must be an integer >= 2. Got 1 instead\."),
     ("fit --store {store} --k 0", r"The --k option of fairpipe fit must be a positive integer. Got 0 instead\."),
     ("fit --store {store} --k 3 --tree-height 0", r"--tree-height .* Got 0 instead\."),
+    ("fit --store {store} --k 3 --tree-height 100", r"'fanout' \*\* 'height' = 8 \*\* 100 leaves; at most 16777216 .* \(options --tree-width, --tree-height\)"),
     ("fit --store {store} --k 3 --iterations -1", r"--iterations .* Got -1 instead\."),
     ("fit --store {store} --k 3 --n-init 0", r"--n-init .* Got 0 instead\."),
     ("fit --store {store} --k 3 --epsilon nan", r"--epsilon .* Got nan instead\."),
@@ -128,6 +131,7 @@ CASES = [
     ("fit --store {store} --k 3 --workers 100000", r"--workers .* from 1 to 64. Got 100000 instead\."),
     # summarize, predict, rerank, audit, demo
     ("summarize --store {store} --k 3 --lower 0.1 --tree-width 1", r"The --tree-width option of fairpipe summarize must be an integer >= 2"),
+    ("summarize --store {store} --k 3 --lower 0 --tree-height 50", r"16 \*\* 50 leaves; at most 16777216"),
     ("summarize --store {store} --k 3 --lower nan", r"The --lower option of fairpipe summarize must be a fraction from 0 to 1. Got nan instead\."),
     ("summarize --store {store} --k 3 --upper 2", r"--upper .* Got 2.0 instead\."),
     ("summarize --store {store} --k 3 --lower 0 --eval-size 0", r"--eval-size .* Got 0 instead\."),
