@@ -271,10 +271,14 @@ def test_delete_equals_a_refit_on_the_remaining_rows(spec):
         # A k-means++ seed among them: the batch retrains, to exactly a fresh fit. (Certified
         # deletions equal a replay from the same seeds: tests/cluster/test_q_kmeans.py.)
         gone = np.append(gone, model.seed_ids_[0])
-    report = model.delete(np.append(gone, [-5]))
+    with pytest.raises(
+        FairpipeInputError, match=r"Id -5 in row \d of the ids to delete is negative"
+    ):
+        model.delete(np.append(gone, [-5]))  # no id at all: refused, nothing deleted
+    report = model.delete(np.append(gone, [10**15]))
     assert isinstance(report, DeletionReport)
     assert sorted(report.deleted.tolist()) == sorted(gone.tolist())
-    assert report.unknown.tolist() == [-5] and report.already_deleted.size == 0
+    assert report.unknown.tolist() == [10**15] and report.already_deleted.size == 0
     keep = ~np.isin(ids, gone)
     fresh = spec.fit(spec.make(), X[keep], ids[keep], groups[keep])
     spec.compare(model, fresh)
