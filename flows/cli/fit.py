@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from fairpipe.errors import check_open_unit
+from fairpipe.errors import check_int_range, check_open_unit
 from fairpipe.tree import check_tree
 from flows.cli._options import Seed, Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
@@ -44,6 +44,10 @@ def _check(**o) -> None:
         seed=("seed", o["seed"]),
     )  # fmt: skip
     check_open_unit(o["gamma"], "--gamma", "fairpipe fit")
+    from fairpipe.cluster._batched_kmeans import MAX_N_INIT
+
+    if o["n_init"] is not None:
+        check_int_range(o["n_init"], "--n-init", "fairpipe fit", 1, MAX_N_INIT)
     check_tree(o["tree_width"], o["tree_height"], "fairpipe fit", needs_root_above_leaves=True)
 
 

@@ -19,6 +19,8 @@ from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 # read and checked as well (a NaN named before the flow starts rather than by a chunk job).
 PLAN_AHEAD_BYTES = 64 << 20
 CHECK_AHEAD_BYTES = 16 << 20
+# Rows per chunk at most (the default is at most 65,536): a chunk is read into memory whole.
+MAX_CHUNK_ROWS = 1 << 20
 # E2LSH's parameters, as its error messages name them.
 PARAMETER_FLAGS = {
     "n_hashes": "--lsh-k",
@@ -53,6 +55,10 @@ def _check(**o) -> None:
         gaussian_clusters=("positive", o["gaussian_clusters"]),
         gaussian_groups=("positive", o["gaussian_groups"]),
     )  # fmt: skip
+    from fairpipe.neighbors._lsh import MAX_TABLES, check_projection_size
+
+    check_int_range(o["lsh_tables"] or 1, "--lsh-tables", "fairpipe ingest", 1, MAX_TABLES)
+    check_int_range(o["chunk_rows"] or 1, "--chunk-rows", "fairpipe ingest", 1, MAX_CHUNK_ROWS)
     source = Path(o["source"])
     name = o["source"].partition(":")[0]
     if name in ("digits", "gaussian", "mnist", "word2vec", "adult", "bank", "census-kdd"):
@@ -66,9 +72,6 @@ def _check(**o) -> None:
                        groups_file=o["groups_file"], ids_file=o["ids_file"])  # fmt: skip
     if size <= CHECK_AHEAD_BYTES:
         read_source_rows(plan, 0, plan.n)
-    from fairpipe.neighbors._lsh import MAX_TABLES, check_projection_size
-
-    check_int_range(o["lsh_tables"] or 1, "--lsh-tables", "fairpipe ingest", 1, MAX_TABLES)
     check_projection_size(plan.d, o["lsh_k"] or 15, o["lsh_tables"] or 100)
 
 

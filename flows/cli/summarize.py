@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from fairpipe.errors import check_int_range
 from fairpipe.tree import check_tree
 from flows.cli._options import Seed, Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
@@ -38,6 +39,7 @@ def _check(**o) -> None:
         seed=("seed", o["seed"]), lower=("fraction", o["lower"]), upper=("fraction", o["upper"]),
     )  # fmt: skip
     check_tree(o["tree_width"], o["tree_height"], "fairpipe summarize")
+    check_int_range(o["eval_size"], "--eval-size", "fairpipe summarize", 1, 1 << 16)
 
 
 @command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)
