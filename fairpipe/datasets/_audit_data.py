@@ -28,11 +28,11 @@ import numpy as np
 
 from fairpipe.audit._discrimination import Domain
 from fairpipe.datasets._loaders import ADULT_COLUMNS
-from fairpipe.errors import FairpipeInputError
+from fairpipe.errors import FairpipeInputError, plain
 
 PROTECTED = {"adult": ("age", "race", "sex"), "german": ("age", "sex"), "bank": ("age",)}
 MISSING_VALUE = "Row {row} of {path} has no value in column {col!r}; {why}."
-NOT_NUMBER = "Row {row} of {path} has {value!r} in column {col!r}; {rule}."
+NOT_NUMBER = "Row {row} of {path} has {value} in column {col!r}; {rule}."
 NO_LABEL = "{path} has no column 'label'; its columns are {columns}."
 TOO_FEW_COLUMNS = "{path} has {got} columns; the {name} data set has {expected}."
 NO_COLUMN = "{path} has no column {col!r}; the {name} data set needs it."
@@ -79,7 +79,9 @@ def _numbers(frame, col, path, integer: bool = True, rule: str | None = None,
         i = int(np.argmax(bad))
         rule = rule or f"the encoding needs {'an integer' if integer else 'a number'} there"
         raise FairpipeInputError(
-            NOT_NUMBER.format(row=frame.index[i], path=path, value=v.iloc[i], col=col, rule=rule)
+            NOT_NUMBER.format(
+                row=frame.index[i], path=path, value=plain(v.iloc[i]), col=col, rule=rule
+            )
         )
     return values.astype(np.int64) if integer else values
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
+from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int, plain
 from fairpipe.ranking._metrics import ndcg, ranking_metrics
 from fairpipe.ranking._reranking import ALGORITHMS, check_desired, rerank
 from fairpipe.validation import read_json_object
@@ -25,14 +25,14 @@ NO_FILE = "The candidates file {path} does not exist."
 EMPTY = "The candidates file {path} holds no rows."
 BAD_FORMAT = "The candidates file {path} must be .csv, .csv.gz or .parquet."
 MISSING_COLUMN = "Column {col!r} ({option}) is not in {path}; its columns are {columns}."
-NAN_SCORE = "Row {row} of {path} has no number in the score column {col!r} (list {list!r})."
+NAN_SCORE = "Row {row} of {path} has no number in the score column {col!r} (list {list})."
 NAN_GROUP = "Row {row} of {path} has no value in the group column {col!r}."
 GROUP_NOT_DESIRED = (
-    "Row {row} of {path} (list {list!r}) has group {group!r}, which the desired distribution "
+    "Row {row} of {path} (list {list}) has group {group}, which the desired distribution "
     "{desired} does not cover (it covers {known})."
 )
 DESIRED_NOT_IN_DATA = (
-    "The desired distribution {desired} names group {group!r}, which no row of {path} has "
+    "The desired distribution {desired} names group {group}, which no row of {path} has "
     "(its groups are {known})."
 )
 BAD_DESIRED = (
@@ -40,7 +40,7 @@ BAD_DESIRED = (
     "share; {problem}."
 )
 BAD_SMOOTHING = (
-    "The 'smoothing' parameter of rerank must be a non-negative number. Got {value!r} instead."
+    "The 'smoothing' parameter of rerank must be a non-negative number. Got {value} instead."
 )
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
 
@@ -114,7 +114,7 @@ def check_rerank_options(algorithm: str, k, smoothing) -> None:
     check_positive_int(k, "k", "rerank")
     if not (isinstance(smoothing, (int, float)) and not isinstance(smoothing, bool)
             and smoothing >= 0):  # fmt: skip
-        raise FairpipeInputError(BAD_SMOOTHING.format(value=smoothing))
+        raise FairpipeInputError(BAD_SMOOTHING.format(value=plain(smoothing)))
 
 
 def read_candidates(path: str, desired: str = "population", list_column: str = "list",
@@ -145,7 +145,7 @@ def read_candidates(path: str, desired: str = "population", list_column: str = "
     if bad.size:
         r = int(bad[0])
         raise FairpipeInputError(
-            NAN_SCORE.format(row=r, path=path, col=score_column, list=frame[list_column][r])
+            NAN_SCORE.format(row=r, path=path, col=score_column, list=plain(frame[list_column][r]))
         )
     present = sorted(groups.unique().tolist())
     if shares is None:
@@ -156,13 +156,13 @@ def read_candidates(path: str, desired: str = "population", list_column: str = "
         if unknown.any():
             r = int(np.argmax(unknown))
             raise FairpipeInputError(
-                GROUP_NOT_DESIRED.format(row=r, path=path, list=frame[list_column][r],
-                                         group=groups[r], desired=desired, known=names)
+                GROUP_NOT_DESIRED.format(row=r, path=path, list=plain(frame[list_column][r]),
+                                         group=plain(groups[r]), desired=desired, known=names)
             )  # fmt: skip
         for name in names:
             if name not in present:
                 raise FairpipeInputError(
-                    DESIRED_NOT_IN_DATA.format(desired=desired, group=name, path=path,
+                    DESIRED_NOT_IN_DATA.format(desired=desired, group=plain(name), path=path,
                                                known=present)
                 )  # fmt: skip
     codes = groups.map({n: i for i, n in enumerate(names)}).to_numpy(dtype=np.int64)

@@ -56,7 +56,7 @@ from fairpipe.summary._utilities import (
 from fairpipe.validation import check_points
 
 NEGATIVE_BOUND = (
-    "The {which} bound of group {name} must be a non-negative integer. Got {value!r} instead."
+    "The {which} bound of group {name} must be a non-negative integer. Got {value} instead."
 )
 LOWER_ABOVE_UPPER = (
     "Group {name} has lower bound {lower} above its upper bound {upper}; no summary can meet both."
@@ -111,7 +111,9 @@ def check_bounds(k, lower, upper, counts=None, names=None) -> tuple[np.ndarray, 
     for which, values in (("lower", lower_l), ("upper", upper_l)):
         for name, value in zip(names, values):
             if isinstance(value, (bool, np.bool_)) or not float(value).is_integer() or value < 0:
-                raise FairpipeInputError(NEGATIVE_BOUND.format(which=which, name=name, value=value))
+                raise FairpipeInputError(
+                    NEGATIVE_BOUND.format(which=which, name=name, value=plain(value))
+                )
         out.append(np.array([int(v) for v in values], dtype=np.int64))
     lo, up = out
     for name, a, b in zip(names, lo, up):
