@@ -197,10 +197,10 @@ def check_ids(values, where: str, locate: Callable[[int], str] | None = None) ->
             good = (arr == np.floor(arr)) & (arr >= 0) & (arr <= MAX_FLOAT_ID)
         if not good.all():
             i = int(np.argmin(good))
-            value = float(arr[i])
-            if math.isnan(value):
+            number = float(arr[i])
+            if math.isnan(number):
                 raise FairpipeInputError(NO_ID.format(Where=_capital(locate(i))) + ".")
-            raise bad_id(value, locate(i), _id_of(value)[1] or NOT_AN_INTEGER)
+            raise bad_id(number, locate(i), _id_of(number)[1] or NOT_AN_INTEGER)
         return arr.astype(np.int64)
     if kind in "OUS":
         out = np.empty(arr.shape[0], dtype=np.int64)
