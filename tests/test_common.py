@@ -147,7 +147,7 @@ SPECS = [
         bad=[
             ({"balance": 1.0}, "'balance' parameter of QKMeans must be in \\(0, 1\\)"),
             ({"epsilon": 0.0}, "'epsilon' parameter of QKMeans must be a positive float"),
-            ({"n_init": 0}, "'n_init' parameter of QKMeans must be a positive integer"),
+            ({"n_init": 0}, "'n_init' parameter of QKMeans must be an integer from 1 to 1000"),
             ({"n_clusters": 400}, "n_clusters = 400 is larger than the 300 points"),
         ],
         needs_fit=["predict", "loss", "delete", "to_arrays", "certification_rate"],
