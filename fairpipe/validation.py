@@ -31,6 +31,32 @@ def row_name(row: int, where: str, first_line: int | None = None) -> str:
     return f"line {row + first_line} of {where}"
 
 
+def text_row_name(path, row: int, header: bool = True, comment: str | None = None) -> str:
+    """How messages name the data row ``row`` (0-based, as pandas numbers the rows of a text
+    table: blank lines, and lines starting with ``comment``, skipped) of the file ``path``: its
+    line ("line 19 of people.csv"), found by reading the lines up to it; or its row counted from 1
+    where a quote may hold a line break ("row 18 of people.csv")."""
+    import gzip
+
+    name = Path(path).name
+    rows = -1 if header else 0  # the header is the first line with content
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+            for number, line in enumerate(fh, start=1):
+                if '"' in line:
+                    break
+                text = line.strip()
+                if not text or (comment is not None and text.startswith(comment)):
+                    continue
+                if rows == row:
+                    return f"line {number} of {name}"
+                rows += 1
+    except OSError:
+        pass
+    return row_name(row, name)
+
+
 def check_points(
     X: np.ndarray,
     where: str,

@@ -111,3 +111,15 @@ def test_ids_name_their_line_or_row_and_floats_above_2_53_are_refused(tmp_path):
         check_ids([2**63 - 1, -1], "DCKMeans.fit")
     with pytest.raises(FairpipeInputError, match=r"Id 5 appears more than once in x \(rows 2, 4\)"):
         check_unique_ids([1, 5, 2, 5], "x")
+
+
+def test_a_row_of_a_text_table_is_named_by_its_line(tmp_path):
+    from fairpipe.validation import text_row_name
+
+    (tmp_path / "a.csv").write_text("x,y\n1,2\n\n  \n3,4\n5,6\n")  # pandas skips blank lines
+    assert text_row_name(tmp_path / "a.csv", 0) == "line 2 of a.csv"
+    assert text_row_name(tmp_path / "a.csv", 2) == "line 6 of a.csv"
+    (tmp_path / "b.data").write_text("|a comment\n1, 2\n| another\n3, 4\n")
+    assert text_row_name(tmp_path / "b.data", 1, header=False, comment="|") == "line 4 of b.data"
+    (tmp_path / "q.csv").write_text('x,y\n"1\n2",3\n4,5\n')  # a quote may hold a line break
+    assert text_row_name(tmp_path / "q.csv", 1) == "row 2 of q.csv"

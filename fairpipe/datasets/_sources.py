@@ -39,6 +39,7 @@ MISSING_ID = "{at} has no value in the id column {col!r}."
 LENGTH_MISMATCH = "{what} {path} holds {got} entries; the points file holds {n} rows."
 NOT_A_LIST = "{what} {path} must hold one value per row (one dimension). Got shape {shape}."
 NOT_A_MATRIX = "{where} must hold a 2-dimensional matrix. Got shape {shape}."
+UNUSED_OPTION = "{flag} does not apply to {where}, {what}."
 # A CSV's data row 0 is on line 2, below its header.
 CSV_FIRST_LINE = 2
 
@@ -227,6 +228,7 @@ def plan_source(
 ) -> SourcePlan:
     """Inspect ``source`` (a path or a built-in name) and return its plan, or raise clearly."""
     name, _, arg = source.partition(":")
+    check_source_options(source, group_column, id_column, groups_file, ids_file)
     if source in BUILTINS or (name in NAMED_LOADERS and arg):
         if source == "gaussian":
             params = {"n": 20_000, "d": 16, "clusters": 8, "groups": 4, **(gaussian or {})}
@@ -281,6 +283,29 @@ def plan_source(
     if path.suffix.lower() in (".parquet", ".pq"):
         return _plan_table(path, "parquet", group_column, id_column)
     raise FairpipeInputError(f"Source {source!r}: expected a .npy, .csv, .csv.gz or .parquet file.")
+
+
+def check_source_options(source: str, group_column=None, id_column=None, groups_file=None,
+                         ids_file=None) -> None:  # fmt: skip
+    """Refuse (rather than ignore) an option that this kind of source does not use: columns of a
+    table for a .npy matrix, .npy files of ids and groups for a table, any for a built-in."""
+    table = {"--group-column": group_column, "--id-column": id_column}
+    npy = {"--groups-file": groups_file, "--ids-file": ids_file}
+    name, _, arg = source.partition(":")
+    suffixes = "".join(Path(source).suffixes[-2:]).lower()
+    if source in BUILTINS or (name in NAMED_LOADERS and arg):
+        where, what, unused = source, "a built-in data set", {**table, **npy}
+    elif suffixes.endswith(".npy"):
+        what = "a .npy matrix (ids and groups come in .npy files of their own)"
+        where, unused = Path(source).name, table
+    elif suffixes.endswith((".csv", ".csv.gz", ".parquet", ".pq")):
+        what = "a table (ids and groups are its columns: --id-column, --group-column)"
+        where, unused = Path(source).name, npy
+    else:
+        return
+    given = [flag for flag, value in unused.items() if value is not None]
+    if given:
+        raise FairpipeInputError(UNUSED_OPTION.format(flag=given[0], where=where, what=what))
 
 
 def _plan_npy(path: Path, groups_file: str | None, ids_file: str | None) -> SourcePlan:

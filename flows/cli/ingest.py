@@ -59,6 +59,10 @@ def _check(**o) -> None:
 
     check_int_range(o["lsh_tables"] or 1, "--lsh-tables", "fairpipe ingest", 1, MAX_TABLES)
     check_int_range(o["chunk_rows"] or 1, "--chunk-rows", "fairpipe ingest", 1, MAX_CHUNK_ROWS)
+    from fairpipe.datasets import check_source_options
+
+    check_source_options(o["source"], o["group_column"], o["id_column"], o["groups_file"],
+                         o["ids_file"])  # fmt: skip
     source = Path(o["source"])
     name = o["source"].partition(":")[0]
     if name in ("digits", "gaussian", "mnist", "word2vec", "adult", "bank", "census-kdd"):

@@ -2,7 +2,7 @@
 anything starts or is written (no store path made, the store and the current folder unchanged).
 
 The commands run in this process (typer's runner): every case here is refused by the command's
-checks before its Prefect server, cluster or flow would start.
+checks, before its Prefect server, cluster or flow would start (the server is started first).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import flows.cli._runner
 from flows.cli import app
 
 runner = CliRunner()
@@ -73,6 +74,9 @@ CASES = [
     ("ingest {d}/good.npy --store {new} --ids-file {d}/points_ids_big.npy", r"Id 9223372036854775808 in row 20 of points_ids_big.npy is too large; ids are integers from 0 to " + MAX),
     ("ingest {d}/good.npy --store {new} --ids-file {d}/ids_uint.npy", r"Ids file .*ids_uint.npy holds 2 entries; the points file holds 20 rows\."),
     ("ingest {d}/half_id.csv --store {new} --id-column id", r"Id 100300.5 in column 'id' on line 6 of half_id.csv is not an integer; ids are integers from 0 to " + MAX),
+    ("ingest {d}/good.csv --store {new} --ids-file {d}/ids_uint.npy", r"--ids-file does not apply to good.csv, a table \(ids and groups are its columns: --id-column, --group-column\)\."),
+    ("ingest {d}/good.npy --store {new} --id-column id", r"--id-column does not apply to good.npy, a .npy matrix"),
+    ("ingest digits --store {new} --group-column g", r"--group-column does not apply to digits, a built-in data set\."),
     # ingest: options
     ("ingest {d}/good.npy --store {new} --workers 0", r"The --workers option of fairpipe ingest must be an integer from 1 to 64. Got 0 instead\."),
     ("ingest {d}/good.npy --store {new} --workers -2", r"--workers .* Got -2 instead\."),
@@ -170,6 +174,8 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(
     args = [a.format(d=data, new=new, store=store) for a in line.split()]
     if args[-1] == "--store":
         args.append("")
+    started = []  # a command that runs a flow starts its Prefect server after its checks
+    monkeypatch.setattr(flows.cli._runner, "launch_early", lambda: started.append("server"))
     before = listing(store)
     out = runner.invoke(app, args, catch_exceptions=False)
     assert (out.exit_code, out.stdout) == (2, ""), out.stderr
@@ -180,3 +186,4 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(
     assert list(cwd.iterdir()) == []
     assert listing(store) == before
     assert not (tmp_path / "cache").exists()
+    assert started == []
