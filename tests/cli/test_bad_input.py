@@ -147,7 +147,8 @@ CASES = [
     ("rerank {d}/good.csv --out {new}.csv --smoothing nan", r"--smoothing .* Got nan instead\."),
     ("audit --protected sex --seeds 0", r"The --seeds option of fairpipe audit must be a positive integer"),
     ("audit --protected sex --seed -1", r"--seed .* Got -1 instead\."),
-    ("demo --store {new} --queries 0", r"The --queries option of fairpipe demo must be a positive integer"),
+    ("demo --store {new} --queries 0", r"The --queries option of fairpipe demo must be an integer from 1 to 1000. Got 0"),
+    ("demo --store {new} --queries 100000000", r"--queries .* Got 100000000 instead\."),
 ]  # fmt: skip
 
 
