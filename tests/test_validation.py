@@ -123,3 +123,14 @@ def test_a_row_of_a_text_table_is_named_by_its_line(tmp_path):
     assert text_row_name(tmp_path / "b.data", 1, header=False, comment="|") == "line 4 of b.data"
     (tmp_path / "q.csv").write_text('x,y\n"1\n2",3\n4,5\n')  # a quote may hold a line break
     assert text_row_name(tmp_path / "q.csv", 1) == "row 2 of q.csv"
+
+
+def test_messages_show_plain_values_never_numpy_reprs():
+    from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int
+
+    with pytest.raises(FairpipeInputError, match=r"must be a positive integer. Got -3 instead\.$"):
+        check_positive_int(np.int64(-3), "k", "fit")
+    with pytest.raises(
+        FairpipeInputError, match=r"^The --radius option of fairpipe sample .* nan "
+    ):
+        check_positive_float(np.float32("nan"), "--radius", "fairpipe sample")

@@ -36,6 +36,10 @@ def _render(r: dict) -> None:
 def _check(**o) -> None:
     check_options("fairpipe rerank", k=("positive", o["k"]),
                   smoothing=("non_negative_float", o["smoothing"]))  # fmt: skip
+    if o["desired"] != "population":  # a small JSON file: read before anything starts
+        from fairpipe.ranking._candidates import load_desired_file
+
+        load_desired_file(o["desired"])
 
 
 @command(shared=RUNS_FLOWS, render=_render, check=_check)

@@ -57,6 +57,7 @@ def data(tmp_path_factory) -> Path:
     np.save(d / "points_ids_big.npy", np.append(np.arange(19, dtype=np.uint64), np.uint64(2**63)))
     (d / "ids_2_64.txt").write_text(f"5\n{2**64}\n")
     (d / "ids_neg.csv").write_text("id\n5\n-3\n")
+    (d / "nan_share.json").write_text('{"0": NaN, "1": 1.0}')  # Python's json reads NaN
     return d
 
 
@@ -114,6 +115,7 @@ CASES = [
     ("forget --store {store} --ids 1.5", r"Id 1.5 in --ids is not an integer"),
     ("forget --store {store} --ids 1e5", r"Id 1e5 in --ids is written with an exponent"),
     ("forget --store {store} --ids 3 --max-batch 0", r"The --max-batch option of fairpipe forget must be a positive integer. Got 0 instead\."),
+    ("forget --store {store} --ids 3,-1", r"Id -1 in --ids is negative"),
     ("request-deletion --store {store} --ids -1", r"Id -1 in --ids is negative; ids are integers from 0 to " + MAX + r"\."),
     ("request-deletion --store {store} --ids 99999999999999999999", r"Id 99999999999999999999 in --ids is too large"),
     ("request-deletion --store {store} --ids-file {d}/ids_2d.npy", r"Ids in ids_2d.npy must be a list"),
@@ -145,6 +147,7 @@ CASES = [
     ("predict --store {store} --query-row -2", r"--query-row .* Got -2 instead\."),
     ("rerank {d}/good.csv --out {new}.csv --k 0", r"The --k option of fairpipe rerank must be a positive integer"),
     ("rerank {d}/good.csv --out {new}.csv --smoothing nan", r"--smoothing .* Got nan instead\."),
+    ("rerank {d}/good.csv --out {new}.csv --desired {d}/nan_share.json", r"nan_share.json must hold a JSON object .*; group '0' has the share nan, not a number >= 0\."),
     ("audit --protected sex --seeds 0", r"The --seeds option of fairpipe audit must be a positive integer"),
     ("audit --protected sex --seed -1", r"--seed .* Got -1 instead\."),
     ("demo --store {new} --queries 0", r"The --queries option of fairpipe demo must be an integer from 1 to 1000. Got 0"),
