@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.validation import IdLookup, deletion_request
+from fairpipe.validation import IdLookup, as_id_array, check_ids, deletion_request
 
 NOT_FITTED = "This {owner} instance is not fitted yet. Call 'fit' or 'from_arrays' first."
 NO_DATA = (
@@ -128,7 +128,7 @@ class BaseEstimator:
     def rows_of(self, ids) -> tuple[np.ndarray, np.ndarray]:
         """(rows holding the known ``ids``, which of ``ids`` are known), by binary search."""
         self._check_fitted()
-        return self._lookup.rows(np.atleast_1d(np.asarray(ids, dtype=np.int64)))
+        return self._lookup.rows(check_ids(np.atleast_1d(as_id_array(ids)), "the ids"))
 
     def _row_arrays(self, data: bool) -> dict[str, np.ndarray]:
         if not data or "points_" not in self.__dict__:

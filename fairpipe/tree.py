@@ -16,12 +16,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fairpipe.errors import FairpipeInputError, check_non_negative_int, check_positive_int
+from fairpipe.errors import (
+    FairpipeInputError,
+    check_int_range,
+    check_non_negative_int,
+    check_positive_int,
+)
 from fairpipe.hashing import stable_hash
 
 MAX_LEAVES = 1 << 24
 TOO_MANY_LEAVES = (
-    "The tree of {owner} has fanout ** height = {leaves} leaves; at most {limit} are supported."
+    "The tree of {owner} has 'fanout' ** 'height' = {fanout} ** {height} leaves; at most {limit} "
+    "are supported."
 )
 LEAF_SALT = 0xDC
 
@@ -34,13 +40,13 @@ def leaf_of(ids: np.ndarray, seed: int, n_leaves: int) -> np.ndarray:
 def check_tree(fanout, height, owner: str, needs_root_above_leaves: bool = False) -> int:
     """Validate the tree's shape (``height`` >= 1 when ``needs_root_above_leaves``, else >= 0);
     returns its number of leaves."""
-    fanout = check_positive_int(fanout, "fanout", owner)
+    fanout = check_int_range(fanout, "fanout", owner, 2)  # 1: a chain of one child per node
     check_height = check_positive_int if needs_root_above_leaves else check_non_negative_int
     height = check_height(height, "height", owner)
     leaves = fanout**height
     if leaves > MAX_LEAVES:
         raise FairpipeInputError(
-            TOO_MANY_LEAVES.format(owner=owner, leaves=leaves, limit=MAX_LEAVES)
+            TOO_MANY_LEAVES.format(owner=owner, fanout=fanout, height=height, limit=MAX_LEAVES)
         )
     return leaves
 

@@ -96,7 +96,8 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     near = nn.sample(query_rows=queries, radius=radius, n_samples=20, seed=seed).ids
     near = np.setdiff1d(near[near >= 0], nn.ids_[queries])
     gone = near[hash_order(near, seed, salt=0x0F)][:20]
-    members = np.setdiff1d(summary["ids"], gone)[:2]
+    # (not queries: a forgotten row cannot be a query of the samples drawn after the drain)
+    members = np.setdiff1d(summary["ids"], np.concatenate([gone, nn.ids_[queries]]))[:2]
     log(f"[6/7] file deletion requests: {gone.size} of the queries' neighbours, 2 summary members")
     requests = [file_request(str(folder), gone, "demo: neighbours of the queries"),
                 file_request(str(folder), members, "demo: summary members")]  # fmt: skip

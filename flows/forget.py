@@ -34,7 +34,7 @@ from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import NO_IDS
 from fairpipe.errors import FairpipeInputError, check_positive_int
-from fairpipe.validation import IdLookup, deletion_request
+from fairpipe.validation import IdLookup, as_id_array, check_ids, deletion_request
 from flows import update
 from flows.jobs import remove_job
 from flows.private import PRIVATE, flow, task
@@ -70,7 +70,6 @@ from storage.receipts import REQUESTS_KEY, read_receipts, write_receipts
 from storage.store import FairpipeStore, read_array
 
 ALL_UNKNOWN = "None of the {n} ids to forget is in the store {url} (first: {first})."
-NOT_INTEGER_IDS = "Ids to forget must be integers. Got values of type {dtype}."
 NO_PROGRESS = "A drain of {url} came back to requests it had already applied ({rids})."
 
 
@@ -105,11 +104,8 @@ class ForgetOptions:
 
 
 def _ids_array(ids) -> np.ndarray:
-    arr = np.atleast_1d(np.asarray(ids))
-    if arr.size and arr.dtype.kind not in "iu":
-        # A float id (1.5, or 2.0 from a careless caller) is never truncated to another person.
-        raise FairpipeInputError(NOT_INTEGER_IDS.format(dtype=arr.dtype))
-    return np.unique(arr.astype(np.int64))
+    # The one rule of ids: a float id is never truncated to another person (1.5 is refused).
+    return np.unique(check_ids(np.atleast_1d(as_id_array(ids)), "the ids to forget"))
 
 
 @flow(name="fairpipe-forget", log_prints=False, task_runner=default_task_runner(),

@@ -35,7 +35,7 @@ from fairpipe.neighbors import (
     estimate_bucket_width,
     width_sample_rows,
 )
-from flows.jobs import index_job, ingest_chunk
+from flows.jobs import index_job, ingest_chunk, raise_bad_input
 from flows.private import flow, task
 from flows.runtime import (
     cluster_running,
@@ -330,13 +330,14 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                 with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fairpipe-write") as io:
                     new_rows = io.submit(write_new_rows, txn.session, base, ids, codes)
                     for p, (a, b) in zip(plans, chunks):
-                        ingest_chunk(txn.session, p, lsh, a, b, base, staging, sketch,
-                                     FLOW_THREADS)  # fmt: skip
+                        raise_bad_input([ingest_chunk(txn.session, p, lsh, a, b, base, staging,
+                                                      sketch, FLOW_THREADS)])  # fmt: skip
                     new_rows.result()
             else:
                 write_new_rows(txn.session, base, ids, codes)
                 results = write_rows_task(txn.fork(), plans, lsh, chunks, base,
                                           staging, sketch)  # fmt: skip
+                raise_bad_input(results)
                 txn.merge([fork for fork, _ in results])
             timings["hash_and_write"] = time.perf_counter() - t0
 

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from fairpipe.datasets import SourcePlan, read_source_rows
+from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import E2LSH
 from storage.index import Staging, index_tables, remove_from_tables, write_points
 
@@ -26,7 +27,12 @@ def ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
     ``threads`` > 1 (the flow's own append, both cores its own): the rows are written on a
     thread of their own while that many hash them."""
     t0 = time.perf_counter()
-    X = read_source_rows(plan, a, b)
+    try:
+        X = read_source_rows(plan, a, b)
+    except FairpipeInputError as bad:
+        # Returned, not raised: a worker logs a job's error with its traceback on the user's
+        # terminal (distributed's "Compute Failed"); the flow raises it (raise_bad_input).
+        return None, BadInput(bad)
     if threads > 1:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fairpipe-write") as io:
             written = io.submit(write_points, fork, base + a, X, sketch)
@@ -36,6 +42,20 @@ def ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
         write_points(fork, base + a, X, sketch)
         staging.write(base + a, lsh.hash_validated(X, by_table=True))
     return fork, {"rows": b - a, "seconds": time.perf_counter() - t0}
+
+
+class BadInput:
+    """A job's bad-input error, returned to the flow rather than raised on the worker."""
+
+    def __init__(self, error: FairpipeInputError):
+        self.message = str(error)
+
+
+def raise_bad_input(results: list) -> None:
+    """Raise the bad-input error of the first job (in row order) that returned one."""
+    for _, outcome in results:
+        if isinstance(outcome, BadInput):
+            raise FairpipeInputError(outcome.message)
 
 
 def index_job(fork, staging: Staging, t0: int, t1: int, bits: int, sources: tuple, target: str):

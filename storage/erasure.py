@@ -29,6 +29,10 @@ UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 BAD_RETENTION = (
     "erasure_retention must be a duration >= 0 such as 0, 3600s, 90m, 24h or 7d; got {value!r}."
 )
+# Snapshots older than the retention are found by subtracting it from now: a century keeps
+# every date computable.
+MAX_RETENTION = timedelta(days=36500)
+LONG_RETENTION = "erasure_retention must be at most 36500d (100 years); got {value!r}."
 
 
 def parse_retention(value) -> timedelta:
@@ -37,7 +41,10 @@ def parse_retention(value) -> timedelta:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", text)
     if m is None:
         raise FairpipeInputError(BAD_RETENTION.format(value=value))
-    return timedelta(seconds=float(m.group(1)) * UNITS[m.group(2)])
+    seconds = float(m.group(1)) * UNITS[m.group(2)]
+    if seconds > MAX_RETENTION.total_seconds():  # (a float: inf for a number too large)
+        raise FairpipeInputError(LONG_RETENTION.format(value=value))
+    return timedelta(seconds=seconds)
 
 
 def retention_of(attrs: dict) -> str:

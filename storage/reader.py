@@ -35,6 +35,7 @@ from fairpipe.neighbors import (
     SampleResult,
     ambiguous,
     bucket_members,
+    check_sample_count,
     check_sample_options,
     mix,
     neighbourhood,
@@ -45,7 +46,7 @@ from fairpipe.neighbors import (
     sketch_bounds,
     unique_ints,
 )
-from fairpipe.validation import check_points
+from fairpipe.validation import as_id_array, check_ids, check_points
 from storage.index import (
     StoredIds,
     has_residual,
@@ -318,9 +319,7 @@ class StoreReader:
     def rows_of(self, ids) -> np.ndarray:
         """Rows of the stored ``ids`` (reads the ids once), or an error naming the first id that
         is unknown or forgotten."""
-        ids = np.atleast_1d(np.asarray(ids))
-        if ids.size and ids.dtype.kind not in "iu":
-            raise FairpipeInputError(f"Ids must be integers. Got values of type {ids.dtype}.")
+        ids = check_ids(np.atleast_1d(as_id_array(ids)), "the query ids")
         if self._lookup is None:
             self._lookup = StoredIds(self.session, self.n)
         found, known = self._lookup.rows(ids)
@@ -424,7 +423,8 @@ class StoreReader:
                              with_neighbourhood=with_neighbourhood, path=path)  # fmt: skip
         Q, stored = self._queries(queries, query_rows, query_ids)
         max_outliers = 3 * self.n_tables if max_outliers is None else max_outliers
-        rng = query_generator(seed)
+        check_sample_count("StoreReader.sample", n_samples, Q.shape[0])
+        rng = query_generator(seed, "StoreReader.sample")
         rows = np.full((Q.shape[0], n_samples), -1, dtype=np.int64)
         counts = np.zeros(Q.shape[0], dtype=np.int64)
         sizes = np.zeros(Q.shape[0], dtype=np.int64) if with_neighbourhood else None

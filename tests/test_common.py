@@ -133,7 +133,7 @@ SPECS = [
         behave=lambda m, X: m.predict(X),
         bad=[
             ({"n_clusters": 0}, "'n_clusters' parameter of DCKMeans must be a positive integer"),
-            ({"fanout": -1}, "'fanout' parameter of DCKMeans must be a positive integer"),
+            ({"fanout": -1}, "'fanout' parameter of DCKMeans must be an integer >= 2. Got -1"),
             ({"max_iter": 0}, "'max_iter' parameter of DCKMeans must be a positive integer"),
             ({"fanout": 10000, "height": 3}, "10000 \\*\\* 3|fanout \\*\\* height = 1000000000000"),
             ({"n_clusters": 500}, "n_clusters = 500 is larger than the 300 points"),
@@ -147,7 +147,7 @@ SPECS = [
         bad=[
             ({"balance": 1.0}, "'balance' parameter of QKMeans must be in \\(0, 1\\)"),
             ({"epsilon": 0.0}, "'epsilon' parameter of QKMeans must be a positive float"),
-            ({"n_init": 0}, "'n_init' parameter of QKMeans must be a positive integer"),
+            ({"n_init": 0}, "'n_init' parameter of QKMeans must be an integer from 1 to 1000"),
             ({"n_clusters": 400}, "n_clusters = 400 is larger than the 300 points"),
         ],
         needs_fit=["predict", "loss", "delete", "to_arrays", "certification_rate"],
@@ -271,10 +271,14 @@ def test_delete_equals_a_refit_on_the_remaining_rows(spec):
         # A k-means++ seed among them: the batch retrains, to exactly a fresh fit. (Certified
         # deletions equal a replay from the same seeds: tests/cluster/test_q_kmeans.py.)
         gone = np.append(gone, model.seed_ids_[0])
-    report = model.delete(np.append(gone, [-5]))
+    with pytest.raises(
+        FairpipeInputError, match=r"Id -5 in row \d of the ids to delete is negative"
+    ):
+        model.delete(np.append(gone, [-5]))  # no id at all: refused, nothing deleted
+    report = model.delete(np.append(gone, [10**15]))
     assert isinstance(report, DeletionReport)
     assert sorted(report.deleted.tolist()) == sorted(gone.tolist())
-    assert report.unknown.tolist() == [-5] and report.already_deleted.size == 0
+    assert report.unknown.tolist() == [10**15] and report.already_deleted.size == 0
     keep = ~np.isin(ids, gone)
     fresh = spec.fit(spec.make(), X[keep], ids[keep], groups[keep])
     spec.compare(model, fresh)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairpipe.errors import FairpipeInputError
+from fairpipe.errors import FairpipeInputError, plain
 
 NO_PROBA = (
     "The model {name} has no predict_proba; fairness testing needs class probabilities "
@@ -39,7 +39,7 @@ WRONG_WIDTH = "The model expects {expected} input columns; the data has {got}."
 NOT_MLP = "MLPAdapter needs a fitted sklearn.neural_network.MLPClassifier. Got {name}."
 NO_MODEL_FILE = "The model file {path} does not exist."
 BAD_MODEL_FILE = "The model file {path} could not be loaded: {why}."
-TORCH_OUTPUT = "The 'output' parameter of TorchAdapter must be 'logits' or 'probabilities'. Got {value!r} instead."
+TORCH_OUTPUT = "The 'output' parameter of TorchAdapter must be 'logits' or 'probabilities'. Got {value} instead."
 TORCH_WIDTH = (
     "TorchAdapter could not tell the module's input width (no Linear layer first); pass n_features."
 )
@@ -161,7 +161,7 @@ class TorchAdapter:
         import torch
 
         if output not in ("logits", "probabilities"):
-            raise FairpipeInputError(TORCH_OUTPUT.format(value=output))
+            raise FairpipeInputError(TORCH_OUTPUT.format(value=plain(output)))
         self.module = module
         self.output = output
         self._torch = torch

@@ -22,14 +22,14 @@ import warnings
 import numpy as np
 
 from fairpipe.audit._discrimination import Domain, discrimination_rate
-from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int
+from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int, plain
 
 HIDDEN = (64, 32, 16, 8, 4)
 NOT_REFITTABLE = (
     "Retraining refits a copy of the model, so it needs a scikit-learn estimator (get_params and "
     "fit); {name} is not one. Leave out --retrain, or test a scikit-learn model."
 )
-SHARE = "The 'share' parameter of retraining_improvement must be in (0, 1]. Got {value!r} instead."
+SHARE = "The 'share' parameter of retraining_improvement must be in (0, 1]. Got {value} instead."
 
 
 def paper_mlp(seed: int = 0, max_iter: int = 50):
@@ -82,7 +82,7 @@ def retraining_improvement(model, adapter, X, y, found, domain: Domain, *, share
     check_positive_int(repeats, "repeats", "retraining_improvement")
     check_positive_int(rate_samples, "rate_samples", "retraining_improvement")
     if not (check_positive_float(share, "share", "retraining_improvement") <= 1.0):
-        raise FairpipeInputError(SHARE.format(value=share))
+        raise FairpipeInputError(SHARE.format(value=plain(share)))
     found = np.asarray(found, dtype=np.int64)
     before = discrimination_rate(adapter, domain, rate_samples, seed=seed)
     size = min(max(1, int(round(share * found.shape[0]))), found.shape[0])

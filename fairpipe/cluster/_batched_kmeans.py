@@ -31,9 +31,11 @@ from functools import lru_cache
 import numpy as np
 
 from fairpipe.base import BaseEstimator
-from fairpipe.errors import check_int, check_positive_int
+from fairpipe.errors import check_int_range, check_positive_int, check_seed
 from fairpipe.hashing import seed_key
 from fairpipe.parallel import THREADS, compiled, splitmix64_one, thread_pool
+
+MAX_N_INIT = 1000
 
 _S11 = np.uint64(11)
 _TO_UNIT = 1.0 / 9007199254740992.0
@@ -370,6 +372,8 @@ class KMeansParameters(BaseEstimator):
 
     def _check_kmeans_params(self) -> None:
         owner = type(self).__name__
-        for name in ("n_clusters", "max_iter", "n_init"):
+        for name in ("n_clusters", "max_iter"):
             check_positive_int(getattr(self, name), name, owner)
-        check_int(self.seed, "seed", owner)
+        # Restarts are run as one batch (their centroids side by side): a bounded count.
+        check_int_range(self.n_init, "n_init", owner, 1, MAX_N_INIT)
+        check_seed(self.seed, "seed", owner)

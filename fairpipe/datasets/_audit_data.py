@@ -28,11 +28,12 @@ import numpy as np
 
 from fairpipe.audit._discrimination import Domain
 from fairpipe.datasets._loaders import ADULT_COLUMNS
-from fairpipe.errors import FairpipeInputError
+from fairpipe.errors import FairpipeInputError, plain
+from fairpipe.validation import text_row_name
 
 PROTECTED = {"adult": ("age", "race", "sex"), "german": ("age", "sex"), "bank": ("age",)}
-MISSING_VALUE = "Row {row} of {path} has no value in column {col!r}; {why}."
-NOT_NUMBER = "Row {row} of {path} has {value!r} in column {col!r}; {rule}."
+MISSING_VALUE = "{At} has no value in column {col!r}; {why}."
+NOT_NUMBER = "{At} has {value} in column {col!r}; {rule}."
 NO_LABEL = "{path} has no column 'label'; its columns are {columns}."
 TOO_FEW_COLUMNS = "{path} has {got} columns; the {name} data set has {expected}."
 NO_COLUMN = "{path} has no column {col!r}; the {name} data set needs it."
@@ -59,7 +60,17 @@ def _read_csv(path, **kw):
     if not p.is_file():
         raise FairpipeInputError(NO_FILE.format(path=path))
     with gzip.open(p, "rt") if p.suffix == ".gz" else open(p) as fh:
-        return pd.read_csv(fh, **kw)
+        frame = pd.read_csv(fh, **kw)
+    # How its rows are found in its lines, for messages naming a row (_row_of).
+    frame.attrs["text"] = {"header": kw.get("header", "infer") is not None,
+                           "comment": kw.get("comment")}  # fmt: skip
+    return frame
+
+
+def _row_of(frame, row, path) -> str:
+    """The data row labelled ``row`` as a message's subject: "Line 7 of adult.data"."""
+    at = text_row_name(path, int(row), **frame.attrs.get("text", {}))
+    return at[:1].upper() + at[1:]
 
 
 def _numbers(frame, col, path, integer: bool = True, rule: str | None = None,
@@ -72,14 +83,18 @@ def _numbers(frame, col, path, integer: bool = True, rule: str | None = None,
     missing = v.isna().to_numpy()
     if missing.any():
         row = frame.index[int(np.argmax(missing))]
-        raise FairpipeInputError(MISSING_VALUE.format(row=row, path=path, col=col, why=missing_why))
+        raise FairpipeInputError(
+            MISSING_VALUE.format(At=_row_of(frame, row, path), col=col, why=missing_why)
+        )
     values = pd.to_numeric(v, errors="coerce").to_numpy(dtype=float)
     bad = np.isnan(values) | (values % 1 != 0 if integer else ~np.isfinite(values))
     if bad.any():
         i = int(np.argmax(bad))
         rule = rule or f"the encoding needs {'an integer' if integer else 'a number'} there"
         raise FairpipeInputError(
-            NOT_NUMBER.format(row=frame.index[i], path=path, value=v.iloc[i], col=col, rule=rule)
+            NOT_NUMBER.format(
+                At=_row_of(frame, frame.index[i], path), value=plain(v.iloc[i]), col=col, rule=rule
+            )
         )
     return values.astype(np.int64) if integer else values
 

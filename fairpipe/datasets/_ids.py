@@ -1,15 +1,16 @@
 """Ids named by users: a comma-separated list, or a file of them.
 
-A file is a ``.npy`` array, a ``.parquet`` file, or text: one id per line or comma separated
-(a ``.csv`` may start with a header line; its column ``id`` is read, else its first column).
-A bad token is named with its line.
+A file is a ``.npy`` array (one dimension), a ``.parquet`` file, or text: one id per line or
+comma separated (a ``.csv`` may start with a header line; its column ``id`` is read, else its
+first column). Every id follows the one rule of :func:`fairpipe.validation.check_ids` (integers
+from 0 to 2^63 - 1; ``100300.0`` is the id 100300); a bad one is named with its line or row.
 
 >>> read_ids(text="3, 1,2")
 array([3, 1, 2])
 >>> read_ids(text="3, x")
 Traceback (most recent call last):
 ...
-fairpipe.errors.FairpipeInputError: Id 'x' in --ids is not an integer.
+fairpipe.errors.FairpipeInputError: Id 'x' in --ids is not an integer; ids are integers from 0 to 9223372036854775807.
 """
 
 from __future__ import annotations
@@ -19,40 +20,48 @@ from pathlib import Path
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.validation import load_npy
+from fairpipe.validation import NO_ID, bad_id, check_ids, id_from_text, is_number_text, load_npy
 
 NO_IDS = "No ids to forget: give --ids 1,2,3 or --ids-file FILE."
-BAD_ID = "Id {value!r} in {where} is not an integer."
 NO_FILE = "The ids file {path} does not exist."
 EMPTY_FILE = "The ids file {path} holds no ids."
 NOT_NPY = "The ids file {path} is not a numeric .npy array (save the ids with numpy.save)."
 NOT_PARQUET = "The ids file {path} is not a readable Parquet file ({why})."
+NOT_TEXT = "The ids file {path} is not UTF-8 text: line {line} holds the byte {byte}."
 ID_COLUMNS = ("id", "ids", "person_id")  # a CSV or Parquet column read before the first one
 
 
 def read_ids(text: str | None = None, path: str | None = None) -> np.ndarray:
-    """Ids from '1,2,3' or from a file (see the module), as int64 in the order given; a token
-    that is not an integer is named (with its line in a file)."""
+    """Ids from '1,2,3' or from a file (see the module), as int64 in the order given; a value
+    that is not an id is named (with its line in a text file, its row in another)."""
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise FairpipeInputError(NO_FILE.format(path=path))
         suffix = p.suffix.lower()
         if suffix == ".npy":
-            arr = load_npy(p, NOT_NPY.format(path=path))
-            if arr.size and arr.dtype.kind not in "iu":
-                raise FairpipeInputError(BAD_ID.format(value=arr.ravel()[0].item(), where=path))
-            ids = arr.ravel().astype(np.int64)
+            ids = check_ids(load_npy(p, NOT_NPY.format(path=path)), p.name)
         elif suffix in (".parquet", ".pq"):
             ids = _parquet_ids(p)
         else:
-            ids = _text_ids(p.read_text(errors="replace"), str(path), csv=suffix == ".csv")
+            ids = _text_ids(_read_text(p), p.name, csv=suffix == ".csv")
         if ids.size == 0:
             raise FairpipeInputError(EMPTY_FILE.format(path=path))
         return ids
     if text is None or not text.strip():
         raise FairpipeInputError(NO_IDS)
-    return _ints([t for t in text.split(",") if t.strip()], "--ids")
+    return _ints([t for t in text.split(",") if t.strip()], lambda i: "in --ids")
+
+
+def _read_text(p: Path) -> str:
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise FairpipeInputError(
+            NOT_TEXT.format(path=p, line=line, byte=f"0x{data[e.start]:02x}")
+        ) from None
 
 
 def _parquet_ids(p: Path) -> np.ndarray:
@@ -67,68 +76,51 @@ def _parquet_ids(p: Path) -> np.ndarray:
         values = f.read(columns=[column]).column(0).to_numpy(zero_copy_only=False)
     except Exception as why:  # pyarrow's errors for a file that is not Parquet are many
         raise FairpipeInputError(NOT_PARQUET.format(path=p, why=why)) from None
-    if values.size and values.dtype.kind not in "iu":
-        bad = values.ravel()[0]
-        if values.dtype.kind == "f":
-            whole = np.isfinite(values) & (values == np.round(values))
-            if whole.all():  # a float column of whole numbers (an int column with nulls read)
-                return values.astype(np.int64)
-            bad = values[~whole][0]
-        raise FairpipeInputError(BAD_ID.format(value=str(bad), where=f"{p} column {column!r}"))
-    return values.astype(np.int64)
+    return check_ids(values, f"{p.name} column {column!r}",
+                     lambda i: f"in row {i + 1} of {p.name} column {column!r}")  # fmt: skip
 
 
 def _text_ids(body: str, where: str, csv: bool) -> np.ndarray:
     lines = body.splitlines()
-    first = 0
-    column = 0
     if csv and lines:
         header = [h.strip().strip('"').lower() for h in lines[0].split(",")]
-        if not _is_int(header[0]):  # a header line: read its id column
-            first = 1
+        if header[0] and not is_number_text(header[0]):  # a header line: its id column is read
             column = next((header.index(c) for c in ID_COLUMNS if c in header), 0)
-            tokens = [ln.split(",")[column] if ln.count(",") >= column else "" for ln in lines[1:]]
-            return _ints_by_line(tokens, where, first, skip_blank=True)
-    if csv and any("," in ln for ln in lines[:1]):
-        # A headerless CSV with several columns: its first one.
-        return _ints_by_line([ln.split(",")[0] for ln in lines], where, 0, skip_blank=True)
+            return _by_line(lines, 1, column, where)
+        if any("," in ln for ln in lines[:1]):  # a headerless CSV of several columns: its first
+            return _by_line(lines, 0, 0, where)
     tokens = body.replace(",", " ").split()
     try:
-        return np.array(tokens, dtype=np.int64)  # the fast path: every token an integer
+        ids = np.array(tokens, dtype=np.int64)  # the fast path: every token an int64
+        if ids.size == 0 or ids.min() >= 0:
+            return ids
     except (ValueError, OverflowError):
         pass
-    for number, line in enumerate(lines, start=1):
-        for t in line.replace(",", " ").split():
-            if not _is_int(t):
-                raise FairpipeInputError(BAD_ID.format(value=t, where=f"{where} line {number}"))
-    raise AssertionError("a token failed to parse but none was found")  # pragma: no cover
+    located = [(t, number) for number, line in enumerate(lines, start=1)
+               for t in line.replace(",", " ").split()]  # fmt: skip
+    return _ints([t for t, _ in located], lambda i: f"on line {located[i][1]} of {where}")
 
 
-def _ints_by_line(tokens: list[str], where: str, offset: int, skip_blank: bool) -> np.ndarray:
-    out = []
+def _by_line(lines: list[str], first: int, column: int, where: str) -> np.ndarray:
+    """The ``column``-th field of each non-blank line from ``first`` on."""
+    tokens, numbers = [], []
+    for number in range(first, len(lines)):
+        fields = lines[number].split(",")
+        token = fields[column].strip().strip('"') if column < len(fields) else ""
+        if token or lines[number].strip():
+            tokens.append(token)
+            numbers.append(number + 1)
+    return _ints(tokens, lambda i: f"on line {numbers[i]} of {where}")
+
+
+def _ints(tokens: list[str], locate) -> np.ndarray:
+    out = np.empty(len(tokens), dtype=np.int64)
     for i, t in enumerate(tokens):
-        t = t.strip().strip('"')
-        if not t and skip_blank:
-            continue
-        if not _is_int(t):
-            raise FairpipeInputError(BAD_ID.format(value=t, where=f"{where} line {i + 1 + offset}"))
-        out.append(int(t))
-    return np.array(out, dtype=np.int64)
-
-
-def _is_int(t: str) -> bool:
-    try:
-        int(t)
-        return True
-    except ValueError:
-        return False
-
-
-def _ints(tokens, where) -> np.ndarray:
-    out = []
-    for t in tokens:
-        try:
-            out.append(int(t.strip()))
-        except ValueError:
-            raise FairpipeInputError(BAD_ID.format(value=t.strip(), where=where)) from None
-    return np.array(out, dtype=np.int64)
+        if not t.strip():
+            where = locate(i).split(" ", 1)[1]  # "on line 3 of a.csv" -> "line 3 of a.csv"
+            raise FairpipeInputError(NO_ID.format(Where=where[:1].upper() + where[1:]) + ".")
+        value, problem = id_from_text(t)
+        if value is None:
+            raise bad_id(t, locate(i), problem)
+        out[i] = value
+    return out

@@ -9,6 +9,7 @@ in-memory data sets (``digits`` and the real data sets' loaders).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,19 +17,31 @@ from typing import Any
 import numpy as np
 
 from fairpipe.datasets import _loaders as loaders
-from fairpipe.errors import FairpipeInputError, check_positive_int
-from fairpipe.validation import EMPTY, check_points, check_unique_ids, load_npy
+from fairpipe.errors import FairpipeInputError, check_positive_int, plain
+from fairpipe.validation import (
+    EMPTY,
+    NON_NUMERIC,
+    check_points,
+    check_unique_ids,
+    load_npy,
+    row_name,
+)
 
 BUILTINS = ("digits", "gaussian")
 NAMED_LOADERS = ("mnist", "word2vec", "adult", "bank", "census-kdd")
 MISSING_COLUMN = "Column {col!r} ({role}) is not in {where}; its columns are {columns}."
 NON_NUMERIC_COLUMN = (
-    "Feature column {col!r} of {where} is not numeric (row {row} holds {value!r}); "
+    "Feature column {col!r} of {where} is not numeric ({at} holds {value}); "
     "name it with --group-column or --id-column, or remove it."
 )
-MISSING_GROUP = "Row {row} of {where} has no value in the group column {col!r}."
-MISSING_ID = "Row {row} of {where} has no value in the id column {col!r}."
+MISSING_GROUP = "{at} has no value in the group column {col!r}."
+MISSING_ID = "{at} has no value in the id column {col!r}."
 LENGTH_MISMATCH = "{what} {path} holds {got} entries; the points file holds {n} rows."
+NOT_A_LIST = "{what} {path} must hold one value per row (one dimension). Got shape {shape}."
+NOT_A_MATRIX = "{where} must hold a 2-dimensional matrix. Got shape {shape}."
+UNUSED_OPTION = "{flag} does not apply to {where}, {what}."
+# A CSV's data row 0 is on line 2, below its header.
+CSV_FIRST_LINE = 2
 
 
 @dataclass
@@ -55,21 +68,42 @@ OFFSET_STRIDE = 4096
 SCAN_BYTES = 64 << 20
 
 
-def csv_row_offsets(path: Path, n_rows: int) -> np.ndarray:
-    """Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV (one pass over its
+def csv_row_offsets(path: Path, n_rows: int, n_fields: int | None = None) -> np.ndarray:
+    """Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV of ``n_rows`` rows as
+    pandas reads it, checked by :func:`scan_csv`."""
+    offsets, rows = scan_csv(path, n_fields)
+    if rows != n_rows:
+        raise FairpipeInputError(ROW_COUNT.format(where=path.name, rows=rows, n=n_rows))
+    return offsets[: -(-n_rows // OFFSET_STRIDE)]
+
+
+def scan_csv(path: Path, n_fields: int | None = None) -> tuple[np.ndarray, int]:
+    """(Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV (one pass over its
     bytes looking for line ends). A row is found by its position, so the file's lines after the
     header must be its ``n_rows`` rows (what pandas reads): an empty or blank line before the
     last row, or a count that differs (a quoted field holding a line break), is an error naming
-    the line (pandas skips blank lines, so every row after one was read from the line above)."""
+    the line (pandas skips blank lines, so every row after one was read from the line above).
+    The same pass checks that the file is UTF-8 text and, in a file without quotes, that every
+    line has the header's ``n_fields`` fields (pandas reads a short row as missing values, and
+    fails on a long one only when the chunk holding it is read)."""
+    import codecs
+
+    utf8 = codecs.getincrementaldecoder("utf-8")()
     offsets, line, pos = [], 0, 0
     carry = False  # the unfinished line at the end of the previous block has content
+    carry_commas = 0  # the commas of that unfinished line
+    quoted = False  # a quote anywhere: commas may be inside fields, the fields are not counted
     blank: int | None = None  # the first blank line after the header (0 = the header)
     rows = 0  # lines after the header with content
     with open(path, "rb") as f:
         while block := f.read(SCAN_BYTES):
+            if not (block.isascii() and utf8.getstate()[0] == b""):  # ASCII: 30x faster
+                _check_utf8(utf8, block, pos, path)
             b = np.frombuffer(block, dtype=np.uint8)
             nl = np.flatnonzero(b == 10)
             content = b > 32  # not a space, a tab, a line end or another control byte
+            quoted = quoted or b'"' in block
+            commas = (b == 44).view(np.uint8) if n_fields is not None and not quoted else None
             if nl.size:
                 starts = np.r_[0, nl[:-1] + 1]
                 has = np.logical_or.reduceat(content[: nl[-1] + 1], starts)
@@ -83,21 +117,49 @@ def csv_row_offsets(path: Path, n_rows: int) -> np.ndarray:
                 last = int(numbers[np.flatnonzero(data)[-1]]) if data.any() else -1
                 if blank is not None and last > blank:
                     raise FairpipeInputError(BLANK_LINE.format(where=path.name, line=blank + 1))
+                if commas is not None:  # (a sum over bytes: flatnonzero took 1.5x as long)
+                    fields = np.add.reduceat(commas[: nl[-1] + 1], starts, dtype=np.int64) + 1
+                    fields[0] += carry_commas
+                    wrong = np.flatnonzero(has & (fields != n_fields))
+                    if wrong.size:
+                        i = int(wrong[0])
+                        raise FairpipeInputError(FIELD_COUNT.format(
+                            line=int(numbers[i]) + 1, where=path.name, got=int(fields[i]),
+                            n=n_fields))  # fmt: skip
+                    carry_commas = int(np.count_nonzero(commas[nl[-1] + 1 :]))
                 # Line i (0 = the header) ends at ends[i - line]; data row r starts after line r.
                 ends = nl + pos + 1
-                offsets.append(ends[(numbers % OFFSET_STRIDE == 0) & (numbers < n_rows)])
+                offsets.append(ends[numbers % OFFSET_STRIDE == 0])
                 line += nl.size
                 carry = bool(content[nl[-1] + 1 :].any())
             else:
                 carry = carry or bool(content.any())
+                carry_commas += 0 if commas is None else int(np.count_nonzero(commas))
             pos += len(block)
+    _check_utf8(utf8, b"", pos, path, final=True)
     if carry and line > 0:  # a last row without a line end
         if blank is not None:
             raise FairpipeInputError(BLANK_LINE.format(where=path.name, line=blank + 1))
+        if n_fields is not None and not quoted and carry_commas + 1 != n_fields:
+            raise FairpipeInputError(FIELD_COUNT.format(line=line + 1, where=path.name,
+                                                        got=carry_commas + 1, n=n_fields))  # fmt: skip
         rows += 1
-    if rows != n_rows:
-        raise FairpipeInputError(ROW_COUNT.format(where=path.name, rows=rows, n=n_rows))
-    return np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+    return (np.concatenate(offsets) if offsets else np.zeros(0, np.int64)), rows
+
+
+def _check_utf8(decoder, block: bytes, pos: int, path: Path, final: bool = False) -> None:
+    """Decode ``block`` (the file's bytes from ``pos``) as UTF-8, or raise naming the line of
+    the first byte that is not."""
+    try:
+        decoder.decode(block, final)
+    except UnicodeDecodeError as e:
+        at = pos + e.start - (len(e.object) - len(block))  # the decoder kept a partial character
+        with open(path, "rb") as again:
+            before = again.read(at)
+            byte = again.read(1)
+        raise FairpipeInputError(NOT_UTF8.format(
+            where=path.name, line=before.count(b"\n") + 1, byte=f"0x{byte[0]:02x}" if byte else "end",
+        )) from None  # fmt: skip
 
 
 BLANK_LINE = (
@@ -108,11 +170,18 @@ ROW_COUNT = (
     "{where} has {rows} non-empty lines after its header, but {n} rows as CSV (a quoted field "
     "holding a line break?). fairpipe reads a CSV's rows by position: write one row per line."
 )
+FIELD_COUNT = "Line {line} of {where} has {got} field(s); its header has {n}."
+NOT_UTF8 = "{where} is not UTF-8 text: line {line} holds the byte {byte}. Save it as UTF-8."
+NOT_CSV = "{where} is not a CSV file pandas can read ({why})."
+NOT_UTF8_SOMEWHERE = "{where} is not UTF-8 text ({why}). Save it as UTF-8."
+NOT_PARQUET = "{where} is not a readable Parquet file ({why})."
 
 
-def _codes(values: np.ndarray, where: str, col: str) -> tuple[np.ndarray, list[str]]:
+def _codes(values: np.ndarray, where: str, col: str,
+           first_line: int | None = None) -> tuple[np.ndarray, list[str]]:  # fmt: skip
     """(code of each row, the group names sorted as strings): a row's code is the position of
-    its value, as a string, among the names."""
+    its value, as a string, among the names. A missing value is named by its row (its line in
+    a text file whose row 0 is on line ``first_line``)."""
     values = np.asarray(values)
     if values.dtype.kind in "biuU":  # no missing values, and str(v) is numpy's astype(str):
         # numpy alone (pandas costs a process 0.4 s to import, most of a small append's plan)
@@ -123,30 +192,28 @@ def _codes(values: np.ndarray, where: str, col: str) -> tuple[np.ndarray, list[s
     series = pd.Series(values)
     missing = series.isna().to_numpy()
     if missing.any():
-        raise FairpipeInputError(
-            MISSING_GROUP.format(row=int(np.argmax(missing)), where=where, col=col)
-        )
+        at = row_name(int(np.argmax(missing)), where, first_line)
+        raise FairpipeInputError(MISSING_GROUP.format(at=at[:1].upper() + at[1:], col=col))
     as_str = series.astype(str)
     names = sorted(as_str.unique().tolist())
     lookup = {nm: i for i, nm in enumerate(names)}
     return as_str.map(lookup).to_numpy(dtype=np.int32), names
 
 
-def _ids(values, where: str, col: str) -> np.ndarray:
+def _ids(values, where: str, col: str, first_line: int | None) -> np.ndarray:
+    """The ids of the column ``col``, by the one rule of ids (:func:`check_ids`)."""
     import pandas as pd
 
-    series = pd.Series(values)
-    if series.isna().any():
-        raise FairpipeInputError(
-            MISSING_ID.format(row=int(np.argmax(series.isna())), where=where, col=col)
-        )
-    arr = series.to_numpy()
-    if not np.issubdtype(arr.dtype, np.integer):
-        if np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            raise FairpipeInputError(f"The id column {col!r} of {where} must hold integers.")
-    return check_unique_ids(arr, where=where)
+    missing = pd.Series(values).isna().to_numpy()
+    if missing.any():
+        at = row_name(int(np.argmax(missing)), where, first_line)
+        raise FairpipeInputError(MISSING_ID.format(at=at[:1].upper() + at[1:], col=col))
+
+    def locate(i: int) -> str:
+        return f"in column {col!r} on {row_name(i, where, first_line)}"
+
+    return check_unique_ids(np.asarray(values), f"the column {col!r} of {where}", locate,
+                            first_line=first_line)  # fmt: skip
 
 
 def plan_source(
@@ -161,6 +228,7 @@ def plan_source(
 ) -> SourcePlan:
     """Inspect ``source`` (a path or a built-in name) and return its plan, or raise clearly."""
     name, _, arg = source.partition(":")
+    check_source_options(source, group_column, id_column, groups_file, ids_file)
     if source in BUILTINS or (name in NAMED_LOADERS and arg):
         if source == "gaussian":
             params = {"n": 20_000, "d": 16, "clusters": 8, "groups": 4, **(gaussian or {})}
@@ -217,13 +285,36 @@ def plan_source(
     raise FairpipeInputError(f"Source {source!r}: expected a .npy, .csv, .csv.gz or .parquet file.")
 
 
+def check_source_options(source: str, group_column=None, id_column=None, groups_file=None,
+                         ids_file=None) -> None:  # fmt: skip
+    """Refuse (rather than ignore) an option that this kind of source does not use: columns of a
+    table for a .npy matrix, .npy files of ids and groups for a table, any for a built-in."""
+    table = {"--group-column": group_column, "--id-column": id_column}
+    npy = {"--groups-file": groups_file, "--ids-file": ids_file}
+    name, _, arg = source.partition(":")
+    suffixes = "".join(Path(source).suffixes[-2:]).lower()
+    if source in BUILTINS or (name in NAMED_LOADERS and arg):
+        where, what, unused = source, "a built-in data set", {**table, **npy}
+    elif suffixes.endswith(".npy"):
+        what = "a .npy matrix (ids and groups come in .npy files of their own)"
+        where, unused = Path(source).name, table
+    elif suffixes.endswith((".csv", ".csv.gz", ".parquet", ".pq")):
+        what = "a table (ids and groups are its columns: --id-column, --group-column)"
+        where, unused = Path(source).name, npy
+    else:
+        return
+    given = [flag for flag, value in unused.items() if value is not None]
+    if given:
+        raise FairpipeInputError(UNUSED_OPTION.format(flag=given[0], where=where, what=what))
+
+
 def _plan_npy(path: Path, groups_file: str | None, ids_file: str | None) -> SourcePlan:
     X = load_npy(path, f"{path} is not a numeric .npy matrix ({{why}}).", mmap_mode="r")
     where = path.name
     if X.ndim != 2:
-        raise FairpipeInputError(f"{where} must hold a 2-dimensional matrix. Got shape {X.shape}.")
-    if not np.issubdtype(X.dtype, np.number):
-        raise FairpipeInputError(f"{where} must hold numbers. Got values of type {X.dtype}.")
+        raise FairpipeInputError(NOT_A_MATRIX.format(where=where, shape=X.shape))
+    if X.dtype.kind not in "biuf":  # complex too: its imaginary parts would be dropped
+        raise FairpipeInputError(NON_NUMERIC.format(where=where, dtype=X.dtype))
     if X.shape[0] == 0:
         raise FairpipeInputError(EMPTY.format(where=where))
     plan = SourcePlan(kind="npy", where=where, n=X.shape[0], d=X.shape[1], path=str(path))
@@ -239,41 +330,81 @@ def _plan_npy(path: Path, groups_file: str | None, ids_file: str | None) -> Sour
 def _load_column(path: str, what: str, n: int) -> np.ndarray:
     """A .npy file of one value per row of the points file, or an error naming it."""
     values = load_npy(path, f"{what} {path} is not a .npy array ({{why}}).")
-    if values.shape != (n,):
-        got = values.shape[0] if values.ndim else 0
-        raise FairpipeInputError(LENGTH_MISMATCH.format(what=what, path=path, got=got, n=n))
+    if values.ndim != 1:
+        raise FairpipeInputError(NOT_A_LIST.format(what=what, path=path, shape=values.shape))
+    if values.shape[0] != n:
+        raise FairpipeInputError(
+            LENGTH_MISMATCH.format(what=what, path=path, got=values.shape[0], n=n)
+        )
     return values
 
 
-def _read_table(path: Path, kind: str, columns=None, skip: int = 0, nrows: int | None = None):
+def _read_table(path: Path, kind: str, columns=None, skip: int = 0, nrows: int | None = None,
+                dtype=None):  # fmt: skip
+    """Rows [skip, skip + nrows) of a table's ``columns``, or an error naming what is wrong with
+    the file (not Parquet; not CSV, or not UTF-8, as pandas reads it)."""
     import pandas as pd
 
     if kind == "parquet":
-        import pyarrow.parquet as pq
+        import pyarrow as pa
 
-        pf = pq.ParquetFile(path)
-        if nrows is None and skip == 0:
-            return pf.read(columns=columns).to_pandas()
-        stop = skip + (nrows if nrows is not None else pf.metadata.num_rows)
-        parts, base = [], 0
-        for rg in range(pf.metadata.num_row_groups):
-            size = pf.metadata.row_group(rg).num_rows
-            if base < stop and base + size > skip:
-                part = pf.read_row_group(rg, columns=columns).to_pandas()
-                parts.append(part.iloc[max(skip - base, 0) : stop - base])
-            base += size
-        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+        try:
+            return _read_parquet(path, columns, skip, nrows)
+        except (OSError, pa.ArrowException) as why:  # not Parquet, cut short, unreadable
+            raise FairpipeInputError(
+                NOT_PARQUET.format(where=path.name, why=_first_line(why))
+            ) from None
     skiprows = range(1, skip + 1) if skip else None
     try:
-        return pd.read_csv(path, usecols=columns, skiprows=skiprows, nrows=nrows)
+        return pd.read_csv(path, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype)
     except pd.errors.EmptyDataError:
         raise FairpipeInputError(EMPTY.format(where=path.name)) from None
+    except UnicodeDecodeError as why:
+        raise FairpipeInputError(
+            NOT_UTF8_SOMEWHERE.format(where=path.name, why=_first_line(why))
+        ) from None
+    except (pd.errors.ParserError, ValueError, OSError) as why:  # ValueError: a gzip that is not
+        raise FairpipeInputError(NOT_CSV.format(where=path.name, why=_first_line(why))) from None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
+
+
+def _read_parquet(path: Path, columns, skip: int, nrows: int | None):
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    if nrows is None and skip == 0:
+        return pf.read(columns=columns).to_pandas()
+    stop = skip + (nrows if nrows is not None else pf.metadata.num_rows)
+    parts, base = [], 0
+    for rg in range(pf.metadata.num_row_groups):
+        size = pf.metadata.row_group(rg).num_rows
+        if base < stop and base + size > skip:
+            part = pf.read_row_group(rg, columns=columns).to_pandas()
+            parts.append(part.iloc[max(skip - base, 0) : stop - base])
+        base += size
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+def _header_fields(path: Path) -> int | None:
+    """The number of fields of a plain CSV's header line (None where it holds a quote: a comma
+    may then be inside a field)."""
+    with open(path, "rb") as f:
+        header = f.readline()
+    return None if b'"' in header else header.count(b",") + 1
 
 
 def _plan_table(
     path: Path, kind: str, group_column: str | None, id_column: str | None
 ) -> SourcePlan:
     where = path.name
+    plain_csv = kind == "csv" and path.suffix.lower() != ".gz"
+    first_line = CSV_FIRST_LINE if kind == "csv" else None
+    if plain_csv:  # its bytes checked before pandas reads it: errors name their line
+        offsets, rows = scan_csv(path, _header_fields(path))
     head = _read_table(path, kind, nrows=100)
     columns = [str(c) for c in head.columns]
     for col, role in ((group_column, "--group-column"), (id_column, "--id-column")):
@@ -295,12 +426,22 @@ def _plan_table(
         kind=kind, where=where, n=n, d=len(features), path=str(path), feature_columns=features,
         columns=columns,
     )  # fmt: skip
-    if kind == "csv" and path.suffix != ".gz":
-        plan.row_offsets = csv_row_offsets(path, n)
+    if plain_csv:
+        if rows != n:
+            raise FairpipeInputError(ROW_COUNT.format(where=where, rows=rows, n=n))
+        plan.row_offsets = offsets[: -(-n // OFFSET_STRIDE)]
     if group_column is not None:
-        plan.groups, plan.group_names = _codes(meta[group_column].to_numpy(), where, group_column)
+        plan.groups, plan.group_names = _codes(
+            meta[group_column].to_numpy(), where, group_column, first_line
+        )
     if id_column is not None:
-        plan.ids = _ids(meta[id_column].to_numpy(), where, id_column)
+        ids = meta[id_column].to_numpy()
+        if kind == "csv" and ids.dtype.kind == "f":
+            # Written with a decimal point (or with a gap): read as text, so that an id above
+            # 2^53 is read exactly by the one rule of ids rather than rounded by a float.
+            ids = _read_table(path, kind, columns=[id_column], dtype={id_column: str})[id_column]
+            ids = ids.to_numpy(dtype=object)
+        plan.ids = _ids(ids, where, id_column, first_line)
     return plan
 
 
@@ -317,6 +458,7 @@ def chunk_plan(plan: SourcePlan, a: int, b: int) -> SourcePlan:
 def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
     """Validated float32 rows [a, b) of the source; errors name rows of the whole source."""
     names: list[str] | None = None  # a table's feature columns, named in errors
+    first_line = CSV_FIRST_LINE if plan.kind == "csv" else None
     if plan.kind == "memory":
         assert plan.points is not None
         X = plan.points[a - plan.points_start : b - plan.points_start]
@@ -335,7 +477,7 @@ def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
             )
         if len(frame) != b - a:
             raise FairpipeInputError(
-                f"{plan.where} changed while it was read: rows {a}..{b} missing."
+                f"{plan.where} changed while it was read: rows {a + 1}..{b} missing."
             )
         import pandas as pd
 
@@ -344,14 +486,14 @@ def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
             if not pd.api.types.is_numeric_dtype(frame[col].dtype):
                 bad = pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()
                 row = int(np.argmax(bad.to_numpy())) if bad.any() else 0
-                raise FairpipeInputError(
-                    NON_NUMERIC_COLUMN.format(
-                        col=col, where=plan.where, row=a + row, value=frame[col].iloc[row]
-                    )
-                )
+                at = row_name(a + row, plan.where, first_line)
+                raise FairpipeInputError(NON_NUMERIC_COLUMN.format(
+                    col=col, where=plan.where, at=at, value=plain(frame[col].iloc[row])
+                ))  # fmt: skip
         X = frame.to_numpy(dtype=np.float64)
         names = list(plan.feature_columns)
-    return check_points(X, where=plan.where, n_features=plan.d, row_offset=a, column_names=names)
+    return check_points(X, where=plan.where, n_features=plan.d, row_offset=a, column_names=names,
+                        first_line=first_line)  # fmt: skip
 
 
 def _read_csv_at(plan: SourcePlan, a: int, b: int):
@@ -362,8 +504,19 @@ def _read_csv_at(plan: SourcePlan, a: int, b: int):
     j = a // OFFSET_STRIDE
     with open(plan.path, "rb") as f:
         f.seek(int(plan.row_offsets[j]))
-        return pd.read_csv(f, header=None, names=plan.columns, usecols=plan.feature_columns,
-                           skiprows=a - j * OFFSET_STRIDE, nrows=b - a)  # fmt: skip
+        try:
+            return pd.read_csv(f, header=None, names=plan.columns, usecols=plan.feature_columns,
+                               skiprows=a - j * OFFSET_STRIDE, nrows=b - a)  # fmt: skip
+        except pd.errors.ParserError as why:  # a quoted file's fields are not counted ahead
+            # pandas counts lines from the offset: its line 1 is data row j * STRIDE.
+            found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(why))
+            if found is None:
+                raise FairpipeInputError(NOT_CSV.format(where=plan.where,
+                                                        why=_first_line(why))) from None  # fmt: skip
+            expected, line, got = map(int, found.groups())
+            raise FairpipeInputError(FIELD_COUNT.format(
+                line=j * OFFSET_STRIDE + CSV_FIRST_LINE - 1 + line, where=plan.where, got=got,
+                n=expected)) from None  # fmt: skip
 
 
 def _gaussian_rows(plan: SourcePlan, a: int, b: int, part: int) -> np.ndarray:

@@ -41,7 +41,13 @@ from fairpipe.neighbors._evaluation import (
     plot_tv,
     tv_to_uniform,
 )
-from fairpipe.neighbors._fair_nn import FairNN, SampleResult, check_sample_options, query_generator
+from fairpipe.neighbors._fair_nn import (
+    FairNN,
+    SampleResult,
+    check_sample_count,
+    check_sample_options,
+    query_generator,
+)
 from fairpipe.neighbors._key_directory import KeyDirectory
 from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, ROW_BLOCK
 from fairpipe.neighbors._rank_sampling import RankState
@@ -75,7 +81,7 @@ __all__ = [
     "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",
     "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",
     "sample_query", "tv_to_uniform", "unique_ints", "width_sample_rows", "build_segments", "bucket_members",
-    "check_sample_options", "query_generator", "decode", "entries", "NotInBucket", "mix", "pack", "pack_runs",
+    "check_sample_count", "check_sample_options", "query_generator", "decode", "entries", "NotInBucket", "mix", "pack", "pack_runs",
     "partition_bits", "patch", "segment_of", "unmix", "SKETCH_EXTRA", "ambiguous",
     "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",
     "sketch_levels",

@@ -31,6 +31,7 @@ from fairpipe.errors import (
     check_one_of,
     check_positive_float,
     check_positive_int,
+    check_seed,
 )
 from fairpipe.neighbors._bucket_index import BucketIndex, remove_rows
 from fairpipe.neighbors._degree_sampling import (
@@ -49,6 +50,12 @@ NEEDS_ROWS = "FairNN.from_arrays needs the rows: the array {name!r} is missing."
 INDEX_ARRAYS = ("bucket_keys", "bucket_starts", "members")
 BAD_ROW = "Query row {row} is out of range: the index holds rows 0..{last}."
 DEAD_ROW = "Query row {row} (id {id}) has been deleted; it cannot be used as a query."
+# Samples one call returns at most (an int64 id each: 800 MB), over all its queries.
+MAX_SAMPLES = 100_000_000
+TOO_MANY_SAMPLES = (
+    "{owner} is asked for {n} samples{detail}; at most 100000000 (an 8-byte id each) can be "
+    "returned by one call."
+)
 
 
 _THREAD = threading.local()
@@ -63,6 +70,8 @@ def check_sample_options(owner, radius, n_samples, sampler, mode, c, failure_pro
     """:meth:`FairNN.sample`'s options, checked (shared with the store's lazy sampler)."""
     radius = check_positive_float(radius, "radius", owner)
     n_samples = check_positive_int(n_samples, "n_samples", owner)
+    if n_samples > MAX_SAMPLES:
+        raise FairpipeInputError(TOO_MANY_SAMPLES.format(owner=owner, n=n_samples, detail=""))
     sampler = check_one_of(sampler, SAMPLERS, "sampler", owner)
     mode = check_one_of(mode, MODES, "mode", owner)
     c = check_positive_float(c, "c", owner)
@@ -84,9 +93,20 @@ def check_sample_options(owner, radius, n_samples, sampler, mode, c, failure_pro
     )
 
 
-def query_generator(seed: int | None) -> np.random.Generator:
+def query_generator(seed: int | None, owner: str = "FairNN.sample") -> np.random.Generator:
     """The generator a sampling call draws from: fresh entropy for ``seed=None``."""
-    return np.random.default_rng() if seed is None else _generator(int(seed))
+    if seed is None:
+        return np.random.default_rng()
+    return _generator(check_seed(seed, "seed", owner))
+
+
+def check_sample_count(owner: str, n_samples: int, n_queries: int) -> None:
+    """Refuse a call whose samples (one id each) cannot be held in memory."""
+    if n_samples * n_queries > MAX_SAMPLES:
+        detail = f" ({n_samples} for each of {n_queries} queries)"
+        raise FairpipeInputError(
+            TOO_MANY_SAMPLES.format(owner=owner, n=n_samples * n_queries, detail=detail)
+        )
 
 
 def _generator(seed: int) -> np.random.Generator:
@@ -285,6 +305,7 @@ class FairNN(LSHParameters):
         if max_outliers is None:
             max_outliers = 3 * self.lsh_.n_tables
         Q, QB = self._resolve_queries(queries, query_rows)
+        check_sample_count("FairNN.sample", n_samples, Q.shape[0])
         rng = query_generator(seed)
         rows = np.empty((Q.shape[0], n_samples), dtype=np.int64)
         rows.fill(-1)

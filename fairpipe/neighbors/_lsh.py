@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairpipe.base import BaseEstimator
-from fairpipe.errors import FairpipeInputError, check_int, check_positive_float, check_positive_int
+from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int, check_seed
 from fairpipe.hashing import splitmix64
 from fairpipe.neighbors import _segments
 from fairpipe.validation import check_points
@@ -51,6 +51,21 @@ HASH_MASK = np.uint64((1 << 48) - 1)
 MAX_TABLES = (1 << 16) - 1
 MULT_LOW, MULT_HIGH = 1 << 26, 1 << 27
 TOO_MANY_TABLES = "The 'n_tables' parameter of E2LSH must be at most {limit}. Got {value}."
+# The projections are a (d, n_tables * n_hashes) float64 matrix: at most 1 GiB of it.
+MAX_PROJECTION_VALUES = 1 << 27
+TOO_LARGE_PROJECTIONS = (
+    "E2LSH with 'n_hashes' = {k} and 'n_tables' = {tables} in {d} dimensions needs {values} "
+    "projection values; at most 134217728 (1 GiB) are supported."
+)
+
+
+def check_projection_size(d: int, n_hashes: int, n_tables: int) -> None:
+    """Refuse hash functions whose projections cannot be held in memory."""
+    if d * n_hashes * n_tables > MAX_PROJECTION_VALUES:
+        raise FairpipeInputError(TOO_LARGE_PROJECTIONS.format(
+            k=n_hashes, tables=n_tables, d=d, values=d * n_hashes * n_tables))  # fmt: skip
+
+
 LSH_ARRAYS = ("projections", "offsets", "multipliers")
 PROJECTIONS = ("exact", "float32")
 BAD_PROJECTION = "The 'projection' parameter of E2LSH must be one of {choices}. Got {value!r}."
@@ -74,7 +89,7 @@ class LSHParameters(BaseEstimator):
         check_positive_int(self.n_hashes, "n_hashes", "E2LSH")
         n_tables = check_positive_int(self.n_tables, "n_tables", "E2LSH")
         check_positive_float(self.bucket_width, "bucket_width", "E2LSH")
-        check_int(self.seed, "seed", "E2LSH")
+        check_seed(self.seed, "seed", "E2LSH")
         if n_tables > MAX_TABLES:
             raise FairpipeInputError(TOO_MANY_TABLES.format(limit=MAX_TABLES, value=n_tables))
         if self.projection not in PROJECTIONS:
@@ -122,6 +137,7 @@ class E2LSH(LSHParameters):
         check_positive_int(d, "d", "E2LSH.fit")
         self._check_params()
         k, n_tables, width = int(self.n_hashes), int(self.n_tables), float(self.bucket_width)
+        check_projection_size(d, k, n_tables)
         rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), 0x15B]))
         a = rng.standard_normal((d, n_tables * k))
         b = rng.uniform(0.0, width, size=n_tables * k)

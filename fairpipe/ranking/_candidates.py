@@ -16,23 +16,23 @@ from pathlib import Path
 
 import numpy as np
 
-from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
+from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int, plain
 from fairpipe.ranking._metrics import ndcg, ranking_metrics
 from fairpipe.ranking._reranking import ALGORITHMS, check_desired, rerank
-from fairpipe.validation import read_json_object
+from fairpipe.validation import read_json_object, row_name, text_row_name
 
 NO_FILE = "The candidates file {path} does not exist."
 EMPTY = "The candidates file {path} holds no rows."
 BAD_FORMAT = "The candidates file {path} must be .csv, .csv.gz or .parquet."
 MISSING_COLUMN = "Column {col!r} ({option}) is not in {path}; its columns are {columns}."
-NAN_SCORE = "Row {row} of {path} has no number in the score column {col!r} (list {list!r})."
-NAN_GROUP = "Row {row} of {path} has no value in the group column {col!r}."
+NAN_SCORE = "{At} has no number in the score column {col!r} (list {list})."
+NAN_GROUP = "{At} has no value in the group column {col!r}."
 GROUP_NOT_DESIRED = (
-    "Row {row} of {path} (list {list!r}) has group {group!r}, which the desired distribution "
+    "{At} (list {list}) has group {group}, which the desired distribution "
     "{desired} does not cover (it covers {known})."
 )
 DESIRED_NOT_IN_DATA = (
-    "The desired distribution {desired} names group {group!r}, which no row of {path} has "
+    "The desired distribution {desired} names group {group}, which no row of {path} has "
     "(its groups are {known})."
 )
 BAD_DESIRED = (
@@ -40,7 +40,7 @@ BAD_DESIRED = (
     "share; {problem}."
 )
 BAD_SMOOTHING = (
-    "The 'smoothing' parameter of rerank must be a non-negative number. Got {value!r} instead."
+    "The 'smoothing' parameter of rerank must be a non-negative number. Got {value} instead."
 )
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
 
@@ -78,7 +78,11 @@ def load_desired_file(path: str) -> dict[str, float]:
             raise FairpipeInputError(
                 BAD_DESIRED.format(path=path, problem=f"group {name!r} has {share!r}")
             )
-        if not share >= 0:
+        if not math.isfinite(share):  # JSON's NaN and Infinity, which Python reads
+            raise FairpipeInputError(BAD_DESIRED.format(
+                path=path, problem=f"group {name!r} has the share {share}, not a number >= 0"
+            ))  # fmt: skip
+        if share < 0:
             raise FairpipeInputError(
                 BAD_DESIRED.format(
                     path=path, problem=f"group {name!r} has the negative share {share!r}"
@@ -110,7 +114,15 @@ def check_rerank_options(algorithm: str, k, smoothing) -> None:
     check_positive_int(k, "k", "rerank")
     if not (isinstance(smoothing, (int, float)) and not isinstance(smoothing, bool)
             and smoothing >= 0):  # fmt: skip
-        raise FairpipeInputError(BAD_SMOOTHING.format(value=smoothing))
+        raise FairpipeInputError(BAD_SMOOTHING.format(value=plain(smoothing)))
+
+
+def _row_of(path: str, row: int) -> str:
+    """The 0-based data row ``row`` of the table ``path`` as a message's subject: its line in a
+    CSV ("Line 7 of c.csv"), its row counted from 1 in Parquet ("Row 6 of c.parquet")."""
+    csv = str(path).lower().endswith((".csv", ".csv.gz"))
+    at = text_row_name(path, row) if csv else row_name(row, Path(path).name)
+    return at[:1].upper() + at[1:]
 
 
 def read_candidates(path: str, desired: str = "population", list_column: str = "list",
@@ -133,7 +145,7 @@ def read_candidates(path: str, desired: str = "population", list_column: str = "
     missing = groups.isna().to_numpy()
     if missing.any():
         raise FairpipeInputError(
-            NAN_GROUP.format(row=int(np.argmax(missing)), path=path, col=group_column)
+            NAN_GROUP.format(At=_row_of(path, int(np.argmax(missing))), col=group_column)
         )
     groups = groups.astype(str)
     scores = pd.to_numeric(frame[score_column], errors="coerce").to_numpy(dtype=np.float64)
@@ -141,7 +153,9 @@ def read_candidates(path: str, desired: str = "population", list_column: str = "
     if bad.size:
         r = int(bad[0])
         raise FairpipeInputError(
-            NAN_SCORE.format(row=r, path=path, col=score_column, list=frame[list_column][r])
+            NAN_SCORE.format(
+                At=_row_of(path, r), col=score_column, list=plain(frame[list_column][r])
+            )  # fmt: skip
         )
     present = sorted(groups.unique().tolist())
     if shares is None:
@@ -152,13 +166,13 @@ def read_candidates(path: str, desired: str = "population", list_column: str = "
         if unknown.any():
             r = int(np.argmax(unknown))
             raise FairpipeInputError(
-                GROUP_NOT_DESIRED.format(row=r, path=path, list=frame[list_column][r],
-                                         group=groups[r], desired=desired, known=names)
+                GROUP_NOT_DESIRED.format(At=_row_of(path, r), list=plain(frame[list_column][r]),
+                                         group=plain(groups[r]), desired=desired, known=names)
             )  # fmt: skip
         for name in names:
             if name not in present:
                 raise FairpipeInputError(
-                    DESIRED_NOT_IN_DATA.format(desired=desired, group=name, path=path,
+                    DESIRED_NOT_IN_DATA.format(desired=desired, group=plain(name), path=path,
                                                known=present)
                 )  # fmt: skip
     codes = groups.map({n: i for i, n in enumerate(names)}).to_numpy(dtype=np.int64)

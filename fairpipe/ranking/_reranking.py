@@ -59,6 +59,7 @@ UNKNOWN_GROUP = (
     "cover (it has {n} groups, numbered 0 to {last})."
 )
 BAD_P_NEGATIVE = "The desired distribution{where} has a negative share {value} for group {group}."
+BAD_P_NAN = "The desired distribution{where} has the share {value} for group {group}; shares are numbers >= 0."
 BAD_P_SUM = "The desired distribution{where} sums to {total}, not 1."
 SHAPES = "{what} must have shape {expected}. Got {got}."
 
@@ -241,11 +242,13 @@ def check_desired(p, n_lists: int, n_groups: int | None = None) -> np.ndarray:
             SHAPES.format(what="The desired distribution", expected="(groups,) or (lists, groups)",
                           got=p.shape)
         )  # fmt: skip
-    bad = np.argwhere(~(p >= 0))  # negative or NaN
+    bad = np.argwhere(~((p >= 0) & np.isfinite(p)))  # negative, NaN or infinite
     if bad.size:
         i, a = bad[0]
         where = "" if p.shape[0] == 1 else f" of list {int(i)}"
-        raise FairpipeInputError(BAD_P_NEGATIVE.format(where=where, value=p[i, a], group=int(a)))
+        value = float(p[i, a])
+        template = BAD_P_NEGATIVE if value < 0 and math.isfinite(value) else BAD_P_NAN
+        raise FairpipeInputError(template.format(where=where, value=value, group=int(a)))
     total = p.sum(axis=1)
     off = np.flatnonzero(np.abs(total - 1.0) > 1e-6)
     if off.size:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 
-from fairpipe.errors import FairpipeInputError, check_positive_int
+from fairpipe.errors import FairpipeInputError, check_positive_int, plain
 from fairpipe.validation import read_json_object
 
 NO_BOUNDS = "No fairness bounds: give --lower and --upper (fractions of k) or --bounds FILE.json."
 BOTH_BOUNDS = "Give either --lower/--upper or --bounds FILE.json, not both."
-BAD_FRACTION = "--{which} must be a fraction of k between 0 and 1. Got {value!r} instead."
+BAD_FRACTION = "--{which} must be a fraction of k between 0 and 1. Got {value} instead."
 NO_BOUNDS_FILE = "The bounds file {path} does not exist."
 BAD_BOUNDS_FILE = (
     "The bounds file {path} must hold a JSON object mapping each group name to [lower, upper] or "
@@ -55,7 +55,7 @@ def bounds_from_fractions(k: int, n_groups: int, lower: float | None, upper: flo
     for which, value in (("lower", lower), ("upper", upper)):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
         if not ok:
-            raise FairpipeInputError(BAD_FRACTION.format(which=which, value=value))
+            raise FairpipeInputError(BAD_FRACTION.format(which=which, value=plain(value)))
     lo = math.floor(lower * k + TOL)
     up = math.ceil(upper * k - TOL)
     return [lo] * n_groups, [up] * n_groups

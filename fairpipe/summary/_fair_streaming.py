@@ -40,6 +40,7 @@ from fairpipe.errors import (
     FairpipeInputError,
     check_positive_float,
     check_positive_int,
+    plain,
 )
 from fairpipe.parallel import compiled
 from fairpipe.summary._utilities import (
@@ -55,7 +56,7 @@ from fairpipe.summary._utilities import (
 from fairpipe.validation import check_points
 
 NEGATIVE_BOUND = (
-    "The {which} bound of group {name} must be a non-negative integer. Got {value!r} instead."
+    "The {which} bound of group {name} must be a non-negative integer. Got {value} instead."
 )
 LOWER_ABOVE_UPPER = (
     "Group {name} has lower bound {lower} above its upper bound {upper}; no summary can meet both."
@@ -110,7 +111,9 @@ def check_bounds(k, lower, upper, counts=None, names=None) -> tuple[np.ndarray, 
     for which, values in (("lower", lower_l), ("upper", upper_l)):
         for name, value in zip(names, values):
             if isinstance(value, (bool, np.bool_)) or not float(value).is_integer() or value < 0:
-                raise FairpipeInputError(NEGATIVE_BOUND.format(which=which, name=name, value=value))
+                raise FairpipeInputError(
+                    NEGATIVE_BOUND.format(which=which, name=name, value=plain(value))
+                )
         out.append(np.array([int(v) for v in values], dtype=np.int64))
     lo, up = out
     for name, a, b in zip(names, lo, up):
@@ -140,13 +143,17 @@ def check_groups(groups, n: int, n_groups: int, where: str) -> np.ndarray:
         bad = np.flatnonzero(~np.isfinite(c.astype(float)) | (c != np.round(c)))
         if bad.size:
             raise FairpipeInputError(
-                BAD_GROUP.format(row=int(bad[0]), where=where, value=c[bad[0]], last=n_groups - 1)
+                BAD_GROUP.format(
+                    row=int(bad[0]) + 1, where=where, value=plain(c[bad[0]]), last=n_groups - 1
+                )  # fmt: skip
             )
     c = c.astype(np.int64)
     bad = np.flatnonzero((c < 0) | (c >= n_groups))
     if bad.size:
         raise FairpipeInputError(
-            BAD_GROUP.format(row=int(bad[0]), where=where, value=int(c[bad[0]]), last=n_groups - 1)
+            BAD_GROUP.format(
+                row=int(bad[0]) + 1, where=where, value=int(c[bad[0]]), last=n_groups - 1
+            )  # fmt: skip
         )
     return c
 

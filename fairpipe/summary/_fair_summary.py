@@ -45,10 +45,11 @@ from fairpipe.base import BaseEstimator, DeletionReport, rows_from_arrays
 from fairpipe.errors import (
     K_TOO_LARGE,
     FairpipeInputError,
-    check_int,
+    check_int_range,
     check_one_of,
     check_positive_float,
     check_positive_int,
+    check_seed,
 )
 from fairpipe.hashing import stable_hash
 from fairpipe.parallel import thread_pool
@@ -58,6 +59,7 @@ from fairpipe.tree import check_tree, children, leaf_of, nodes_per_level, walk_u
 from fairpipe.validation import check_points_and_ids
 
 RULES = ("swap", "ck")
+MAX_EVAL_SIZE = 1 << 16
 STREAM_SALT, EVAL_SALT = 0x5C, 0xE5
 _ROWS_PER_THREAD = 20_000  # below this, one thread solves all the leaves asked for
 NEEDS_ROWS = "FairSummary.from_arrays needs the rows: the array {name!r} is missing."
@@ -81,7 +83,8 @@ class SummaryParams:
         check_positive_int(self.k, "k", owner)
         check_one_of(self.utility, UTILITIES, "utility", owner)
         check_one_of(self.rule, RULES, "rule", owner)
-        check_positive_int(self.eval_size, "eval_size", owner)
+        # Each node keeps eval_size points (padded arrays of leaves x eval_size): bounded.
+        check_int_range(self.eval_size, "eval_size", owner, 1, MAX_EVAL_SIZE)
         check_positive_float(self.factor, "factor", owner)
         if self.gamma is not None:
             check_positive_float(self.gamma, "gamma", owner)
@@ -339,7 +342,7 @@ class FairSummary(BaseEstimator):
 
     def _check_params(self) -> tuple[SummaryParams, int]:
         """The node parameters and the number of leaves, validated."""
-        check_int(self.seed, "seed", "FairSummary")
+        check_seed(self.seed, "seed", "FairSummary")
         lo, up = check_bounds(self.k, self.lower, self.upper)
         params = SummaryParams(
             k=int(self.k), lower=tuple(int(v) for v in lo), upper=tuple(int(v) for v in up),

@@ -50,7 +50,17 @@ from rich.text import Text
 
 from fairpipe.errors import FairpipeInputError
 from flows._server import launch_early, stop_early
-from flows.cli._options import AsJson, DaskAddress, LockTimeout, Verbose, Workers
+from flows.cli._options import (
+    AsJson,
+    DaskAddress,
+    LockTimeout,
+    Verbose,
+    Workers,
+    check_lock_timeout,
+    check_store,
+    check_workers,
+    owner_of,
+)
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 CORRUPT_STORE = 4
@@ -188,7 +198,8 @@ WRITES_STORES = ("dask_address", "workers", "lock_timeout", "as_json")
 def command(parameter_flags: Mapping[str, str] | None = None, *,
             shared: tuple[str, ...] = ("as_json",),
             render: Callable[[dict], None] | None = None,
-            read_only: bool = False) -> Callable[[F], F]:  # fmt: skip
+            read_only: bool = False,
+            check: Callable[..., None] | None = None) -> Callable[[F], F]:  # fmt: skip
     """A command: run under the one exception handler (see the module's docstring), with the
     ``shared`` options (and ``--verbose``) added after its own and given to it as
     ``shared: Shared``; the dict it returns is printed as one JSON object (``--json``) or by
@@ -199,6 +210,9 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
 
     ``parameter_flags`` maps a library parameter that a bad-input message may name (``'fanout'``)
     to the flag of this command that sets it (``--tree-width``); the message then names the flag.
+
+    ``check`` is called with the command's own options before anything starts (the early Prefect
+    server, a cluster, a flow), as the shared options are checked (:func:`check_shared`).
     """
     flags = dict(parameter_flags or {})
     shared = (*shared, "verbose")
@@ -220,9 +234,12 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
                 loud_libraries()
             try:
                 with errors_reported(fn.__name__, flags, dict(kwargs)):
+                    options = Shared(**{name: kwargs.pop(name) for name in shared})
+                    check_shared(options, fn.__name__, kwargs)
+                    if check is not None:
+                        check(**kwargs)
                     if "dask_address" in shared:  # runs a flow: its Prefect server starts now,
                         launch_early()  # while the command imports its flow (about 2 s each)
-                    options = Shared(**{name: kwargs.pop(name) for name in shared})
                     result = fn(**kwargs, shared=options)
                     if render is not None:
                         emit(result, options.as_json, render)
@@ -236,6 +253,15 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
         return cast(F, run)
 
     return decorate
+
+
+def check_shared(options: Shared, name: str, own: Mapping[str, Any]) -> None:
+    """The shared options' values, and a ``--store`` given, checked before anything starts."""
+    owner = owner_of(name)
+    check_workers(options.workers, owner)
+    check_lock_timeout(options.lock_timeout, owner)
+    if isinstance(own.get("store"), str):
+        check_store(own["store"], owner)
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from flows.cli._options import Seed
+from flows.cli._options import Seed, check_options
 from flows.cli._runner import RUNS_FLOWS, Shared, command, result_console
 
 # The search functions' parameters, as their error messages name them.
@@ -51,7 +51,15 @@ def _render(r: dict) -> None:
         out.print(f"samples, model, metrics and plot in {r['out']}", markup=False)
 
 
-@command(PARAMETER_FLAGS, shared=RUNS_FLOWS, render=_render)
+def _check(**o) -> None:
+    check_options(
+        "fairpipe audit", seeds=("positive", o["seeds"]), local=("positive", o["local"]),
+        max_iter=("positive", o["max_iter"]), repeats=("positive", o["repeats"]),
+        train_iter=("positive", o["train_iter"]), seed=("seed", o["seed"]),
+    )  # fmt: skip
+
+
+@command(PARAMETER_FLAGS, shared=RUNS_FLOWS, render=_render, check=_check)
 def audit(
     protected: Annotated[
         list[str],

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from fairpipe.errors import check_int_range
 from flows.cli._options import Store
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
@@ -31,7 +32,13 @@ def _render(r: dict) -> None:
                   f"{e['chunks_deleted']} chunks deleted", markup=False)  # fmt: skip
 
 
-@command({"batch_size": "--batch-size"}, shared=WRITES_STORES, render=_render)
+def _check(**o) -> None:
+    from storage.queue import MAX_REQUEST_IDS  # what one request (a part) may hold
+
+    check_int_range(o["batch_size"], "--batch-size", "fairpipe backfill", 1, MAX_REQUEST_IDS)
+
+
+@command({"batch_size": "--batch-size"}, shared=WRITES_STORES, render=_render, check=_check)
 def backfill(
     store: Store,
     ids_file: Annotated[
@@ -52,11 +59,10 @@ def backfill(
 ) -> dict:
     """Forget a large backlog of ids in batches; rerun with the same file to resume."""
     from fairpipe.datasets import read_ids
-    from flows.backfill import BackfillOptions, check_batch_size, run_backfill
+    from flows.backfill import BackfillOptions, run_backfill
     from storage.store import FairpipeStore
 
     # Bad input before a cluster starts (the flow checks again: deployments call it directly).
-    check_batch_size(batch_size)
     FairpipeStore.open(store).require_data()
     read_ids(path=ids_file)
     options = BackfillOptions(batch_size=batch_size, reason=reason,

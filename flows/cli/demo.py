@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli._options import Seed
+from fairpipe.errors import check_int_range
+from flows.cli._options import Seed, check_options
 from flows.cli._runner import (
     Shared,
     command,
@@ -36,7 +37,16 @@ def _render(r: dict) -> None:
     print(f"plot: {r['plot']}\nstore: {r['store']}\ntotal {r['seconds']:.1f} s")
 
 
-@command(PARAMETER_FLAGS, render=_render)
+# Queries of the TV report at most: the digits' other points are the ones it forgets.
+MAX_QUERIES = 1000
+
+
+def _check(**o) -> None:
+    check_options("fairpipe demo", seed=("seed", o["seed"]))
+    check_int_range(o["queries"], "--queries", "fairpipe demo", 1, MAX_QUERIES)
+
+
+@command(PARAMETER_FLAGS, render=_render, check=_check)
 def demo(
     store: Annotated[
         str | None,

@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from flows.cli._options import Seed, Store
+from fairpipe.errors import check_int_range, check_open_unit
+from fairpipe.tree import check_tree
+from flows.cli._options import Seed, Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 # DCKMeans' and QKMeans' parameters, as their error messages name them.
@@ -34,7 +36,22 @@ def _render(r: dict) -> None:
     out.print("cluster masses: " + " ".join(f"{m:.0f}" for m in r["masses"]))
 
 
-@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render)
+def _check(**o) -> None:
+    check_options(
+        "fairpipe fit", k=("positive", o["k"]), tree_width=("fanout", o["tree_width"]),
+        tree_height=("positive", o["tree_height"]), iterations=("positive", o["iterations"]),
+        n_init=("positive", o["n_init"]), epsilon=("positive_float", o["epsilon"]),
+        seed=("seed", o["seed"]),
+    )  # fmt: skip
+    check_open_unit(o["gamma"], "--gamma", "fairpipe fit")
+    from fairpipe.cluster._batched_kmeans import MAX_N_INIT
+
+    if o["n_init"] is not None:
+        check_int_range(o["n_init"], "--n-init", "fairpipe fit", 1, MAX_N_INIT)
+    check_tree(o["tree_width"], o["tree_height"], "fairpipe fit", needs_root_above_leaves=True)
+
+
+@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)
 def fit(
     store: Store,
     k: Annotated[int, typer.Option("--k", help="Number of clusters.", show_default=False)],

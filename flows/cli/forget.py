@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Ids, IdsFile, Store
+from flows.cli._options import Ids, IdsFile, Store, check_ids_given, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
@@ -51,7 +51,12 @@ def _render(r: dict) -> None:
         )
 
 
-@command(shared=WRITES_STORES, render=_render)
+def _check(**o) -> None:
+    check_options("fairpipe forget", max_batch=("positive", o["max_batch"]))
+    check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=False)
+
+
+@command(shared=WRITES_STORES, render=_render, check=_check)
 def forget(
     store: Store,
     ids: Ids = None,

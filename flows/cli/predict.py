@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flows.cli._options import QueryFile, QueryRow, Store, read_query_file
+from flows.cli._options import QueryFile, QueryRow, Store, check_options, read_query_file
 from flows.cli._runner import Shared, command
 
 
@@ -11,7 +11,11 @@ def _render(r: dict) -> None:
         print(f"cluster {cluster}  distance {distance:.4g}")
 
 
-@command(render=_render, read_only=True)
+def _check(**o) -> None:
+    check_options("fairpipe predict", query_row=("count", o["query_row"]))
+
+
+@command(render=_render, read_only=True, check=_check)
 def predict(
     store: Store,
     query_row: QueryRow = None,

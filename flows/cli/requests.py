@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Ids, IdsFile, Store
+from flows.cli._options import Ids, IdsFile, Store, check_ids_given
 from flows.cli._runner import Shared, command, result_console
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
@@ -23,7 +23,11 @@ def _render_request(r: dict) -> None:
     )
 
 
-@command(render=_render_request)
+def _check_request(**o) -> None:
+    check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=True)
+
+
+@command(render=_render_request, check=_check_request)
 def request_deletion(
     store: Store,
     ids: Ids = None,
@@ -153,7 +157,13 @@ def _render_configure(r: dict) -> None:
     )
 
 
-@command(shared=("lock_timeout", "as_json"), render=_render_configure)
+def _check_configure(**o) -> None:
+    from storage.erasure import parse_retention
+
+    parse_retention(o["erasure_retention"])
+
+
+@command(shared=("lock_timeout", "as_json"), render=_render_configure, check=_check_configure)
 def configure(
     store: Store,
     erasure_retention: Annotated[

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from flows.cli._options import check_options
 from flows.cli._runner import RUNS_FLOWS, Shared, command, result_console
 
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
@@ -32,7 +33,16 @@ def _render(r: dict) -> None:
     out.print(f"{r['timings']['total']:.2f} s")
 
 
-@command(shared=RUNS_FLOWS, render=_render)
+def _check(**o) -> None:
+    check_options("fairpipe rerank", k=("positive", o["k"]),
+                  smoothing=("non_negative_float", o["smoothing"]))  # fmt: skip
+    if o["desired"] != "population":  # a small JSON file: read before anything starts
+        from fairpipe.ranking._candidates import load_desired_file
+
+        load_desired_file(o["desired"])
+
+
+@command(shared=RUNS_FLOWS, render=_render, check=_check)
 def rerank(
     candidates: Annotated[
         str,

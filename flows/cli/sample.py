@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from fairpipe.errors import FairpipeInputError
-from flows.cli._options import QueryFile, QueryRow, Seed, Store, read_query_file
+from fairpipe.errors import FairpipeInputError, check_int_range
+from fairpipe.validation import check_ids
+from flows.cli._options import QueryFile, QueryRow, Seed, Store, check_options, read_query_file
 from flows.cli._runner import Shared, command, result_console
 
 ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
@@ -26,7 +27,20 @@ def _render(r: dict) -> None:
         print(" ".join(map(str, q["ids"])))
 
 
-@command(PARAMETER_FLAGS, render=_render, read_only=True)
+def _check(**o) -> None:
+    from fairpipe.neighbors._fair_nn import MAX_SAMPLES
+
+    check_int_range(o["samples"], "--samples", "fairpipe sample", 1, MAX_SAMPLES)
+    if o["query_id"] is not None:
+        check_ids([o["query_id"]], "--query-id", lambda i: "given to --query-id")
+    check_options(
+        "fairpipe sample", query_row=("count", o["query_row"]),
+        radius=("positive_float", o["radius"]), c=("positive_float", o["c"]),
+        seed=("seed", o["seed"]),
+    )  # fmt: skip
+
+
+@command(PARAMETER_FLAGS, render=_render, read_only=True, check=_check)
 def sample(
     store: Store,
     query_id: Annotated[

@@ -7,7 +7,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli._options import Seed, Store
+from fairpipe.errors import check_int_range
+from fairpipe.tree import check_tree
+from flows.cli._options import Seed, Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 # FairSummary's parameters, as its error messages name them.
@@ -30,7 +32,17 @@ def _render(r: dict) -> None:
     out.print("ids: " + " ".join(map(str, r["ids"])))
 
 
-@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render)
+def _check(**o) -> None:
+    check_options(
+        "fairpipe summarize", k=("positive", o["k"]), eval_size=("positive", o["eval_size"]),
+        tree_width=("fanout", o["tree_width"]), tree_height=("count", o["tree_height"]),
+        seed=("seed", o["seed"]), lower=("fraction", o["lower"]), upper=("fraction", o["upper"]),
+    )  # fmt: skip
+    check_tree(o["tree_width"], o["tree_height"], "fairpipe summarize")
+    check_int_range(o["eval_size"], "--eval-size", "fairpipe summarize", 1, 1 << 16)
+
+
+@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)
 def summarize(
     store: Store,
     k: Annotated[

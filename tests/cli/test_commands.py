@@ -74,7 +74,7 @@ def test_sample_with_a_query_file(digits_store, tmp_path):
         (["--query-row", 5000], "5000"),
         (["--query-id", 1, "--radius", 0], "radius"),
         (["--query-id", 1, "--radius", -2], "radius"),
-        (["--query-id", 1, "--samples", 0], "n_samples"),
+        (["--query-id", 1, "--samples", 0], "--samples"),
         (["--query-id", 1, "--method", "fastest"], "method"),
         (["--query-id", 1, "--mode", "near"], "mode"),
         ([], "exactly one of --query-id, --query-row or --query-file"),
@@ -102,7 +102,7 @@ def test_non_positive_lsh_parameters_write_nothing(prefect_server, tmp_path, opt
     store = tmp_path / "s"
     out = invoke("ingest", "digits", "--store", store, option, value)
     assert out.exit_code == 2
-    assert f"'{name}'" in out.output and "positive" in out.output
+    assert f"The {option} option of fairpipe ingest must be a positive" in out.output
     assert not store.exists() or not any(store.iterdir())
 
 

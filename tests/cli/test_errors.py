@@ -135,7 +135,10 @@ def test_bad_input_of_the_command_itself(cache_home, tmp_path):
     assert out.exit_code == 2 and "is not a .npy array" in out.stderr
     assert len(out.stderr.splitlines()) == 1
     markup = invoke("forget", "--store", tmp_path / "s", "--ids", "1,[bold]x")
-    assert markup.stderr == "error: Id '[bold]x' in --ids is not an integer.\n"  # not rich markup
+    assert markup.stderr == (  # not rich markup
+        "error: Id '[bold]x' in --ids is not an integer; ids are integers from 0 to "
+        "9223372036854775807.\n"
+    )
 
 
 def test_usage_errors_keep_typers_exit_2(cache_home):

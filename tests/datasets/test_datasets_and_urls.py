@@ -95,7 +95,7 @@ def test_a_non_finite_csv_value_names_row_and_column(tmp_path):
     (tmp_path / "t.csv").write_text("id,a,b,g\n1,0.5,1.0,x\n2,0.25,inf,y\n")
     plan = plan_source(str(tmp_path / "t.csv"), id_column="id", group_column="g")
     with pytest.raises(
-        FairpipeInputError, match=r"Row 1 of t.csv holds an inf value in column 1 \('b'\)"
+        FairpipeInputError, match=r"Line 3 of t.csv holds an inf value in column 'b'"
     ):
         read_source_rows(plan, 0, 2)
 
@@ -120,10 +120,13 @@ def test_ids_files_that_are_not_ids_are_named(tmp_path):
     with pytest.raises(FairpipeInputError, match="Groups file .*none.npy is not a .npy array"):
         plan_source(str(tmp_path / "points.npy"), groups_file=str(tmp_path / "none.npy"))
     np.save(tmp_path / "floats.npy", np.array([1.5, 2.0]))
-    with pytest.raises(FairpipeInputError, match="Id 1.5 in .*floats.npy is not an integer"):
+    with pytest.raises(FairpipeInputError, match="Id 1.5 in row 1 of floats.npy is not an integer"):
         read_ids(path=str(tmp_path / "floats.npy"))
-    np.save(tmp_path / "ok.npy", np.array([[4, 5], [6, 7]]))
-    assert read_ids(path=str(tmp_path / "ok.npy")).tolist() == [4, 5, 6, 7]
+    np.save(tmp_path / "square.npy", np.array([[4, 5], [6, 7]]))
+    with pytest.raises(FairpipeInputError, match=r"square.npy must be a list .*shape \(2, 2\)"):
+        read_ids(path=str(tmp_path / "square.npy"))
+    np.save(tmp_path / "ok.npy", np.array([4.0, 5.0]))  # integral floats: the ids 4 and 5
+    assert read_ids(path=str(tmp_path / "ok.npy")).tolist() == [4, 5]
 
 
 def test_group_codes_without_pandas_equal_pandas_codes():
@@ -174,11 +177,11 @@ def test_a_width_sample_reads_only_its_rows_and_equals_the_full_read(tmp_path, m
             m.setattr(sources, "_sample_rows", lambda *a: None)
             want = read_source_sample(plan, rows, step=100)
         assert got.dtype == np.float32 and np.array_equal(got, want), name
-    bad = 1 + int(rows[7])  # its line (after the header)
+    bad = 1 + int(rows[7])  # its line (after the header), counted from 0
     lines[bad] = "nan," + lines[bad].split(",", 1)[1]
     (tmp_path / "t.csv").write_bytes(("\r\n".join(lines) + "\r\n").encode())
     plan = plan_source(str(tmp_path / "t.csv"), id_column="id", group_column="g")
-    with pytest.raises(FairpipeInputError, match=f"Row {int(rows[7])} of t.csv holds a NaN"):
+    with pytest.raises(FairpipeInputError, match=f"Line {bad + 1} of t.csv holds a NaN"):
         read_source_sample(plan, rows)
 
 

@@ -120,7 +120,7 @@ def test_failed_ingest_leaves_the_store_as_it_was_and_a_rerun_finishes(prefect_s
     np.save(tmp_path / "bad.npy", more)
     with pytest.raises(Exception) as info:
         run_ingest(str(tmp_path / "bad.npy"), str(store), opts)
-    assert "Row 650 of bad.npy holds a NaN value in column 2" in str(info.value)
+    assert "Row 651 of bad.npy holds a NaN value in column 3" in str(info.value)
     after, attrs_after = snapshot(store)
     assert attrs_after == attrs_before and open_store(str(store)).history() == history_before
     for name in ARRAYS:
@@ -264,3 +264,22 @@ def test_kept_group_counts_are_not_used_once_another_version_wrote():
     assert counts_of({**attrs, "n": 21}) is None  # forgot one, appended one
     assert counts_of({**attrs, "live_per_group": [10, 10]}) is None
     assert counts_of({"n": 20, "n_alive": 20}) is None
+
+
+def test_a_chunk_job_returns_bad_input_rather_than_raising_it_on_the_worker(tmp_path):
+    """A worker logs an error a job raises, with its traceback, on the user's terminal: a chunk
+    job returns its bad input instead, and the flow raises the first job's (jobs go in row order)."""
+    from fairpipe.datasets import chunk_plan, plan_source
+    from fairpipe.errors import FairpipeInputError
+    from flows.jobs import BadInput, ingest_chunk, raise_bad_input
+
+    X = np.ones((10, 3))
+    X[3, 1] = X[8, 0] = np.nan
+    np.save(tmp_path / "x.npy", X)
+    plan = plan_source(str(tmp_path / "x.npy"))
+    results = [ingest_chunk(None, chunk_plan(plan, a, b), None, a, b, 0, None, [])
+               for a, b in ((5, 10), (0, 5))]  # fmt: skip
+    assert [r[0] for r in results] == [None, None]
+    assert all(isinstance(r[1], BadInput) for r in results)
+    with pytest.raises(FairpipeInputError, match="^Row 9 of x.npy holds a NaN value in column 1"):
+        raise_bad_input(results)

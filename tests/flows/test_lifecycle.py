@@ -285,7 +285,7 @@ def test_a_store_with_float32_keys_forgets_a_row_its_recomputed_key_misses(
 def test_negative_ids_are_refused_at_ingest(prefect_server, tmp_path):
     X, ids, labels = pool(50)
     ids[7] = -3
-    with pytest.raises(FairpipeInputError, match="Id -3 \\(row 7\\) of .* is negative"):
+    with pytest.raises(FairpipeInputError, match="Id -3 in row 8 of .* is negative"):
         ingest(tmp_path, tmp_path / "neg", "n", X, ids, labels, **LSH)
     assert not (tmp_path / "neg").exists()
 

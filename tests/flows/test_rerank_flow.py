@@ -94,7 +94,7 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
         ("c.csv", dict(desired=str(files["neg"])), "group 'm' has the negative share -0.2"),
         ("c.csv", dict(desired=str(files["few"])), "has group 'm', which the desired distribution"),
         ("c.csv", dict(desired=str(files["extra"])), "names group 'x', which no row"),
-        ("nan.csv", dict(desired=str(good)), "Row 4 of .* has no number in the score column 'relevance'"),
+        ("nan.csv", dict(desired=str(good)), "Line 6 of nan.csv has no number in the score column 'relevance'"),
         ("empty.csv", dict(desired=str(good)), "holds no rows"),
         ("c.csv", dict(desired=str(good), group_column="gender"), "Column 'gender' \\(--group-column\\) is not in"),
         ("c.csv", dict(desired=str(good), k=0), "'k' parameter of rerank"),

@@ -219,7 +219,7 @@ def test_hash_rejects_wrong_dimension_and_nan():
     bad = np.zeros((3, 3))
     bad[2, 1] = np.inf
     with pytest.raises(
-        FairpipeInputError, match="Row 2 of E2LSH.hash holds an inf value in column 1"
+        FairpipeInputError, match="Row 3 of E2LSH.hash holds an inf value in column 2"
     ):
         lsh.hash(bad)
 

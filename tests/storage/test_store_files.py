@@ -192,3 +192,11 @@ def test_a_first_ingest_that_fails_after_making_the_store_leaves_nothing(
         run_ingest(str(tmp_path / "x.npy"), str(tmp_path / "a" / "b" / "c"),
                    IngestOptions(lsh_k=3, lsh_tables=4), n_workers=1, processes=False)  # fmt: skip
     assert sorted(os.listdir(tmp_path)) == ["x.npy"]
+
+
+def test_a_folder_holding_only_a_lock_note_becomes_a_store(tmp_path):
+    """A holder note left where no repository was made (a store removed by hand) is stale."""
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / ".fairpipe.lock").write_text('{"pid": 1}')
+    store = FairpipeStore.open(str(tmp_path / "s"), create=True)
+    assert store.attrs()["fairpipe_format"] and store.is_empty()

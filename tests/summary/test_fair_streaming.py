@@ -190,17 +190,17 @@ def test_bad_rows_and_groups_are_named():
     bad = X.copy()
     bad[5, 1] = np.nan
     with pytest.raises(
-        FairpipeInputError, match="Row 5 of fair_stream holds a NaN value in column 1"
+        FairpipeInputError, match="Row 6 of fair_stream holds a NaN value in column 2"
     ):
         fair_stream(bad, groups, [1, 1], [4, 4], 4)
-    with pytest.raises(FairpipeInputError, match="Row 2 of fair_stream has group -1"):
+    with pytest.raises(FairpipeInputError, match="Row 3 of fair_stream has group -1"):
         fair_stream(X, np.array([0, 0, -1, 0, 0, 1, 1, 1]), [1, 1], [4, 4], 4)
     with pytest.raises(
         FairpipeInputError,
-        match="Row 0 of fair_stream has group 3; groups must be integers from 0 to 2",
+        match="Row 1 of fair_stream has group 3; groups must be integers from 0 to 2",
     ):
         fair_stream(X, np.array([3, 0, 0, 0, 0, 1, 1, 1]), [0, 0, 0], [4, 4, 4], 5)
-    with pytest.raises(FairpipeInputError, match="Row 1 of fair_stream has group 0.5"):
+    with pytest.raises(FairpipeInputError, match="Row 2 of fair_stream has group 0.5"):
         fair_stream(X, np.array([0, 0.5, 0, 0, 0, 1, 1, 1]), [1, 1], [4, 4], 4)
     with pytest.raises(FairpipeInputError, match="got 3 groups for 8 elements"):
         fair_stream(X, np.array([0, 1, 1]), [1, 1], [4, 4], 4)
