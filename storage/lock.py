@@ -111,7 +111,11 @@ class WriterLock:
             os.close(fd)  # locked what its maker removed meanwhile: lock the path again
         self._fd = fd
         if self._note:
-            self.note_holder()
+            try:
+                self.note_holder()
+            except BaseException:  # a read-only or full filesystem: no writer can work there
+                self.__exit__()
+                raise
         return self
 
     def note_holder(self) -> None:

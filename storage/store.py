@@ -895,14 +895,14 @@ class FairpipeStore:
                 before = list_objects(url, spec)
             if taken or icechunk.Repository.exists(storage):
                 raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
-            repo = icechunk.Repository.create(storage)
-            if local is not None:
-                lock.note_holder()
-            store = cls(url, repo, spec)
-            store._lock = lock
+            store = cls(url, None, spec)
             try:
+                store.repo = icechunk.Repository.create(storage)
+                if local is not None:
+                    lock.note_holder()
+                store._lock = lock
                 # Mark the repository as ours at once, so an empty store reopens as one.
-                session = repo.writable_session("main")
+                session = store.repo.writable_session("main")
                 open_group(session, mode="a").attrs["fairpipe_format"] = FORMAT
                 session.commit("create fairpipe store")
                 yield store
