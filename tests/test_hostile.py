@@ -117,11 +117,15 @@ def test_concurrent_ingests_into_one_new_folder_make_one_complete_store(env, sou
     store = work / "raced" / "store"
     procs = [start("ingest", source, "--store", store, *INGEST, env=env) for _ in range(3)]
     outs = [(p.wait(timeout=300), *p.communicate()) for p in procs]
-    codes = sorted(code for code, _, _ in outs)
-    assert codes == [0, 3, 3], outs
+    # One makes the store; the others find it busy (exit 3), or, if they reach it only after its
+    # commit, append nothing: their ids are there (exit 2).
+    assert sorted(code for code, _, _ in outs)[0] == 0 and [c for c, _, _ in outs].count(0) == 1
     for code, out, err in outs:
-        if code == 3:
-            assert out == "" and len(err.splitlines()) == 1 and err.startswith("error: Store ")
+        if code == 0:
+            continue
+        assert out == "" and len(err.splitlines()) == 1, outs
+        busy = code == 3 and err.startswith(f"error: Store {store}")
+        assert busy or (code == 2 and "is already in the store" in err), outs
     st = FairpipeStore.open(str(store))
     assert st.attrs()["n"] == N and int(st.read("alive").sum()) == N
 
@@ -145,7 +149,9 @@ def test_an_ingest_interrupted_then_rerun_equals_one_never_interrupted(
     store = work / f"ingest-{sig.name}" / "store"
     code = interrupt(start("ingest", source, "--store", store, *INGEST, env=env), sig,
                      after=float(rng.uniform(0.3, seconds)))  # fmt: skip
-    assert code in (0, -signal.SIGKILL, 130), code
+    # 130: interrupted and cleaned up; -9, or -2/-15 when the signal came before the command
+    # could handle it (while Python starts).
+    assert code in (0, 130, -signal.SIGKILL, -signal.SIGINT, -signal.SIGTERM), code
     if code == 130:  # an interrupted creation removes the store it was making
         assert not store.exists() or (store / "refs" / "branch.main").exists()
     rerun = run("ingest", source, "--store", store, *INGEST, env=env)
@@ -198,7 +204,7 @@ def test_a_drain_interrupted_then_rerun_equals_one_never_interrupted(
     shutil.copytree(base, store)
     code = interrupt(start("forget", "--store", store, *DRAIN, env=env), sig,
                      after=float(rng.uniform(0.3, seconds)))  # fmt: skip
-    assert code in (0, -signal.SIGKILL, 130), code
+    assert code in (0, 130, -signal.SIGKILL, -signal.SIGINT, -signal.SIGTERM), code
     rerun = run("forget", "--store", store, *DRAIN, env=env)
     assert rerun.returncode == 0, rerun.stderr
     assert receipts(store) == receipts(reference) and len(receipts(store)) == 12

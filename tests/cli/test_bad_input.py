@@ -120,7 +120,8 @@ CASES = [
     ("request-deletion --store {store} --ids 99999999999999999999", r"Id 99999999999999999999 in --ids is too large"),
     ("request-deletion --store {store} --ids-file {d}/ids_2d.npy", r"Ids in ids_2d.npy must be a list"),
     ("request-deletion --store {store}", r"Give exactly one of --ids or --ids-file\."),
-    ("backfill --store {store} --ids-file {d}/ids_2_64.txt --batch-size 0", r"The --batch-size option of fairpipe backfill must be a positive integer"),
+    ("backfill --store {store} --ids-file {d}/ids_2_64.txt --batch-size 0", r"The --batch-size option of fairpipe backfill must be an integer from 1 to 1000000\. Got 0"),
+    ("backfill --store {store} --ids-file {d}/ids_2_64.txt --batch-size 1000001", r"The --batch-size option of fairpipe backfill must be an integer from 1 to 1000000\. Got 1000001"),
     # configure
     ("configure --store {store} --erasure-retention 99999999999999999999d", r"erasure_retention must be at most 36500d \(100 years\); got '99999999999999999999d'\."),
     ("configure --store {store} --erasure-retention -1d", r"erasure_retention must be a duration >= 0"),

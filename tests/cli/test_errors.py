@@ -264,5 +264,5 @@ def test_the_programs_stderr_is_one_line_when_a_worker_fails(prefect_server, tmp
                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert got.returncode == 2 and got.stdout == ""
     assert got.stderr == (
-        "error: Row 1200 of nan.npy holds a NaN value in column 2; points must be finite numbers.\n"
+        "error: Row 1201 of nan.npy holds a NaN value in column 3; points must be finite numbers.\n"
     )
