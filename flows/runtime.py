@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -337,7 +338,35 @@ def dask_map(fn, *iterables, scatter: tuple[int, ...] = ()) -> list:
             distinct = {id(item): item for item in args[i]}
             sent = dict(zip(distinct, client.scatter(list(distinct.values()), hash=False)))
             args[i] = [sent[id(item)] for item in args[i]]
-        return client.gather(client.map(fn, *args, pure=False))
+        return gather(client, client.map(fn, *args, pure=False))
+
+
+# Seconds an interrupted or failed fan-out waits for its jobs still running (see gather).
+JOBS_GRACE_SECONDS = 30.0
+
+
+def gather(client, futures: list, also: Sequence = ()) -> list:
+    """The results of ``futures`` (``also``: jobs they depend on, not gathered). If this fails or is interrupted (a job's error, Ctrl-C, the
+    SIGTERM the command line turns into one), the jobs still running are let end first, up to
+    JOBS_GRACE_SECONDS: they write into the store's storage, and the caller is about to remove
+    what was written (a failed transaction's objects, a new store that is not to be); a job
+    writing after that would leave objects behind. A second interrupt stops the wait."""
+    try:
+        return client.gather(futures)
+    except BaseException:
+        import time
+
+        running = [*also, *futures]
+        deadline = time.monotonic() + JOBS_GRACE_SECONDS
+        for future in running:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            with contextlib.suppress(Exception):  # its own error, a time-out, a lost worker
+                future.exception(timeout=left)  # returns once the job has ended
+        with contextlib.suppress(Exception):
+            client.cancel(running)
+        raise
 
 
 # -- the shuffle of rows by leaf (DC-k-means and the fair summary) --------------------------------
@@ -420,4 +449,4 @@ def shuffle_by_leaf(session, n_rows, chunk_rows, seed, n_leaves, leaves_wanted, 
             parts = [client.submit(_pick, s, int(g), pure=False) for s in split]
             leaves = leaves_wanted[group_of == g]
             jobs.append(client.submit(solve, leaves, *args, d, *parts, pure=False))
-        return client.gather(jobs)
+        return gather(client, jobs, also=split)

@@ -880,6 +880,8 @@ class FairpipeStore:
                 lock = None
         if lock is None:
             raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
+        store: FairpipeStore | None = None
+        before: set[str] = set()
         try:
             storage = make_storage(url, spec)
             taken = False
@@ -896,27 +898,28 @@ class FairpipeStore:
             if taken or icechunk.Repository.exists(storage):
                 raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
             store = cls(url, None, spec)
-            try:
-                store.repo = icechunk.Repository.create(storage)
-                if local is not None:
-                    lock.note_holder()
-                store._lock = lock
-                # Mark the repository as ours at once, so an empty store reopens as one.
-                session = store.repo.writable_session("main")
-                open_group(session, mode="a").attrs["fairpipe_format"] = FORMAT
-                session.commit("create fairpipe store")
-                yield store
-            except BaseException:
+            store.repo = icechunk.Repository.create(storage)
+            if local is not None:
+                lock.note_holder()
+            store._lock = lock
+            # Mark the repository as ours at once, so an empty store reopens as one.
+            session = store.repo.writable_session("main")
+            open_group(session, mode="a").attrs["fairpipe_format"] = FORMAT
+            session.commit("create fairpipe store")
+            yield store
+        except BaseException:
+            if store is not None:
                 store._remove_created(before)
-                # Only the holder removes folders (a creator that lost the race must not
-                # remove the folder it made: the winner may not have written into it yet).
-                for folder in reversed(made):  # only those this call made, if left empty
-                    with contextlib.suppress(OSError):
-                        folder.rmdir()
-                raise
-            finally:
-                store._lock = None
+            # Only the holder removes folders (a creator that lost the race must not remove the
+            # folder it made: the winner may not have written into it yet). A folder holding
+            # another creator's store is not empty, and stays.
+            for folder in reversed(made):  # only those this call made, if left empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
         finally:
+            if store is not None:
+                store._lock = None
             lock.__exit__(None, None, None)
 
     def _remove_created(self, before: set[str]) -> None:

@@ -153,11 +153,15 @@ def test_an_ingest_interrupted_then_rerun_equals_one_never_interrupted(
     # could handle it (while Python starts).
     assert code in (0, 130, -signal.SIGKILL, -signal.SIGINT, -signal.SIGTERM), code
     if code == 130:  # an interrupted creation removes the store it was making
-        assert not store.exists() or (store / "refs" / "branch.main").exists()
+        assert not store.exists() or (store / "refs" / "branch.main").exists(), [
+            str(p.relative_to(store)) for p in store.rglob("*")
+        ]
     rerun = run("ingest", source, "--store", store, *INGEST, env=env)
     # Done before the signal: the rerun is an append of ids the store holds, refused.
     assert rerun.returncode == 0 or "already in the store" in rerun.stderr, rerun.stderr
     assert stored_objects(store) == stored_objects(reference)
+    assert os.listdir(store.parent) == ["store"]  # nothing beside it (an ingest's staging)
+    assert not [p for p in os.listdir(store) if p.startswith(".fairpipe-staging")]
 
 
 @pytest.fixture(scope="module")

@@ -112,10 +112,12 @@ def main() -> None:
     from flows.cli._runner import PROGRAM
 
     PROGRAM.running = True
-    # A SIGTERM (a scheduler stopping the job, ``kill``) unwinds the command as a Ctrl-C does:
+    # A SIGTERM (a scheduler stopping the job, ``kill``) unwinds the command as a Ctrl-C does
+    # (both noted, so that an interrupt a library wraps in an error of its own is still one):
     # a transaction in progress is dropped with what it wrote, a store being created is
     # removed, the local cluster and Prefect server are stopped; then exit 130.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     # Python's warnings and logs too (Icechunk's, Dask's, a library logging before Prefect sets
     # up logging), here and in the processes the command starts: by the program only, so that
     # tests running commands keep their own warning filters.
@@ -129,4 +131,7 @@ def main() -> None:
 
 
 def _interrupt(signum, frame) -> None:
+    from flows.cli._runner import PROGRAM
+
+    PROGRAM.interrupted = True
     raise KeyboardInterrupt

@@ -146,6 +146,9 @@ class _Program:
     called in a process that goes on (a test's CLI runner)."""
 
     running: bool = False
+    # Set by the program's signal handlers: whatever error an interrupt turns into on its way
+    # out (a library wrapping the KeyboardInterrupt it met), the command was interrupted.
+    interrupted: bool = False
 
 
 PROGRAM = _Program()
@@ -277,6 +280,9 @@ def errors_reported(
         _print_line(Text(f"fairpipe {name}: interrupted"))
         raise typer.Exit(INTERRUPTED) from None
     except BaseException as exc:
+        if PROGRAM.interrupted or type(exc).__name__ == "TerminationSignal":  # Prefect's SIGTERM
+            _print_line(Text(f"fairpipe {name}: interrupted"))
+            raise typer.Exit(INTERRUPTED) from None
         if not isinstance(exc, Exception) and not _is_panic(exc):
             raise  # SystemExit and the like: not an error of the command
         corrupt = _corrupt_chunk(exc)
