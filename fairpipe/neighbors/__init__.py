@@ -10,7 +10,9 @@
   distance bounds it gives (a stored query reads it instead of most candidates' points);
   :func:`sketch_levels`, :func:`residual_bounds`: with a residual byte per coordinate that
   tightens them about 200 times.
-- :func:`evaluate_tv`, :func:`tv_to_uniform`, :func:`noise_floor`: how fair the samples are.
+- :func:`evaluate_tv`, :func:`tv_to_uniform`, :func:`noise_floor`: how fair the samples are;
+  :func:`true_balls`, :func:`coverage`, :func:`expected_tv_on_ball`: measured on the true ball
+  B(q, r), found by brute force.
 - :func:`estimate_bucket_width`: a bucket width from the data.
 """
 
@@ -34,11 +36,16 @@ from fairpipe.neighbors._degree_sampling import (
 from fairpipe.neighbors._evaluation import (
     EVALUATED_SAMPLERS,
     chi_square_uniform,
+    coverage,
     evaluate_tv,
+    expected_tv_on_ball,
     hash_order,
     noise_floor,
     pick_queries,
     plot_tv,
+    true_ball,
+    true_balls,
+    tv_margin,
     tv_to_uniform,
 )
 from fairpipe.neighbors._fair_nn import (
@@ -85,4 +92,5 @@ __all__ = [
     "partition_bits", "patch", "segment_of", "unmix", "SKETCH_EXTRA", "ambiguous",
     "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",
     "sketch_levels",
+    "coverage", "expected_tv_on_ball", "true_ball", "true_balls", "tv_margin",
 ]  # fmt: skip
