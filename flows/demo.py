@@ -61,7 +61,8 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     radius = float(attrs["suggested_radius"]) * 1.5
     queries = pick_queries(nn, n_queries, seed)
     log(
-        f"[3/7] sample 100 x |M(q)| fair neighbours for {len(queries)} queries, radius {radius:.2f}"
+        f"[3/7] sample 100 x |B(q, r)| fair neighbours for {len(queries)} queries, radius "
+        f"{radius:.2f}; the true balls B(q, r) by brute force"
     )
     done = {}
 
@@ -72,6 +73,10 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
 
     ev = evaluate_tv(nn, queries, radius, mode="exact", seed=seed, progress=progress)
     plot_path = plot or str(folder.parent / "fairpipe-demo-tv.png")
+    log(
+        f"      M(q) holds {ev['mean_coverage']:.1%} of B(q, r) on average (the worst query "
+        f"{ev['min_coverage']:.1%})"
+    )
     plot_tv({source: ev}, plot_path, f"{source}: fair sampling, k=10, L=50, r={radius:.1f}")
     log("[4/7] fit DC-k-means, k=10, 8 x 2 tree (Prefect flow; leaves solved on Dask)")
     fit = run_fit(

@@ -262,14 +262,17 @@ def plot_tv(results: dict[str, dict], path: str, title: str) -> str:
 
     names = list(results)
     # Wide enough for the titles and the bars; the legend sits beside the axes, never on a bar.
-    fig, axes = plt.subplots(1, 2, figsize=(3.0 + 3.2 * len(names), 4.2), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(4.8 + 2.6 * len(names), 4.4), sharey=True)
     width = 0.8 / len(EVALUATED_SAMPLERS)
-    panels = (("tv", "on M(q), the points the index finds"), ("tv_ball", "on B(q, r), the truth"))
+    panels = (
+        ("tv", "on M(q),\nthe points the index finds"),
+        ("tv_ball", "on B(q, r),\nthe true ball"),
+    )
     for ax, (key, where) in zip(axes, panels):
         for i, m in enumerate(EVALUATED_SAMPLERS):
             vals = [results[n]["methods"].get(m, {}).get(key, np.nan) for n in names]
             bars = ax.bar(np.arange(len(names)) + i * width, vals, width, label=m)
-            ax.bar_label(bars, fmt="%.3f", fontsize=6, padding=2)
+            ax.bar_label(bars, fmt="%.3f", fontsize=6, padding=2, rotation=90)
         for j, n in enumerate(names):
             ax.hlines(results[n]["noise_floor"], j - 0.1, j + 0.9, colors="k",
                       linestyles="dashed",
@@ -280,7 +283,7 @@ def plot_tv(results: dict[str, dict], path: str, title: str) -> str:
             labels = [f"{n}\ncoverage {results[n].get('mean_coverage', np.nan):.2f}" for n in names]
         ax.set_xticklabels(labels, fontsize=8)
         ax.set_title(f"TV to uniform {where}", fontsize=9)
-        ax.margins(y=0.15)  # room for the value labels above the tallest bar
+        ax.margins(y=0.2)  # room for the value labels above the tallest bar
     axes[0].set_ylabel("TV distance to uniform")
     fig.suptitle("\n".join(textwrap.wrap(title, 80)), fontsize=10)
     axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)

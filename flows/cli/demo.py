@@ -22,17 +22,23 @@ PARAMETER_FLAGS = {"n_queries": "--queries"}
 
 def _render(r: dict) -> None:
     ev = r["evaluation"]
-    sizes = ev["neighbourhood_sizes"]
-    table = Table(
-        title=f"TV to uniform over M(q): {ev['queries']} queries, |M(q)| {min(sizes)}-{max(sizes)}, "
-        f"noise floor {ev['noise_floor']:.4f}"
+    sizes, balls = ev["neighbourhood_sizes"], ev["ball_sizes"]
+    print(
+        f"M(q), the points the index finds (|M(q)| {min(sizes)}-{max(sizes)}), holds "
+        f"{ev['mean_coverage']:.1%} of the true ball B(q, r) (|B(q, r)| {min(balls)}-{max(balls)}) "
+        f"on average; the worst query {ev['min_coverage']:.1%}"
     )
-    for column in ("method", "mean TV", "x noise floor", "samples/s"):
+    table = Table(
+        title=f"TV to uniform: {ev['queries']} queries, noise floor {ev['noise_floor']:.4f}"
+    )
+    columns = ("method", "TV on M(q)", "x floor", "TV on B(q,r)", "x floor", "samples/s")
+    for column in columns:
         table.add_column(column, justify="right")
     for m, v in ev["methods"].items():
         table.add_row(
-            m, f"{v['tv']:.4f}", f"{v['ratio_to_floor']:.2f}", f"{v['samples_per_s']:,.0f}"
-        )
+            m, f"{v['tv']:.4f}", f"{v['ratio_to_floor']:.2f}", f"{v['tv_ball']:.4f}",
+            f"{v['ball_ratio_to_floor']:.2f}", f"{v['samples_per_s']:,.0f}",
+        )  # fmt: skip
     result_console().print(table)
     print(f"plot: {r['plot']}\nstore: {r['store']}\ntotal {r['seconds']:.1f} s")
 

@@ -235,9 +235,10 @@ def test_demo_command_prints_progress_on_stderr_and_the_report_on_stdout(monkeyp
 
     def demo(store, n_queries, seed, plot, log):
         log(f"[1/6] ingest digits into {store}")
-        methods = {m: {"tv": 0.1, "ratio_to_floor": 1.5, "samples_per_s": 1e5}
-                   for m in ("exact", "uniform")}  # fmt: skip
+        methods = {m: {"tv": 0.1, "ratio_to_floor": 1.5, "tv_ball": 0.2, "ball_ratio_to_floor": 3.0,
+                       "samples_per_s": 1e5} for m in ("exact", "uniform")}  # fmt: skip
         evaluation = {"queries": n_queries, "neighbourhood_sizes": [3, 9], "noise_floor": 0.05,
+                      "ball_sizes": [4, 10], "mean_coverage": 0.85, "min_coverage": 0.75,
                       "methods": methods}  # fmt: skip
         return {"store": store, "plot": plot, "seconds": 1.0, "evaluation": evaluation}
 
@@ -246,7 +247,11 @@ def test_demo_command_prints_progress_on_stderr_and_the_report_on_stdout(monkeyp
     out = invoke(*args)
     assert out.exit_code == 0
     assert out.stderr == f"[1/6] ingest digits into {tmp_path / 'd'}\n"
-    assert "TV to uniform over M(q): 4 queries, |M(q)| 3-9" in out.stdout
+    assert out.stdout.startswith(
+        "M(q), the points the index finds (|M(q)| 3-9), holds 85.0% of the true ball B(q, r) "
+        "(|B(q, r)| 4-10) on average; the worst query 75.0%\n"
+    )
+    assert "TV to uniform: 4 queries, noise floor 0.0500" in out.stdout
     assert out.stdout.endswith(
         f"plot: {tmp_path / 'tv.png'}\nstore: {tmp_path / 'd'}\ntotal 1.0 s\n"
     )

@@ -9,6 +9,10 @@ def test_demo_forgets_people_who_were_being_sampled(prefect_server, tmp_path):
     assert (tmp_path / "tv.png").stat().st_size > 0
     ev = r["evaluation"]["methods"]
     assert ev["exact"]["ratio_to_floor"] < 2 < ev["uniform"]["ratio_to_floor"]
+    # On the true ball: the share of it the index finds, and TV on it at least what is missed.
+    truth = r["evaluation"]
+    assert 0 < truth["min_coverage"] <= truth["mean_coverage"] <= 1
+    assert ev["exact"]["tv_ball"] >= 1 - truth["mean_coverage"]
     assert r["fit"]["leaves"] == 64 and len(r["forget"]["deleted"]) == 22
     assert r["summary"]["error"] == 0 and len(r["summary"]["ids"]) <= 20
     assert all(1 <= c <= 4 for c in r["summary"]["counts"].values())
