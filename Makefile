@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test lint typecheck bench install clean
 
@@ -20,6 +21,11 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,torch]"
 	touch $(TEST_STAMP)
 
+# The benchmarks also compare with FAISS (benchmarks/bench_peers.py; constraints.txt pins it).
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,bench]"
+	touch $(BENCH_STAMP)
+
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -35,8 +41,9 @@ typecheck: $(STAMP)
 test: $(TEST_STAMP) lint typecheck
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/bench_lsh.py
+	$(BIN)/python benchmarks/bench_peers.py
 	$(BIN)/python benchmarks/bench_kmeans.py
 	$(BIN)/python benchmarks/bench_summary.py
 	$(BIN)/python benchmarks/bench_rerank.py

@@ -39,6 +39,7 @@ import gc
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -201,7 +202,8 @@ def measure(system, queries: np.ndarray, warm: np.ndarray, balls: list[np.ndarra
         "drawn": int(drawn),
         "asked": int(asked),
         "samples_per_s": float(np.median(rates)) if rates else None,
-        "many_drawn_min": min(many_drawn) if many_drawn else None,
+        "many_drawn": many_drawn,
+        "many_drawn_share": sum(many_drawn) / (MANY * len(many_drawn)) if many_drawn else None,
     }
 
 
@@ -318,6 +320,7 @@ def print_table(res: dict) -> list[tuple[str, ...]]:
     row("single sample, median ms (warm)", "latency_ms", ".3f", lat_target)
     row("  the same query again, ms", "latency_again_ms", ".3f", "")
     row("100,000 samples of one query, M/s", "samples_per_s", ".2f", many_target, 1e-6)
+    row("  drawn / asked (100,000-sample runs)", "many_drawn_share", ".3f", "1")
     row("build, s", "build_s", ".1f", "")
     row("index bytes beyond the points, per point", "bytes_per_point", ".0f", "")
     row("forget one id, s", "forget_s", ".3f", "")
@@ -533,6 +536,7 @@ def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dic
         "faiss_threads": None if faiss is None else faiss.omp_get_max_threads(),
         "nprobe": nprobe, "nprobe_curve": curve, "forgotten_row": gone,
         "build": build, "systems": systems,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }  # fmt: skip
 
 
