@@ -108,7 +108,7 @@ class Fairpipe:
             self.preload_s, self.preload_rss = time.perf_counter() - t0, rss_bytes() - before
 
     def find(self, row: int, radius: float) -> np.ndarray:
-        # The gaussian source's ids are its row numbers (checked in main).
+        # The gaussian source's ids are its row numbers (run checks it).
         return np.sort(self.reader.neighbourhood(query_rows=[row], radius=radius)[0])
 
     def sample(self, row: int, radius: float, k: int, seed: int) -> np.ndarray:
@@ -119,16 +119,14 @@ class Fairpipe:
 class Faiss:
     """A FAISS index: a sample is one range search, then uniform picks from its result."""
 
-    def __init__(self, name: str, index, build_s: float, n: int, d: int):
+    def __init__(self, name: str, index, build_s: float, X: np.ndarray):
         import faiss
 
-        self.name, self.index, self.build_s = name, index, build_s
+        self.name, self.index, self.build_s, self.X = name, index, build_s, X
         self.bytes = int(faiss.serialize_index(index).nbytes)
-        self.bytes_beyond_points = self.bytes - n * d * 4
-        self.X: np.ndarray | None = None
+        self.bytes_beyond_points = self.bytes - X.size * 4
 
     def find(self, row: int, radius: float) -> np.ndarray:
-        assert self.X is not None
         _, _, found = self.index.range_search(self.X[row : row + 1], radius * radius)
         return found
 
@@ -162,8 +160,9 @@ def faiss_flat(X: np.ndarray):
 
 
 # -- the measurements --------------------------------------------------------------------------------
-def measure(system, queries: np.ndarray, warm: np.ndarray, balls: list[np.ndarray], r: float,
-            many: bool = True) -> dict:  # fmt: skip
+def measure(
+    system, queries: np.ndarray, warm: np.ndarray, balls: list[np.ndarray], r: float
+) -> dict:
     """Latency first (each query new to the system), then coverage, TV on B(q, r), and the
     throughput of ``MANY`` samples of one query."""
     for j, row in enumerate(warm):
@@ -185,7 +184,7 @@ def measure(system, queries: np.ndarray, warm: np.ndarray, balls: list[np.ndarra
         drawn, asked = drawn + got.size, asked + S
         tvs.append(tv_to_uniform(got, B) if got.size else 1.0)
     rates, many_drawn = [], []
-    for j, row in enumerate(queries if many else []):
+    for j, row in enumerate(queries):
         t0 = time.perf_counter()
         got = system.sample(int(row), r, MANY, seed=2000 + j)
         rates.append(got.size / (time.perf_counter() - t0))
@@ -201,9 +200,9 @@ def measure(system, queries: np.ndarray, warm: np.ndarray, balls: list[np.ndarra
         "tv_ball_per_query": tvs,
         "drawn": int(drawn),
         "asked": int(asked),
-        "samples_per_s": float(np.median(rates)) if rates else None,
+        "samples_per_s": float(np.median(rates)),
         "many_drawn": many_drawn,
-        "many_drawn_share": sum(many_drawn) / (MANY * len(many_drawn)) if many_drawn else None,
+        "many_drawn_share": sum(many_drawn) / (MANY * len(many_drawn)),
     }
 
 
@@ -254,7 +253,7 @@ def forget_faiss(system: Faiss, row: int, r: float, query: int) -> dict:
     vector; erasing it is the application's work (rewrite every saved copy)."""
     import faiss
 
-    needle = system.X[row].astype("<f4").tobytes() if system.X is not None else b""
+    needle = system.X[row].astype("<f4").tobytes()
     saved = faiss.serialize_index(system.index).tobytes()
     t0 = time.perf_counter()
     removed = system.index.remove_ids(np.array([row], dtype=np.int64))
@@ -488,14 +487,12 @@ def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dic
     if faiss is not None:
         nlist = int(round(4 * math.sqrt(n)))
         index, build_s = faiss_ivf(X, nlist)
-        ivf = Faiss("FAISS IVF", index, build_s, n, d)
-        ivf.X = X
+        ivf = Faiss("FAISS IVF", index, build_s, X)
         target = max(TARGET_COVERAGE, systems["fairpipe"]["mean_coverage"])
         nprobe, curve = tune_nprobe(ivf, queries, balls, r, target)
         ivf.name = f"FAISS IVF (nlist {nlist}, nprobe {nprobe})"
         index, build_s = faiss_flat(X)
-        flat = Faiss("FAISS exact", index, build_s, n, d)
-        flat.X = X
+        flat = Faiss("FAISS exact", index, build_s, X)
         peers = [ivf, flat]
         print(f"  FAISS {faiss.__version__}, {faiss.omp_get_max_threads()} threads; IVF built in "
               f"{ivf.build_s:.1f} s, nprobe {nprobe} for mean coverage >= {target:.3f}: "
