@@ -232,7 +232,8 @@ class FlatBuckets:
 def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, near2: float):
     rows = np.concatenate([index.members[a : a + s] for a, s in zip(qb.lo, qb.size)])
     bucket = np.repeat(np.arange(qb.lo.shape[0]), qb.size)
-    uniq, inv, deg = np.unique(rows, return_inverse=True, return_counts=True)
+    uniq, inv = unique_inverse_ints(rows)
+    deg = np.bincount(inv, minlength=uniq.shape[0])
     near = None
     removed = 0
     if mode != "buckets":
@@ -249,7 +250,7 @@ def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, nea
 
 def sample_query(
     index,
-    point_buckets: np.ndarray,
+    point_buckets: np.ndarray | None,
     points: np.ndarray,
     query: np.ndarray,
     q_buckets: np.ndarray,
@@ -264,6 +265,8 @@ def sample_query(
     max_draws: int | None = None,
     path: str = "auto",
     complete: bool = False,
+    degrees: np.ndarray | None = None,
+    hood: np.ndarray | None = None,
 ) -> tuple[np.ndarray, QueryStats]:
     """Draw ``n_samples`` rows for one query: all of them, unless its neighbourhood is empty
     or the draws reach their limit (:func:`draw_limit`); the stats say which (``asked``,
@@ -277,7 +280,10 @@ def sample_query(
     (2.2 per sample before any is made, then from its acceptance so far) would take its draws
     past the entries of its buckets, m. ``path`` forces one way (``lazy``, ``flat``, or, for
     the ``exact`` sampler, ``enumerate``; ``auto`` by default). ``complete``: see
-    :func:`query_buckets`.
+    :func:`query_buckets`. ``degrees`` (each index row's degree in the query's buckets) and
+    ``hood`` (M(q), sorted) are what the caller may know already (the store's reader builds an
+    index of the query's buckets alone, whose rows' degrees are their counts); then
+    ``point_buckets`` is needed by the ``approx`` sampler only.
     """
     stats = QueryStats(asked=n_samples)
     qb = query_buckets(index, q_buckets, complete)
@@ -294,14 +300,16 @@ def sample_query(
         return out[:0], _finish(stats, 0, SHORT_EMPTY)
     scalar = path != "flat" and mode == "buckets" and sampler in SCALAR_SAMPLERS
     if scalar and n_samples <= SCALAR_SAMPLES and path != "enumerate":
-        filled = _draw_scalar(index, qb, point_buckets, q_buckets, out, sampler, rng, stats)
+        filled = _draw_scalar(index, qb, point_buckets, q_buckets, degrees, out, sampler, rng,
+                              stats)  # fmt: skip
     enumerable = sampler == "exact" and path in ("auto", "enumerate")
     while filled < n_samples:
         need = n_samples - filled
         if enumerable and (
             path == "enumerate" or stats.draws + _expected_draws(need, filled, stats.draws) > total
         ):
-            hood = enumerate_neighbourhood(index, qb, points, query, mode, radius, c)
+            if hood is None:
+                hood = enumerate_neighbourhood(index, qb, points, query, mode, radius, c)
             stats.extra["enumerated"] = True
             if hood.shape[0] == 0:
                 break
@@ -342,8 +350,8 @@ def sample_query(
             )
         else:
             accept_mask, rows = _draw_lazy(
-                index, qb, point_buckets, points, query, q_buckets, n_draw, sampler, mode,
-                far2, near2, max_outliers, failure_prob, rng, stats,
+                index, qb, point_buckets, degrees, points, query, q_buckets, n_draw, sampler,
+                mode, far2, near2, max_outliers, failure_prob, rng, stats,
             )  # fmt: skip
         got = rows[accept_mask][:need]
         out[filled : filled + got.shape[0]] = got
@@ -425,7 +433,7 @@ SCALAR_SAMPLERS = ("exact", "weighted", "uniform")
 
 
 def _draw_scalar(
-    index, qb: QueryBuckets, point_buckets, q_buckets, out, sampler, rng, stats
+    index, qb: QueryBuckets, point_buckets, q_buckets, degrees, out, sampler, rng, stats
 ) -> int:
     """One draw at a time, on Python scalars: a query wanting a few samples (``buckets`` mode).
 
@@ -448,7 +456,10 @@ def _draw_scalar(
             v = int(rng.random() * total)
             row = index.members[qb.base[qb.cum.searchsorted(v, side="right")] + v]
             if sampler == "exact":
-                degree = int(np.count_nonzero(point_buckets[row] == q_buckets))
+                if degrees is not None:
+                    degree = int(degrees[row])
+                else:
+                    degree = int(np.count_nonzero(point_buckets[row] == q_buckets))
                 if rng.random() * degree >= 1.0:
                     continue
         out[filled] = row
@@ -487,8 +498,8 @@ def _draw_flat(flat: FlatBuckets, qb, point_buckets, n_draw, sampler, failure_pr
 
 
 def _draw_lazy(
-    index, qb, point_buckets, points, query, q_buckets, n_draw, sampler, mode, far2, near2,
-    max_outliers, failure_prob, rng, stats,
+    index, qb, point_buckets, degrees, points, query, q_buckets, n_draw, sampler, mode, far2,
+    near2, max_outliers, failure_prob, rng, stats,
 ):  # fmt: skip
     if sampler == "uniform":
         b, pos = _uniform_bucket_draws(qb.active, n_draw, rng)
@@ -512,7 +523,7 @@ def _draw_lazy(
         if mode == "exact":
             accept &= d2 <= near2
     if sampler == "exact":
-        deg = degree_of(point_buckets, rows, q_buckets)
+        deg = degrees[rows] if degrees is not None else degree_of(point_buckets, rows, q_buckets)
         ok = rng.random(n_draw) * deg < 1.0
         accept = ok if accept is None else accept & ok
     elif sampler == "approx":
@@ -538,6 +549,22 @@ def unique_ints(values: np.ndarray) -> np.ndarray:
     mask = np.zeros(top, dtype=bool)
     mask[values] = True
     return np.flatnonzero(mask).astype(values.dtype, copy=False)
+
+
+def unique_inverse_ints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of non-negative integers (the inverse as
+    int64), by a mask and a position table over 0..max where that is cheaper than a sort."""
+    if values.size >= 1024 and int(values.min()) >= 0:
+        top = int(values.max()) + 1
+        if top <= 32 * values.size:
+            mask = np.zeros(top, dtype=bool)
+            mask[values] = True
+            uniq = np.flatnonzero(mask)
+            position = np.empty(top, dtype=np.int64)
+            position[uniq] = np.arange(uniq.shape[0])
+            return uniq.astype(values.dtype, copy=False), position[values]
+    found = np.unique(values, return_inverse=True)
+    return found[0], np.asarray(found[1], dtype=np.int64).reshape(-1)
 
 
 def enumerate_neighbourhood(index, qb: QueryBuckets, points, query, mode: str, radius: float,

@@ -137,7 +137,7 @@ def test_candidates_the_sketch_leaves_open_are_decided_by_its_residual(prefect_s
     seen = []
     for radius in (float(np.median(d)), float(np.sort(d)[1000])):  # dense; an exact tie
         reader = fairpipe.open_store(str(tmp_path / "s"))
-        assert reader.residual_block is not None
+        assert reader.row_cache("sketch_residual") is not None
         kw = dict(radius=radius, n_samples=20, seed=5, with_neighbourhood=True)
         got = reader.sample(query_rows=[0], **kw)
         want = nn.sample(query_rows=[0], **kw)
