@@ -429,7 +429,9 @@ class StoreReader:
         """Read the whole index and every row into an in-memory :class:`FairNN` (once); later
         queries use it (the hot path)."""
         if self._nn is None:
-            self._nn = load_sampler(self.full_session, self.attrs)
+            light = getattr(self.session, "is_light", False) and store_format(self.attrs) == 2
+            self._nn = load_sampler(self.session if light else self.full_session, self.attrs)
+            self._nn.point_buckets_  # noqa: B018 (built here, not by the first query)
         return self._nn
 
     def sample(self, queries=None, *, query_rows=None, query_ids=None, radius=None,

@@ -181,24 +181,30 @@ class FairNN(LSHParameters):
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], **params) -> FairNN:
         """A fitted sampler from :meth:`to_arrays` output (with its rows) and the parameters.
-        Without ``bucket_keys`` the index is rebuilt from the live rows' ``keys``."""
+        Without ``bucket_keys`` the index is rebuilt from the live rows' ``keys``; without
+        ``keys`` (a store's sampler: :func:`storage.index.load_sampler`), they are made from
+        the index when first asked for."""
         nn = cls(**params)
-        for name in ("points", "ids", "keys", *LSH_ARRAYS):
+        for name in ("points", "ids", *LSH_ARRAYS):
             if name not in arrays:
                 raise FairpipeInputError(NEEDS_ROWS.format(name=name))
+        if "keys" not in arrays and "bucket_keys" not in arrays:
+            raise FairpipeInputError(NEEDS_ROWS.format(name="keys"))
         lsh = E2LSH.from_arrays(arrays, **nn._lsh().get_params())
-        points, ids, keys = (np.asarray(arrays[n]) for n in ("points", "ids", "keys"))
+        points, ids = np.asarray(arrays["points"]), np.asarray(arrays["ids"])
+        keys = np.asarray(arrays["keys"]) if "keys" in arrays else None
         alive = np.asarray(arrays["alive"], bool) if "alive" in arrays else np.ones(len(ids), bool)
         if "bucket_keys" in arrays:
             bucket_keys, starts, members = (np.asarray(arrays[n]) for n in INDEX_ARRAYS)
             index = BucketIndex(bucket_keys, starts, members, int(nn.n_tables))
         else:
+            assert keys is not None  # checked above
             index = BucketIndex.build(keys, alive)
         return nn._install(points, ids, alive, keys, index, lsh)
 
     def _install(self, points, ids, alive, keys, index, lsh) -> FairNN:
         self._set_rows(points, ids, alive)
-        self.keys_ = keys
+        self._keys = keys
         self.index_ = index
         self.lsh_ = lsh
         self.n_features_in_ = int(points.shape[1])
@@ -221,6 +227,16 @@ class FairNN(LSHParameters):
             self._rank_state = None
             self._point_buckets = None
         return report
+
+    @property
+    def keys_(self) -> np.ndarray:
+        """(n, L) uint64 bucket key of every row in each table. Made from the index on first use
+        where the sampler was given none (a row in no bucket, forgotten, has all ones)."""
+        keys = self.__dict__.get("_keys", self.__dict__.get("keys_"))  # (pickled before: keys_)
+        if keys is None:
+            keys = self.index_.row_keys(self.points_.shape[0])
+        self._keys = keys
+        return keys
 
     @property
     def point_buckets_(self) -> np.ndarray:

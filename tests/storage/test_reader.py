@@ -217,8 +217,9 @@ def _members(session, name: str) -> set[str]:
 def test_a_cold_query_loads_neither_zarr_nor_the_icechunk_package(store):
     """The light path's point: a query in a fresh process imports neither. Loading icechunk's
     compiled module first must not break the package imported after it in the same process
-    (a compiled module is initialised once per process): the in-memory sampler then reads the
-    store through it."""
+    (a compiled module is initialised once per process): the in-memory sampler (read through
+    the light view too) draws the same samples, and a session opened through the package
+    afterwards works."""
     import json
     import subprocess
     import sys
@@ -231,6 +232,7 @@ def test_a_cold_query_loads_neither_zarr_nor_the_icechunk_package(store):
         "loaded = sorted(m for m in ('zarr', 'icechunk') if m in sys.modules)\n"
         "r.preload()\n"
         "hot = r.sample(query_rows=[0, 2700], radius=1.5, n_samples=5, seed=1)\n"
+        "assert r.full_session.snapshot_id == r.session.snapshot_id\n"
         "print(json.dumps({'loaded': loaded, 'same': bool(np.array_equal(lazy.ids, hot.ids)),\n"
         "                  'after': 'icechunk' in sys.modules}))\n"
     )
