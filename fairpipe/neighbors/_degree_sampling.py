@@ -335,10 +335,9 @@ def sample_query(
             rate = accept
             limit = stats.draws + draw_limit(need, accept, absolute - stats.draws)
             n_draw = int(min(need / rate * 1.1 + 4, 4_000_000))
-        if limit is not None:
-            n_draw = min(n_draw, limit - stats.draws)
-            if n_draw <= 0:
-                return out[:filled], _finish(stats, filled, SHORT_LIMIT)
+        n_draw = min(n_draw, (absolute if limit is None else limit) - stats.draws)
+        if n_draw <= 0:
+            return out[:filled], _finish(stats, filled, SHORT_LIMIT)
         m = flat.rows.shape[0] if flat is not None else int(qb.cum[-1])
         if m == 0:
             break
