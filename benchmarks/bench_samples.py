@@ -106,8 +106,7 @@ def bench_warm_reader(store: str, n_samples: int = 10) -> None:
         report(f"{label}: median ms (p90)", f"{np.median(ms):.1f}",
                f"{np.percentile(ms, 90):.1f}", "10 target")  # fmt: skip
     cached = sum(seg.nbytes for seg in reader._segments.values())
-    rows_cached = sum(int(c.have.sum()) * c.block * c.data.itemsize * int(np.prod(c.data.shape[1:]))
-                      for c in getattr(reader, "_rows", {}).values() if c is not None)  # fmt: skip
+    rows_cached = sum(c.nbytes for c in getattr(reader, "_rows", {}).values() if c is not None)
     report("cached after 221 queries: segments MB, rows MB", f"{cached / 2**20:,.0f}",
            f"{rows_cached / 2**20:,.0f}")  # fmt: skip
 

@@ -40,7 +40,7 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
     """
     sampling = {**SAMPLING_DEFAULTS, **sampling}
     t0 = time.perf_counter()
-    reader = open_store(store_url)
+    reader = open_store(store_url, keep_rows=False)  # one call: nothing to keep for later
     t_load = time.perf_counter() - t0
     if radius is None:
         radius = reader.suggested_radius

@@ -28,6 +28,7 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import (
     E2LSH,
     LSH_ARRAYS,
+    SKETCH_EXTRA,
     FairNN,
     QueryStats,
     SampleResult,
@@ -112,54 +113,70 @@ class _LocalIndex:
 
 
 class _RowCache:
-    """The rows of one stored array that queries have read, kept for the reader's life: a chunk
-    is read (whole) the first time a row of it is asked for, then served from memory.
+    """The rows of one stored array that queries read: a chunk is read (whole) the first time
+    a row of it is asked for, and with ``keep`` kept for the reader's life, so later queries
+    read it from memory.
 
-    The cache is one array the shape of the stored one, whose memory pages the operating
-    system commits only as chunks are written into them: its memory follows the chunks read,
-    up to the array's size (the sketch: (d + 12) bytes a row, its residual d + 4, the points
-    4 d)."""
+    Chunks are kept as they are decoded (no copy), so the cache's memory follows the chunks
+    read, up to the array's size (the sketch: (d + 12) bytes a row, its residual d + 4, the
+    points 4 d). Without ``keep`` (a one-query process: the command line) each chunk is freed
+    once the rows asked of it are taken, as it arrives."""
 
-    def __init__(self, session, name: str):
+    def __init__(self, session, name: str, keep: bool = True):
         arr = open_array(session, name)
-        self.session, self.name = session, name
+        self.session, self.name, self.keep = session, name, keep
         self.block = int(arr.chunks[0])
         self.n = int(arr.shape[0])
-        self.data = np.empty(tuple(int(x) for x in arr.shape), dtype=arr.dtype)
-        self.have = np.zeros(-(-self.n // self.block), dtype=bool)
-        self.chunks_read = 0
+        self.row_shape = tuple(int(x) for x in arr.shape[1:])
+        self.dtype = np.dtype(arr.dtype)
+        self.chunks: dict[int, np.ndarray] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(chunk.nbytes for chunk in self.chunks.values())
 
     def rows(self, rows: np.ndarray) -> np.ndarray:
         """The values of ``rows`` (any order, repeats allowed)."""
         chunk = rows // self.block
-        if not self.have[chunk].all():
-            wanted = np.zeros(self.have.shape[0], dtype=bool)
-            wanted[chunk] = True
-            missing = np.flatnonzero(wanted & ~self.have).tolist()
-            self._read(missing)
-            self.have[missing] = True
-            self.chunks_read += len(missing)
-        return self.data[rows]
+        if rows.shape[0] == 1 and int(chunk[0]) in self.chunks:  # one row: a query's own
+            c = int(chunk[0])
+            return self.chunks[c][int(rows[0]) - c * self.block][None]
+        order = np.argsort(chunk, kind="stable")
+        ordered = chunk[order]
+        heads = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]).tolist()
+        parts = {int(ordered[a]): order[a:b] for a, b in zip(heads, [*heads[1:], rows.shape[0]])}
+        out = np.empty((rows.shape[0], *self.row_shape), dtype=self.dtype)
+        missing = []
+        for c, part in parts.items():
+            if c in self.chunks:
+                out[part] = self.chunks[c][rows[part] - c * self.block]
+            else:
+                missing.append(c)
 
-    def _read(self, chunks: list[int]) -> None:
-        """Read ``chunks`` into the cache: each copied once, from the decoded chunk as it
-        arrives, for a plainly encoded array split along rows only; through zarr otherwise."""
+        def take(c: int, values: np.ndarray) -> None:
+            part = parts[c]
+            out[part] = values[rows[part] - c * self.block]
+            if self.keep:
+                self.chunks[c] = values
+
+        if missing:
+            self._read(missing, take)
+        return out
+
+    def _read(self, chunks: list[int], take) -> None:
+        """Hand ``take(chunk, values)`` each of ``chunks`` as it arrives: straight from the
+        store, as decoded, for a plainly encoded array split along rows only; through zarr
+        otherwise."""
         arr = open_array(self.session, self.name)
         plain = _plain_chunks(arr)
         if plain is not None and tuple(arr.chunks[1:]) == tuple(arr.shape[1:]):
             zeros = (0,) * (arr.ndim - 1)
-
-            def take(i: int, values: np.ndarray) -> None:
-                a = chunks[i] * self.block
-                b = min(a + self.block, self.n)
-                self.data[a:b] = values[: b - a]
-
-            _fetch_chunks(self.session, plain, [(c, *zeros) for c in chunks], take)
+            _fetch_chunks(self.session, plain, [(c, *zeros) for c in chunks],
+                          lambda i, values: take(chunks[i], values))  # fmt: skip
             return
         for c in chunks:
             a = c * self.block
-            self.data[a : a + self.block] = read_array(self.session, self.name,
-                                                       slice(a, min(a + self.block, self.n)))  # fmt: skip
+            take(c, read_array(self.session, self.name, slice(a, min(a + self.block, self.n))))
 
 
 class _Candidates:
@@ -181,6 +198,12 @@ class _Candidates:
         self._exact = np.zeros(rows.shape[0])
         self._have_exact = np.zeros(rows.shape[0], dtype=bool)
         self.points_read = self.refined = 0
+        # With a residual and a reader that does not keep the chunks it reads, the sketch rows
+        # of the candidates whose bounds are known (d + 12 bytes each: 13 MB for 100k
+        # candidates at d = 128), which the residual refines.
+        self._sketch: np.ndarray | None = None
+        if reader.row_cache("sketch_residual") is not None and not reader.keep:
+            self._sketch = np.empty((rows.shape[0], reader.d + SKETCH_EXTRA), dtype=np.uint8)
 
     def _for_query(self, query: np.ndarray) -> None:
         """Forget what was computed for another query."""
@@ -204,8 +227,11 @@ class _Candidates:
             return self._exact_at(local, query).astype(dtype)
         need = _first_of(local[~self._have_bounds[local]])
         if need.size:
-            self._bounds[:, need] = sketch_bounds(sketch.rows(self.rows[need]), query)
+            rows = sketch.rows(self.rows[need])
+            self._bounds[:, need] = sketch_bounds(rows, query)
             self._have_bounds[need] = True
+            if self._sketch is not None:  # kept for the residual (the chunks may not be)
+                self._sketch[need] = rows
         lower2, upper2 = self._bounds[:, local]
         exact = ambiguous(lower2, upper2, thresholds)
         if exact.any() and self.reader.row_cache("sketch_residual") is not None:
@@ -223,10 +249,11 @@ class _Candidates:
         need = _first_of(local[~self._have_fine[local]])
         if not need.size:
             return
-        rows = self.rows[need]
         sketch, residual = self.reader.row_cache("sketch"), self.reader.row_cache("sketch_residual")
         assert sketch is not None and residual is not None  # only called for such a store
-        lower2, upper2 = residual_bounds(sketch.rows(rows), residual.rows(rows), query)
+        rows = self.rows[need]
+        coarse = sketch.rows(rows) if self._sketch is None else self._sketch[need]
+        lower2, upper2 = residual_bounds(coarse, residual.rows(rows), query)
         np.maximum(self._bounds[0, need], lower2, out=lower2)
         np.minimum(self._bounds[1, need], upper2, out=upper2)
         self._bounds[:, need] = lower2, upper2
@@ -254,8 +281,9 @@ class StoreReader:
     """A committed snapshot of a store, for queries. Cheap to open: nothing is read until a
     query needs it."""
 
-    def __init__(self, url: str, snapshot: str | None = None):
+    def __init__(self, url: str, snapshot: str | None = None, keep_rows: bool = True):
         url = str(url)
+        self.keep = keep_rows
         local = parse_store_url(url).local_dir
         folder = local.resolve() if local is not None else None
         light = open_light(folder, snapshot) if folder is not None else None
@@ -334,7 +362,7 @@ class StoreReader:
             missing = (name == "sketch" and not has_sketch(self.attrs)) or (
                 name == "sketch_residual" and not has_residual(self.attrs)
             )
-            self._rows[name] = None if missing else _RowCache(self.session, name)
+            self._rows[name] = None if missing else _RowCache(self.session, name, self.keep)
         return self._rows[name]
 
     def _cached(self, name: str) -> _RowCache:
@@ -517,7 +545,12 @@ class StoreReader:
         return nearest(Q, centroids, mass > 0)[0]
 
 
-def open_store(url: str, snapshot: str | None = None) -> StoreReader:
+def open_store(url: str, snapshot: str | None = None, keep_rows: bool = True) -> StoreReader:
     """A reader over the committed store at ``url`` (at ``snapshot``, default the tip): lazy,
-    cached reads. Raises a clear error for a location that is not a fairpipe store."""
-    return StoreReader(url, snapshot)
+    cached reads. Raises a clear error for a location that is not a fairpipe store.
+
+    ``keep_rows``: keep the chunks of rows (sketch, residual, points, ids) that queries read
+    for the reader's life, so that later queries read them from memory (a long-lived reader);
+    False for a process that asks one query (``fairpipe sample``), which then frees each chunk
+    once it has taken the rows it needs."""
+    return StoreReader(url, snapshot, keep_rows)
