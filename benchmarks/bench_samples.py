@@ -113,12 +113,14 @@ def bench_warm_reader(store: str, n_samples: int = 10) -> None:
 
 # -- 3. preload ---------------------------------------------------------------------------------------
 PRELOAD = """
-import json, resource, sys, time
+import json, sys, time
 import numpy as np
 from storage.reader import open_store
-def rss():
+# VmHWM, not getrusage's ru_maxrss: a child started by vfork (subprocess) inherits its parent's
+# peak there across exec.
+def rss(field="VmRSS"):
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"):
+        if line.startswith(field):
             return int(line.split()[1]) * 1024
 reader = open_store(sys.argv[1])
 reader.lsh
@@ -126,7 +128,7 @@ before = rss()
 t0 = time.perf_counter()
 nn = reader.preload()
 seconds = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = rss("VmHWM")
 index = nn.index_
 loaded = sum(a.nbytes for a in (nn.points_, nn.ids_, nn.alive_, index.members,
                                  index.bucket_keys, index.starts))
