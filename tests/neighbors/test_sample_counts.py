@@ -157,3 +157,16 @@ def test_enumerate_is_for_the_exact_sampler_only(skewed):
     _, nn = skewed
     with pytest.raises(FairpipeInputError, match="may be 'enumerate' only with the 'exact'"):
         nn.sample(query_rows=[0], radius=1.0, sampler="approx", path="enumerate")
+
+
+def test_distances_of_many_rows_are_those_of_the_plain_computation():
+    """Enumerating M(q) computes the distances of many rows a block at a time: each equals
+    the whole gather's, bit for bit (which side of r a row falls on cannot change)."""
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(30_000, 24)) * 10).astype(np.float32)
+    rows = rng.choice(30_000, 3 * kernel.DISTANCE_BLOCK + 17)
+    for q in (X[3] + np.float32(0.5), X[3].astype(np.float64) + 0.5):
+        diff = X[rows] - q
+        want = np.einsum("ij,ij->i", diff, diff)
+        got = kernel.sq_distances(X, rows, q, ())
+        assert got.dtype == want.dtype and np.array_equal(got, want)
