@@ -352,6 +352,7 @@ class FairNN(LSHParameters):
         )
         stats = []
         for i in range(Q.shape[0]):
+            cand = None
             if sampler == "rank" or with_neighbourhood:
                 cand = neighbourhood(self.index_, self.points_, Q[i], QB[i], mode, radius, c)
                 assert sizes is not None
@@ -359,6 +360,7 @@ class FairNN(LSHParameters):
             if sampler == "rank":
                 if self._rank_state is None:
                     self._rank_state = RankState(self.ids_, int(self.seed), self.alive_)
+                assert cand is not None
                 got = self._rank_state.sample(cand, n_samples, rng)
                 st = QueryStats(asked=n_samples, drawn=got.shape[0], draws=got.shape[0],
                                 rounds=1, why=None if got.shape[0] else SHORT_EMPTY)  # fmt: skip
@@ -379,6 +381,7 @@ class FairNN(LSHParameters):
                     failure_prob,
                     path=path,
                     complete=complete,
+                    hood=cand,
                 )
             rows[i, : got.shape[0]] = got
             counts[i] = got.shape[0]
