@@ -225,7 +225,7 @@ class _Candidates:
         sketch = self.reader.row_cache("sketch")
         if sketch is None:  # a store made before the sketch
             return self._exact_at(local, query).astype(dtype)
-        need = _first_of(local[~self._have_bounds[local]])
+        need = _first_of(local[~self._have_bounds[local]], self.rows.shape[0])
         if need.size:
             rows = sketch.rows(self.rows[need])
             self._bounds[:, need] = sketch_bounds(rows, query)
@@ -246,7 +246,7 @@ class _Candidates:
     def _refine(self, local: np.ndarray, query: np.ndarray) -> None:
         """Narrow the bounds of ``local`` rows (whose sketch bounds are known) to their
         intersection with the residual's."""
-        need = _first_of(local[~self._have_fine[local]])
+        need = _first_of(local[~self._have_fine[local]], self.rows.shape[0])
         if not need.size:
             return
         sketch, residual = self.reader.row_cache("sketch"), self.reader.row_cache("sketch_residual")
@@ -261,7 +261,7 @@ class _Candidates:
         self.refined += need.shape[0]
 
     def _exact_at(self, local: np.ndarray, query: np.ndarray) -> np.ndarray:
-        need = _first_of(local[~self._have_exact[local]])
+        need = _first_of(local[~self._have_exact[local]], self.rows.shape[0])
         if need.size:
             points = self.reader.row_cache("points")
             assert points is not None  # every store has its points
@@ -272,9 +272,14 @@ class _Candidates:
         return self._exact[local]
 
 
-def _first_of(local: np.ndarray) -> np.ndarray:
-    """``local`` without repeats (the kernel's draws repeat rows)."""
-    return np.unique(local) if local.size > 1 else local
+def _first_of(local: np.ndarray, n: int) -> np.ndarray:
+    """``local`` (positions below ``n``) without repeats (the kernel's draws repeat rows), sorted:
+    a sort for a few, a mask over 0..n for many (every candidate, when M(q) is listed)."""
+    if local.size <= 256:
+        return np.unique(local) if local.size > 1 else local
+    mask = np.zeros(n, dtype=bool)
+    mask[local] = True
+    return np.flatnonzero(mask)
 
 
 class StoreReader:
