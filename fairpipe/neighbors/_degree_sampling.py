@@ -566,16 +566,17 @@ def unique_ints(values: np.ndarray) -> np.ndarray:
 
 
 def unique_inverse_ints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_inverse=True)`` of non-negative integers (the inverse as
-    int64), by a mask and a position table over 0..max where that is cheaper than a sort."""
+    """``np.unique(values, return_inverse=True)`` of non-negative integers, by a mask and a
+    position table over 0..max where that is cheaper than a sort (the inverse is then int32
+    where the values allow: half the table's pages)."""
     if values.size >= 1024 and int(values.min()) >= 0:
         top = int(values.max()) + 1
         if top <= 32 * values.size:
             mask = np.zeros(top, dtype=bool)
             mask[values] = True
             uniq = np.flatnonzero(mask)
-            position = np.empty(top, dtype=np.int64)
-            position[uniq] = np.arange(uniq.shape[0])
+            position = np.empty(top, dtype=np.int32 if top < 2**31 else np.int64)
+            position[uniq] = np.arange(uniq.shape[0], dtype=position.dtype)
             return uniq.astype(values.dtype, copy=False), position[values]
     found = np.unique(values, return_inverse=True)
     return found[0], np.asarray(found[1], dtype=np.int64).reshape(-1)
