@@ -16,6 +16,16 @@ def load_sampler(store_url: str, snapshot: str | None = None) -> tuple[FairNN, d
     return reader.preload(), reader.attrs
 
 
+def path_of(sampler: str, st) -> str:
+    """How a query's samples were drawn: ``rank``; ``enumerate`` (uniformly from M(q), listed
+    once); ``flat`` (rejection from the flattened buckets); ``lazy`` (rejection, draw by draw)."""
+    if sampler == "rank":
+        return "rank"
+    if st.extra.get("enumerated"):
+        return "enumerate"
+    return "flat" if st.extra.get("flattened") else "lazy"
+
+
 SAMPLING_DEFAULTS = {"n_samples": 10, "sampler": "exact", "mode": "exact", "seed": 0, "c": 2.0}
 
 
@@ -30,7 +40,7 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
     """
     sampling = {**SAMPLING_DEFAULTS, **sampling}
     t0 = time.perf_counter()
-    reader = open_store(store_url)
+    reader = open_store(store_url, keep_rows=False)  # one call: nothing to keep for later
     t_load = time.perf_counter() - t0
     if radius is None:
         radius = reader.suggested_radius
@@ -47,6 +57,11 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
             {
                 "ids": res.ids[i, : res.counts[i]].tolist(),
                 "neighbourhood_size": sizes[i],
+                # fewer drawn than asked only for a reason: "empty" (M(q) is), "draw_limit"
+                "asked": st.asked,
+                "drawn": st.drawn,
+                "why": st.why,
+                "path": path_of(sampling["sampler"], st),
                 "draws": st.draws,
                 "outliers_removed": st.outliers,
                 "outlier_scan": st.outlier_scan,

@@ -50,9 +50,11 @@ padded index arrays) are read as they are and upgraded to format 2 by the next w
 
 from __future__ import annotations
 
+import ctypes
 import math
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -972,25 +974,109 @@ def upgrade_format1(session, root, attrs: dict) -> dict:
 
 def load_sampler(session, attrs: dict) -> FairNN:
     """A :class:`FairNN` over the store's rows and index, everything read into memory (the hot
-    path of a long-lived process; memory about n x (d + 2L) x 4 bytes)."""
+    path of a long-lived process). It holds the points, ids and alive flags, and the index as
+    :func:`load_compact_index` reads it (members int32): about n x (4 d + 4 L + 9) bytes plus
+    16 bytes a bucket; each row's keys are made from the index only if asked for
+    (``FairNN.keys_``)."""
     lsh = load_lsh(session, attrs)
-    index = load_index(session, attrs)
-    alive = read_array(session, "alive")
-    keys = np.full((int(attrs["n"]), lsh.n_tables), EMPTY_KEY, dtype=np.uint64)
-    for t in range(lsh.n_tables):
-        member_keys, members = index.table_entries(t)
-        keys[members, t] = member_keys
+    if store_format(attrs) == 1:
+        index = load_index(session, attrs)
+    else:
+        index = load_compact_index(session, attrs)
+    release_free_memory()
+    points = read_array(session, "points")
+    release_free_memory()
     arrays = {
         **lsh.to_arrays(),
-        "points": read_array(session, "points"),
+        "points": points,
         "ids": read_array(session, "ids"),
-        "alive": alive,
-        "keys": keys,
+        "alive": read_array(session, "alive"),
         "bucket_keys": index.bucket_keys,
         "bucket_starts": index.starts,
         "members": index.members,
     }
     return FairNN.from_arrays(arrays, **lsh.get_params())
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the operating system (glibc's ``malloc_trim``; a
+    no-op elsewhere): a load that decodes thousands of chunks leaves tens of MB of freed
+    buffers in the heap, which the large arrays allocated after it (mapped on their own) never
+    reuse, so they would stay resident beside them."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def load_compact_index(session, attrs: dict) -> BucketIndex:
+    """:func:`load_index` (the same buckets, keys and members, in the same order) for a format 2
+    store, built bucket by bucket from the segments rather than entry by entry: members stay
+    int32 and nothing the size of all entries is made but the three arrays it returns (each
+    allocated at an upper bound, filled from the start, then shrunk in place: the pages never
+    written are never committed)."""
+    names = list(layer_bits(attrs))
+    lengths = read_arrays(session, [f"lsh/{layer_arrays(name)[1]}" for name in names])
+    n_tables = int(lengths[0].shape[0])
+    upper = int(sum(int(v.sum()) for v in lengths))  # segment words: at least the entries
+    members = np.empty(max(upper, 1), dtype=np.int32)
+    keys = np.empty(max(upper, 1), dtype=np.uint64)
+    starts = np.empty(max(upper, 1) + 1, dtype=np.int64)
+    n_entries = n_buckets = 0
+    held = sum((v.sum(axis=1) for v in lengths), np.zeros(n_tables, np.int64))
+    for j, last in _table_runs(held):
+        per_layer = [_read_segments(session, name, j, v[j:last]) for name, v in zip(names, lengths)]
+        for i in range(last - j):
+            h, sizes, rows = _table_buckets([layer[i] for layer in per_layer])
+            nb, ne = h.shape[0], rows.shape[0]
+            keys[n_buckets : n_buckets + nb] = unmix(h)
+            starts[n_buckets] = n_entries
+            np.cumsum(sizes, out=starts[n_buckets + 1 : n_buckets + nb + 1])
+            starts[n_buckets + 1 : n_buckets + nb + 1] += n_entries
+            members[n_entries : n_entries + ne] = rows
+            n_buckets += nb
+            n_entries += ne
+    members.resize(n_entries, refcheck=False)
+    keys.resize(n_buckets, refcheck=False)
+    starts.resize(n_buckets + 1, refcheck=False)
+    return BucketIndex(keys, starts, members, n_tables)
+
+
+def _read_segments(session, layer: str, t0: int, lengths: np.ndarray) -> list[list[np.ndarray]]:
+    """The non-empty segments of tables ``t0, t0 + 1, ...`` of ``layer``, per table in
+    segment order (increasing mixed keys), fetched together."""
+    sels = [(t0 + j, int(p), slice(0, int(v[p])))
+            for j, v in enumerate(lengths) for p in np.flatnonzero(v)]  # fmt: skip
+    got = iter(read_many(session, f"lsh/{layer_arrays(layer)[0]}", sels))
+    return [[next(got) for _ in np.flatnonzero(v)] for v in lengths]
+
+
+def _table_buckets(layers: list[list[np.ndarray]]):
+    """(mixed keys, sizes, members int32) of one table's buckets, in increasing key, from each
+    layer's segments (main layer first): a key held by several layers is one bucket, its
+    members the main layer's then each delta's (the order a fresh build gives)."""
+    parts = [decode(seg) for segments in layers for seg in segments]
+    if not parts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int32)
+    h = np.concatenate([p[0] for p in parts])
+    sizes = np.concatenate([np.diff(p[1], prepend=0) for p in parts]).astype(np.int64)
+    rows = np.concatenate([p[2] for p in parts])
+    if len(layers) == 1:
+        return h, sizes, rows  # segments in increasing key: already in order
+    order = np.argsort(h, kind="stable")  # equal keys: the earlier layer first
+    first = np.zeros(h.shape[0] + 1, dtype=np.int64)
+    np.cumsum(sizes, out=first[1:])
+    h, sizes, first = h[order], sizes[order], first[:-1][order]
+    # Each bucket's members gathered from where its layer holds them, in the new order.
+    ends = np.cumsum(sizes)
+    where = np.repeat(first - (ends - sizes), sizes) + np.arange(rows.shape[0])
+    rows = rows[where]
+    new = np.ones(h.shape[0], dtype=bool)
+    np.not_equal(h[1:], h[:-1], out=new[1:])
+    heads = np.flatnonzero(new)
+    return h[heads], np.add.reduceat(sizes, heads), rows
 
 
 def index_entries(session) -> list[tuple[np.ndarray, np.ndarray]]:

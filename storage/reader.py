@@ -28,7 +28,6 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import (
     E2LSH,
     LSH_ARRAYS,
-    RESIDUAL_EXTRA,
     SKETCH_EXTRA,
     FairNN,
     QueryStats,
@@ -44,8 +43,8 @@ from fairpipe.neighbors import (
     sample_query,
     segment_of,
     sketch_bounds,
-    unique_ints,
 )
+from fairpipe.neighbors._degree_sampling import unique_inverse_ints
 from fairpipe.validation import as_id_array, check_ids, check_points
 from storage.index import (
     StoredIds,
@@ -60,12 +59,12 @@ from storage.index import (
 from storage.light import open_light
 from storage.store import (
     FairpipeStore,
-    for_rows_at,
+    _fetch_chunks,
+    _plain_chunks,
     open_array,
     read_array,
     read_arrays,
     read_many,
-    read_rows_at,
 )
 from storage.urls import parse_store_url
 
@@ -73,6 +72,35 @@ UNKNOWN_ID = "Id {id} is not in the store {url}."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
 DEAD_ROW = "Row {row} (id {id}) of the store {url} has been forgotten; it cannot be a query."
 ONE_QUERY = "Give exactly one of queries, query_rows or query_ids."
+
+
+@dataclass
+class _QueryIndex:
+    """A query's candidates (the stored rows of its buckets, sorted) and its buckets as an index
+    over them: bucket t (-1 in ``q_buckets`` where empty) is the query's bucket in table t."""
+
+    rows: np.ndarray
+    index: _LocalIndex
+    q_buckets: np.ndarray
+
+    @cached_property
+    def degrees(self) -> np.ndarray:
+        """The number of the query's buckets holding each candidate (a row is in one bucket of
+        each table, so its count among the members)."""
+        return np.bincount(self.index.members, minlength=self.rows.shape[0])
+
+    @cached_property
+    def point_buckets(self) -> np.ndarray:
+        """(candidates, L) the local bucket number of each candidate in each table (t where it
+        is in the query's bucket of table t, else -2): what the ``approx`` sampler's probes
+        compare. The smallest integer type holding -2 .. L - 1 (a tenth of the int64 bytes at
+        L = 100, where 100k candidates made 76 MB)."""
+        L = self.q_buckets.shape[0]
+        small = np.int8 if L < 2**7 else np.int16 if L < 2**15 else np.int32
+        out = np.full((self.rows.shape[0], L), -2, dtype=small)
+        table = np.repeat(np.arange(L, dtype=small), np.diff(self.index.starts))
+        out[self.index.members, table] = table
+        return out
 
 
 @dataclass
@@ -84,41 +112,98 @@ class _LocalIndex:
     members: np.ndarray
 
 
+class _RowCache:
+    """The rows of one stored array that queries read: a chunk is read (whole) the first time
+    a row of it is asked for, and with ``keep`` kept for the reader's life, so later queries
+    read it from memory.
+
+    Chunks are kept as they are decoded (no copy), so the cache's memory follows the chunks
+    read, up to the array's size (the sketch: (d + 12) bytes a row, its residual d + 4, the
+    points 4 d). Without ``keep`` (a one-query process: the command line) each chunk is freed
+    once the rows asked of it are taken, as it arrives."""
+
+    def __init__(self, session, name: str, keep: bool = True):
+        arr = open_array(session, name)
+        self.session, self.name, self.keep = session, name, keep
+        self.block = int(arr.chunks[0])
+        self.n = int(arr.shape[0])
+        self.row_shape = tuple(int(x) for x in arr.shape[1:])
+        self.dtype = np.dtype(arr.dtype)
+        self.chunks: dict[int, np.ndarray] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(chunk.nbytes for chunk in self.chunks.values())
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        """The values of ``rows`` (any order, repeats allowed)."""
+        chunk = rows // self.block
+        if rows.shape[0] == 1 and int(chunk[0]) in self.chunks:  # one row: a query's own
+            c = int(chunk[0])
+            return self.chunks[c][int(rows[0]) - c * self.block][None]
+        order = np.argsort(chunk, kind="stable")
+        ordered = chunk[order]
+        heads = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]).tolist()
+        parts = {int(ordered[a]): order[a:b] for a, b in zip(heads, [*heads[1:], rows.shape[0]])}
+        out = np.empty((rows.shape[0], *self.row_shape), dtype=self.dtype)
+        missing = []
+        for c, part in parts.items():
+            if c in self.chunks:
+                out[part] = self.chunks[c][rows[part] - c * self.block]
+            else:
+                missing.append(c)
+
+        def take(c: int, values: np.ndarray) -> None:
+            part = parts[c]
+            out[part] = values[rows[part] - c * self.block]
+            if self.keep:
+                self.chunks[c] = values
+
+        if missing:
+            self._read(missing, take)
+        return out
+
+    def _read(self, chunks: list[int], take) -> None:
+        """Hand ``take(chunk, values)`` each of ``chunks`` as it arrives: straight from the
+        store, as decoded, for a plainly encoded array split along rows only; through zarr
+        otherwise."""
+        arr = open_array(self.session, self.name)
+        plain = _plain_chunks(arr)
+        if plain is not None and tuple(arr.chunks[1:]) == tuple(arr.shape[1:]):
+            zeros = (0,) * (arr.ndim - 1)
+            _fetch_chunks(self.session, plain, [(c, *zeros) for c in chunks],
+                          lambda i, values: take(chunks[i], values))  # fmt: skip
+            return
+        for c in chunks:
+            a = c * self.block
+            take(c, read_array(self.session, self.name, slice(a, min(a + self.block, self.n))))
+
+
 class _Candidates:
     """A query's candidates (``rows``) as the sampling kernel sees points: only through
     :meth:`sq_distances`, which decides distances from the candidates' sketch where it can (a
     quarter of the bytes), then from the sketch's residual where it can, and computes the exact
     ones of the rest from their points.
 
-    Each is computed once per query and kept as a number, not a point: a read of a chunk (of
-    the sketch or of the points) computes the bounds or the distance of every candidate in it,
-    as the chunk arrives (the sampler asks in several rounds, and a chunk costs the same to
-    read for one row as for all), so each chunk is read once per query and no copy of the
-    candidates' points (50 MB for 100k candidates at d = 128) is made. With a residual the
-    candidates' sketch rows are kept (d + 12 bytes each: 13 MB for 100k candidates at d = 128),
-    and the residual rows of the chunks read (d + 4 bytes each)."""
+    Each is computed once per query, only for the candidates a threshold is asked about, and
+    kept as a number; the rows (sketch, residual, points) come from the reader's caches
+    (:class:`_RowCache`), which read a chunk the first time a query needs one of its rows."""
 
     def __init__(self, reader: StoreReader, rows: np.ndarray):
-        self.session, self.rows = reader.session, rows
-        self.point_chunk = rows // reader.point_block
-        block = reader.sketch_block
-        self.sketch_chunk = None if block is None else rows // block
+        self.reader, self.rows = reader, rows
         self._query: bytes | None = None
         self._bounds = np.zeros((2, rows.shape[0]))
         self._have_bounds = np.zeros(rows.shape[0], dtype=bool)
+        self._have_fine = np.zeros(rows.shape[0], dtype=bool)
         self._exact = np.zeros(rows.shape[0])
         self._have_exact = np.zeros(rows.shape[0], dtype=bool)
         self.points_read = self.refined = 0
-        # With a residual: the candidates' sketch rows are kept (the residual refines them) and
-        # their residual rows as their chunks arrive; refined bounds are computed only for the
-        # candidates a threshold asks about that the sketch leaves open.
-        block = reader.residual_block
-        self.residual_chunk = None if block is None else rows // block
-        if self.residual_chunk is not None:
-            self._sketch = np.zeros((rows.shape[0], reader.d + SKETCH_EXTRA), dtype=np.uint8)
-            self._residual = np.zeros((rows.shape[0], reader.d + RESIDUAL_EXTRA), np.uint8)
-            self._have_residual = np.zeros(rows.shape[0], dtype=bool)
-            self._have_fine = np.zeros(rows.shape[0], dtype=bool)
+        # With a residual and a reader that does not keep the chunks it reads, the sketch rows
+        # of the candidates whose bounds are known (d + 12 bytes each: 13 MB for 100k
+        # candidates at d = 128), which the residual refines.
+        self._sketch: np.ndarray | None = None
+        if reader.row_cache("sketch_residual") is not None and not reader.keep:
+            self._sketch = np.empty((rows.shape[0], reader.d + SKETCH_EXTRA), dtype=np.uint8)
 
     def _for_query(self, query: np.ndarray) -> None:
         """Forget what was computed for another query."""
@@ -126,9 +211,8 @@ class _Candidates:
         if key != self._query:
             self._query = key
             self._have_bounds.fill(False)
+            self._have_fine.fill(False)
             self._have_exact.fill(False)
-            if self.residual_chunk is not None:
-                self._have_fine.fill(False)
 
     def sq_distances(self, local, query: np.ndarray, thresholds) -> np.ndarray:
         """Squared distances of ``local`` rows to ``query``: exact where the bounds from the
@@ -138,38 +222,38 @@ class _Candidates:
         local, query = np.asarray(local), np.asarray(query)
         self._for_query(query)
         dtype = np.result_type(np.float32, query.dtype)  # the kernel's (points - query)
-        if self.sketch_chunk is None:  # a store made before the sketch
+        sketch = self.reader.row_cache("sketch")
+        if sketch is None:  # a store made before the sketch
             return self._exact_at(local, query).astype(dtype)
-
-        def bounds(fill: np.ndarray, sketch: np.ndarray) -> None:
-            self._bounds[:, fill] = sketch_bounds(sketch, query)
-            if self.residual_chunk is not None:
-                self._sketch[fill] = sketch
-
-        self._fill(self._have_bounds, self.sketch_chunk, local, "sketch", bounds)
+        need = _first_of(local[~self._have_bounds[local]], self.rows.shape[0])
+        if need.size:
+            rows = sketch.rows(self.rows[need])
+            self._bounds[:, need] = sketch_bounds(rows, query)
+            self._have_bounds[need] = True
+            if self._sketch is not None:  # kept for the residual (the chunks may not be)
+                self._sketch[need] = rows
         lower2, upper2 = self._bounds[:, local]
         exact = ambiguous(lower2, upper2, thresholds)
-        if self.residual_chunk is not None and exact.any():
+        if exact.any() and self.reader.row_cache("sketch_residual") is not None:
             self._refine(local[exact], query)
             lower2, upper2 = self._bounds[:, local]
             exact = ambiguous(lower2, upper2, thresholds)
         out = ((lower2 + upper2) / 2).astype(dtype)
-        out[exact] = self._exact_at(local[exact], query).astype(dtype)
+        if exact.any():
+            out[exact] = self._exact_at(local[exact], query).astype(dtype)
         return out
 
     def _refine(self, local: np.ndarray, query: np.ndarray) -> None:
         """Narrow the bounds of ``local`` rows (whose sketch bounds are known) to their
         intersection with the residual's."""
-        assert self.residual_chunk is not None  # only called for a store with a residual
-        need = local[~self._have_fine[local]]
+        need = _first_of(local[~self._have_fine[local]], self.rows.shape[0])
         if not need.size:
             return
-
-        def keep(fill: np.ndarray, residual: np.ndarray) -> None:
-            self._residual[fill] = residual
-
-        self._fill(self._have_residual, self.residual_chunk, need, "sketch_residual", keep)
-        lower2, upper2 = residual_bounds(self._sketch[need], self._residual[need], query)
+        sketch, residual = self.reader.row_cache("sketch"), self.reader.row_cache("sketch_residual")
+        assert sketch is not None and residual is not None  # only called for such a store
+        rows = self.rows[need]
+        coarse = sketch.rows(rows) if self._sketch is None else self._sketch[need]
+        lower2, upper2 = residual_bounds(coarse, residual.rows(rows), query)
         np.maximum(self._bounds[0, need], lower2, out=lower2)
         np.minimum(self._bounds[1, need], upper2, out=upper2)
         self._bounds[:, need] = lower2, upper2
@@ -177,35 +261,34 @@ class _Candidates:
         self.refined += need.shape[0]
 
     def _exact_at(self, local: np.ndarray, query: np.ndarray) -> np.ndarray:
-        def take(fill: np.ndarray, points: np.ndarray) -> None:
-            diff = points - query  # as the kernel computes it, row by row
-            self._exact[fill] = np.einsum("ij,ij->i", diff, diff)
-            self.points_read += fill.shape[0]
-
-        self._fill(self._have_exact, self.point_chunk, local, "points", take)
+        need = _first_of(local[~self._have_exact[local]], self.rows.shape[0])
+        if need.size:
+            points = self.reader.row_cache("points")
+            assert points is not None  # every store has its points
+            diff = points.rows(self.rows[need]) - query  # as the kernel computes it, row by row
+            self._exact[need] = np.einsum("ij,ij->i", diff, diff)
+            self._have_exact[need] = True
+            self.points_read += need.shape[0]
         return self._exact[local]
 
-    def _fill(self, have: np.ndarray, chunk_of: np.ndarray, local: np.ndarray, name: str,
-              compute) -> None:  # fmt: skip
-        """Compute (``compute(candidates, values)``) for every candidate not yet done that lies
-        in a chunk of array ``name`` holding one of ``local``, reading each such chunk once."""
-        missing = local[~have[local]]
-        if not missing.size:
-            return
-        wanted = np.zeros(int(chunk_of.max()) + 1, dtype=bool)  # the chunks to read
-        wanted[chunk_of[missing]] = True  # (np.isin of np.unique sorted: 8 ms a call at 95k)
-        fill = np.flatnonzero(wanted[chunk_of] & ~have)
-        for_rows_at(self.session, name, self.rows[fill],
-                    lambda part, values: compute(fill[part], values))  # fmt: skip
-        have[fill] = True
+
+def _first_of(local: np.ndarray, n: int) -> np.ndarray:
+    """``local`` (positions below ``n``) without repeats (the kernel's draws repeat rows), sorted:
+    a sort for a few, a mask over 0..n for many (every candidate, when M(q) is listed)."""
+    if local.size <= 256:
+        return np.unique(local) if local.size > 1 else local
+    mask = np.zeros(n, dtype=bool)
+    mask[local] = True
+    return np.flatnonzero(mask)
 
 
 class StoreReader:
     """A committed snapshot of a store, for queries. Cheap to open: nothing is read until a
     query needs it."""
 
-    def __init__(self, url: str, snapshot: str | None = None):
+    def __init__(self, url: str, snapshot: str | None = None, keep_rows: bool = True):
         url = str(url)
+        self.keep = keep_rows
         local = parse_store_url(url).local_dir
         folder = local.resolve() if local is not None else None
         light = open_light(folder, snapshot) if folder is not None else None
@@ -227,7 +310,7 @@ class StoreReader:
         self._lsh: E2LSH | None = None
         self._lengths: dict[str, np.ndarray] = {}
         self._segments: dict[tuple[str, int, int], np.ndarray] = {}
-        self._points: dict[int, np.ndarray] = {}
+        self._rows: dict[str, _RowCache | None] = {}
         self._lookup: StoredIds | None = None
         self._nn: FairNN | None = None
         self._model: tuple[np.ndarray, np.ndarray] | None = None
@@ -277,44 +360,33 @@ class StoreReader:
                 self._segments[missing[i]] = seg
         return [self._segments[w] for w in wanted]
 
-    @cached_property
-    def point_block(self) -> int:
-        """Rows per chunk of the stored points."""
-        return int(open_array(self.session, "points").chunks[0])
+    def row_cache(self, name: str) -> _RowCache | None:
+        """The cache of array ``name``'s rows (``points``, ``ids``, ``alive``, ``sketch``,
+        ``sketch_residual``); None for a sketch or residual the store does not have."""
+        if name not in self._rows:
+            missing = (name == "sketch" and not has_sketch(self.attrs)) or (
+                name == "sketch_residual" and not has_residual(self.attrs)
+            )
+            self._rows[name] = None if missing else _RowCache(self.session, name, self.keep)
+        return self._rows[name]
 
-    @cached_property
-    def sketch_block(self) -> int | None:
-        """Rows per chunk of the stored point sketch; None for a store without one."""
-        if not has_sketch(self.attrs):
-            return None
-        return int(open_array(self.session, "sketch").chunks[0])
-
-    @cached_property
-    def residual_block(self) -> int | None:
-        """Rows per chunk of the sketch's stored residual; None for a store without one."""
-        if not has_residual(self.attrs):
-            return None
-        return int(open_array(self.session, "sketch_residual").chunks[0])
+    def _cached(self, name: str) -> _RowCache:
+        cache = self.row_cache(name)
+        assert cache is not None  # points, ids and alive: every store has them
+        return cache
 
     def points_at(self, rows: np.ndarray) -> np.ndarray:
         """Points of stored ``rows`` (cached)."""
         rows = np.asarray(rows, dtype=np.int64)
-        missing = np.array(sorted({r for r in rows.tolist() if r not in self._points}), np.int64)
-        if missing.size:
-            for r, x in zip(missing.tolist(), read_rows_at(self.session, "points", missing)):
-                self._points[r] = x
         if rows.size == 0:
             return np.zeros((0, self.d), np.float32)
-        return np.stack([self._points[r] for r in rows.tolist()])
+        return self._cached("points").rows(rows)
 
     def ids_at(self, rows) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size == 0:
             return rows.copy()
-        order = np.argsort(rows)
-        out = np.empty(rows.shape[0], dtype=np.int64)
-        out[order] = read_rows_at(self.session, "ids", rows[order])
-        return out
+        return self._cached("ids").rows(rows)
 
     def rows_of(self, ids) -> np.ndarray:
         """Rows of the stored ``ids`` (reads the ids once), or an error naming the first id that
@@ -327,8 +399,7 @@ class StoreReader:
         rows[known] = found
         live = np.zeros(ids.shape[0], dtype=bool)
         if found.size:
-            order = np.argsort(found)
-            live[np.flatnonzero(known)[order]] = read_rows_at(self.session, "alive", found[order])
+            live[np.flatnonzero(known)] = self._cached("alive").rows(found)
         if not live.all():
             i = int(np.argmin(live))
             message = UNKNOWN_ID.format(id=int(ids[i]), url=self.url)
@@ -343,7 +414,7 @@ class StoreReader:
         for r in rows.tolist():
             if not 0 <= r < self.n:
                 raise FairpipeInputError(BAD_ROW.format(row=r, url=self.url, last=self.n - 1))
-        alive = read_rows_at(self.session, "alive", np.sort(rows))
+        alive = self._cached("alive").rows(np.sort(rows))
         if not alive.all():
             r = int(np.sort(rows)[np.argmin(alive)])
             raise FairpipeInputError(
@@ -363,43 +434,37 @@ class StoreReader:
         Q = check_points(Q[None, :] if Q.ndim == 1 else Q, where="the queries", n_features=self.d)
         return Q, False
 
-    def _buckets(self, q: np.ndarray):
-        """The query's bucket in every table: (candidate rows, local index, local bucket
-        numbers per candidate (u, L), the query's bucket numbers (L,))."""
+    def _buckets(self, q: np.ndarray) -> _QueryIndex:
+        """The query's bucket in every table, as an index of its candidates alone."""
         keys = self.lsh.hash_validated(q[None, :])[0]
         h = mix(keys)
         bits = layer_bits(self.attrs)  # the deltas' members of a bucket follow (larger rows)
         wanted = [(layer, t, int(p)) for layer, b in bits.items()
                   for t, p in enumerate(segment_of(h, b))]  # fmt: skip
         segs = self.segments(wanted)
-        found = [np.concatenate([bucket_members(segs[i * self.n_tables + t], h[t])
-                                 for i in range(len(bits))])
-                 for t in range(self.n_tables)]  # fmt: skip
+        layers = range(len(bits))
+        found = [bucket_members(segs[i * self.n_tables + t], h[t])
+                 for t in range(self.n_tables) for i in layers]  # fmt: skip
         sizes = np.array([f.shape[0] for f in found], dtype=np.int64)
-        rows = (
-            unique_ints(np.concatenate(found)).astype(np.int64)
-            if sizes.sum()
-            else np.zeros(0, np.int64)
-        )
-        local = [np.searchsorted(rows, f) for f in found]
+        sizes = sizes.reshape(self.n_tables, len(bits)).sum(axis=1)
+        if sizes.sum():
+            rows, members = unique_inverse_ints(np.concatenate(found))
+        else:
+            rows, members = np.zeros(0, np.int64), np.zeros(0, np.int64)
         starts = np.zeros(self.n_tables + 1, dtype=np.int64)
         np.cumsum(sizes, out=starts[1:])
-        members = np.concatenate(local).astype(np.int64) if rows.size else np.zeros(0, np.int64)
-        # Compared with q_buckets only: the smallest integer type holding -2 .. L - 1 (a
-        # tenth of the int64 bytes at L = 100, where 100k candidates made 76 MB).
-        small = np.int8 if self.n_tables < 2**7 else np.int16 if self.n_tables < 2**15 else np.int32
-        point_buckets = np.full((rows.shape[0], self.n_tables), -2, dtype=small)
-        for t, loc in enumerate(local):
-            point_buckets[loc, t] = t
         q_buckets = np.where(sizes > 0, np.arange(self.n_tables), -1)
-        return rows, _LocalIndex(starts, members), point_buckets, q_buckets
+        return _QueryIndex(rows.astype(np.int64, copy=False), _LocalIndex(starts, members),
+                           q_buckets)  # fmt: skip
 
     # -- the queries -------------------------------------------------------------------------
     def preload(self) -> FairNN:
         """Read the whole index and every row into an in-memory :class:`FairNN` (once); later
         queries use it (the hot path)."""
         if self._nn is None:
-            self._nn = load_sampler(self.full_session, self.attrs)
+            light = getattr(self.session, "is_light", False) and store_format(self.attrs) == 2
+            self._nn = load_sampler(self.session if light else self.full_session, self.attrs)
+            self._nn.point_buckets_  # noqa: B018 (built here, not by the first query)
         return self._nn
 
     def sample(self, queries=None, *, query_rows=None, query_ids=None, radius=None,
@@ -430,14 +495,18 @@ class StoreReader:
         sizes = np.zeros(Q.shape[0], dtype=np.int64) if with_neighbourhood else None
         stats: list[QueryStats] = []
         for i in range(Q.shape[0]):
-            cand, index, point_buckets, q_buckets = self._buckets(Q[i])
+            qi = self._buckets(Q[i])
+            cand, index, q_buckets = qi.rows, qi.index, qi.q_buckets
             points: Any = _Candidates(self, cand)  # the kernel's points
+            hood = None
             if sizes is not None:
-                sizes[i] = neighbourhood(index, points, Q[i], q_buckets, mode, radius, c).shape[0]
+                hood = neighbourhood(index, points, Q[i], q_buckets, mode, radius, c)
+                sizes[i] = hood.shape[0]
             got, st = sample_query(
-                index, point_buckets, points, Q[i], q_buckets, n_samples, sampler, mode, radius,
-                c, rng, max_outliers, failure_prob, path=path,
-                complete=stored and bool((q_buckets >= 0).all()),
+                index, qi.point_buckets if sampler == "approx" else None, points, Q[i],
+                q_buckets, n_samples, sampler, mode, radius, c, rng, max_outliers, failure_prob,
+                path=path, complete=stored and bool((q_buckets >= 0).all()),
+                degrees=qi.degrees, hood=hood,
             )  # fmt: skip
             rows[i, : got.shape[0]] = cand[got]
             counts[i] = got.shape[0]
@@ -460,9 +529,10 @@ class StoreReader:
         Q, _ = self._queries(queries, query_rows, query_ids)
         out = []
         for i in range(Q.shape[0]):
-            cand, index, _, q_buckets = self._buckets(Q[i])
-            local = neighbourhood(index, _Candidates(self, cand), Q[i], q_buckets, mode, radius, c)
-            out.append(self.ids_at(cand[local]))
+            qi = self._buckets(Q[i])
+            local = neighbourhood(qi.index, _Candidates(self, qi.rows), Q[i], qi.q_buckets, mode,
+                                  radius, c)  # fmt: skip
+            out.append(self.ids_at(qi.rows[local]))
         return out
 
     def predict(self, queries=None, *, query_rows=None, query_ids=None) -> np.ndarray:
@@ -480,7 +550,12 @@ class StoreReader:
         return nearest(Q, centroids, mass > 0)[0]
 
 
-def open_store(url: str, snapshot: str | None = None) -> StoreReader:
+def open_store(url: str, snapshot: str | None = None, keep_rows: bool = True) -> StoreReader:
     """A reader over the committed store at ``url`` (at ``snapshot``, default the tip): lazy,
-    cached reads. Raises a clear error for a location that is not a fairpipe store."""
-    return StoreReader(url, snapshot)
+    cached reads. Raises a clear error for a location that is not a fairpipe store.
+
+    ``keep_rows``: keep the chunks of rows (sketch, residual, points, ids) that queries read
+    for the reader's life, so that later queries read them from memory (a long-lived reader);
+    False for a process that asks one query (``fairpipe sample``), which then frees each chunk
+    once it has taken the rows it needs."""
+    return StoreReader(url, snapshot, keep_rows)

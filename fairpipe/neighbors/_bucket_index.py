@@ -160,14 +160,32 @@ class BucketIndex:
         row need no key lookup at all.
         """
         dtype = np.int32 if self.bucket_keys.shape[0] < 2**31 else np.int64
-        by_table = np.full((self.n_tables, n_rows), -1, dtype=dtype)
+        return self._by_row(n_rows, dtype, -1, lambda b0, b1: np.arange(b0, b1, dtype=dtype))
+
+    def row_keys(self, n_rows: int) -> np.ndarray:
+        """(n_rows, L) uint64 key of the bucket holding every indexed row in each table, all
+        ones for rows left out."""
+        empty = np.iinfo(np.uint64).max
+        return self._by_row(n_rows, np.uint64, empty, lambda b0, b1: self.bucket_keys[b0:b1])
+
+    def _by_row(self, n_rows: int, dtype, fill, values) -> np.ndarray:
+        """(n_rows, L): each row's entry for table t is ``values(b0, b1)`` (one per bucket of
+        the table, buckets b0..b1) at the bucket holding it, ``fill`` where none does. Filled a
+        few tables at a time through a small (tables, n_rows) block, so nothing the size of
+        the result is made twice."""
+        out = np.empty((n_rows, self.n_tables), dtype=dtype)
         first = self.table_starts()
-        for t in range(self.n_tables):
-            b0, b1 = int(first[t]), int(first[t + 1])
-            e0, e1 = int(self.starts[b0]), int(self.starts[b1])
-            sizes = np.diff(self.starts[b0 : b1 + 1])
-            by_table[t, self.members[e0:e1]] = np.repeat(np.arange(b0, b1, dtype=dtype), sizes)
-        return np.ascontiguousarray(by_table.T)
+        step = max(1, min(self.n_tables, (8 << 20) // max(n_rows * np.dtype(dtype).itemsize, 1)))
+        for t0 in range(0, self.n_tables, step):
+            t1 = min(t0 + step, self.n_tables)
+            block = np.full((t1 - t0, n_rows), fill, dtype=dtype)
+            for t in range(t0, t1):
+                b0, b1 = int(first[t]), int(first[t + 1])
+                e0, e1 = int(self.starts[b0]), int(self.starts[b1])
+                sizes = np.diff(self.starts[b0 : b1 + 1])
+                block[t - t0, self.members[e0:e1]] = np.repeat(values(b0, b1), sizes)
+            out[:, t0:t1] = block.T
+        return out
 
     def table_of_key(self, keys: np.ndarray) -> np.ndarray:
         return (np.asarray(keys, dtype=np.uint64) >> TABLE_SHIFT).astype(np.int64)

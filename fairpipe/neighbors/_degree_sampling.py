@@ -18,6 +18,14 @@ outliers: when one is drawn it is removed from that bucket's active prefix, as i
 ``max_outliers`` outliers are met, the query's buckets are filtered by distance in one pass (the
 state Section 3.5's removals would converge to) instead of failing; the result reports it.
 
+Many samples of one query: the ``exact`` sampler's output is uniform on M(q), so once the
+rejection draws would cost more than reading the query's buckets, M(q) is enumerated once (the
+union of the buckets, filtered by the mode's distance rule) and the samples are drawn uniformly
+from it, with replacement: the same distribution, with no rejection. A query never returns
+fewer samples than asked without saying why (:class:`QueryStats`): its neighbourhood is empty,
+or its draws reached a limit set from its acceptance rate (:func:`draw_limit`), far beyond what
+a request that can be met needs.
+
 The kernel here works on one query and vectorises over its draws; ``FairNN`` validates inputs.
 """
 
@@ -29,12 +37,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 SAMPLERS = ("exact", "approx", "uniform", "weighted", "rank")
-PATHS = ("auto", "lazy", "flat")
+PATHS = ("auto", "lazy", "flat", "enumerate")
 MODES = ("buckets", "approximate", "exact")
 
 
 @dataclass
 class QueryStats:
+    """What one query's sampling did: the samples ``asked`` and ``drawn`` (fewer only for the
+    reason ``why``: :data:`SHORT_EMPTY`, :data:`SHORT_LIMIT`; None when all were drawn), the
+    draws made (accepted or not) and its rounds, outliers removed, approx probes; ``extra``:
+    ``flattened``, ``enumerated`` and, on the store's lazy path, what it read."""
+
+    asked: int = 0
+    drawn: int = 0
+    why: str | None = None
     draws: int = 0
     rounds: int = 0
     outliers: int = 0
@@ -97,8 +113,23 @@ def sq_distances(points, rows: np.ndarray, query: np.ndarray, thresholds: tuple)
     own = getattr(points, "sq_distances", None)
     if own is not None:
         return own(rows, query, thresholds)
-    diff = points[rows] - query
-    return np.einsum("ij,ij->i", diff, diff)
+    dtype = np.result_type(points.dtype, query.dtype)
+    if rows.shape[0] <= DISTANCE_BLOCK or dtype != points.dtype:
+        diff = points[rows] - query
+        return np.einsum("ij,ij->i", diff, diff)
+    # Many rows (M(q) enumerated): a block at a time in one buffer that stays in the cache,
+    # twice as fast as the whole gather at 95k rows; each row's arithmetic is the same.
+    out = np.empty(rows.shape[0], dtype=dtype)
+    buf = np.empty((DISTANCE_BLOCK, points.shape[1]), dtype=dtype)
+    for a in range(0, rows.shape[0], DISTANCE_BLOCK):
+        part = buf[: min(DISTANCE_BLOCK, rows.shape[0] - a)]
+        np.take(points, rows[a : a + DISTANCE_BLOCK], axis=0, out=part)
+        np.subtract(part, query, out=part)
+        out[a : a + part.shape[0]] = np.einsum("ij,ij->i", part, part)
+    return out
+
+
+DISTANCE_BLOCK = 4096  # rows of points whose distances are computed at once
 
 
 def _members_at(index, qb: QueryBuckets, b: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -216,7 +247,8 @@ class FlatBuckets:
 def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, near2: float):
     rows = np.concatenate([index.members[a : a + s] for a, s in zip(qb.lo, qb.size)])
     bucket = np.repeat(np.arange(qb.lo.shape[0]), qb.size)
-    uniq, inv, deg = np.unique(rows, return_inverse=True, return_counts=True)
+    uniq, inv = unique_inverse_ints(rows)
+    deg = np.bincount(inv, minlength=uniq.shape[0])
     near = None
     removed = 0
     if mode != "buckets":
@@ -233,7 +265,7 @@ def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, nea
 
 def sample_query(
     index,
-    point_buckets: np.ndarray,
+    point_buckets: np.ndarray | None,
     points: np.ndarray,
     query: np.ndarray,
     q_buckets: np.ndarray,
@@ -245,19 +277,30 @@ def sample_query(
     rng: np.random.Generator,
     max_outliers: int,
     failure_prob: float = 0.01,
-    max_draws: int = 50_000_000,
+    max_draws: int | None = None,
     path: str = "auto",
     complete: bool = False,
+    degrees: np.ndarray | None = None,
+    hood: np.ndarray | None = None,
 ) -> tuple[np.ndarray, QueryStats]:
-    """Draw ``n_samples`` rows for one query (fewer only if its neighbourhood is empty).
+    """Draw ``n_samples`` rows for one query: all of them, unless its neighbourhood is empty
+    or the draws reach their limit (:func:`draw_limit`); the stats say which (``asked``,
+    ``drawn``, ``why``).
 
     Draws start lazily (cost per draw independent of the bucket sizes, as in the paper); once a
     query has used as many draws as its buckets hold, it flattens its buckets (:class:`FlatBuckets`)
     and continues from that state: never more than about twice the cheaper of the two costs.
-    ``path`` forces one of them (``lazy`` or ``flat``; ``auto`` by default). ``complete``: see
-    :func:`query_buckets`.
+    The ``exact`` sampler enumerates M(q) instead of flattening (:func:`enumerate_neighbourhood`)
+    and draws uniformly from it, with no rejection: at once when the draws it expects to need
+    (2.2 per sample before any is made, then from its acceptance so far) would take its draws
+    past the entries of its buckets, m. ``path`` forces one way (``lazy``, ``flat``, or, for
+    the ``exact`` sampler, ``enumerate``; ``auto`` by default). ``complete``: see
+    :func:`query_buckets`. ``degrees`` (each index row's degree in the query's buckets) and
+    ``hood`` (M(q), sorted) are what the caller may know already (the store's reader builds an
+    index of the query's buckets alone, whose rows' degrees are their counts); then
+    ``point_buckets`` is needed by the ``approx`` sampler only.
     """
-    stats = QueryStats()
+    stats = QueryStats(asked=n_samples)
     qb = query_buckets(index, q_buckets, complete)
     out = np.empty(n_samples, dtype=np.int64)
     filled = 0
@@ -266,38 +309,136 @@ def sample_query(
     rate = 0.5
     total = int(qb.cum[-1]) if qb.cum.shape[0] else 0
     flat: FlatBuckets | None = None
+    limit: int | None = None  # draws allowed, known once the acceptance rate is
+    absolute = MAX_DRAWS if max_draws is None else max_draws
     if total == 0:
-        return out[:0], stats
+        return out[:0], _finish(stats, 0, SHORT_EMPTY)
     scalar = path != "flat" and mode == "buckets" and sampler in SCALAR_SAMPLERS
-    if scalar and n_samples <= SCALAR_SAMPLES:
-        filled = _draw_scalar(index, qb, point_buckets, q_buckets, out, sampler, rng, stats)
-    while filled < n_samples and stats.draws < max_draws:
+    if scalar and n_samples <= SCALAR_SAMPLES and path != "enumerate":
+        filled = _draw_scalar(index, qb, point_buckets, q_buckets, degrees, out, sampler, rng,
+                              stats)  # fmt: skip
+    enumerable = sampler == "exact" and path in ("auto", "enumerate")
+    while filled < n_samples:
         need = n_samples - filled
+        if enumerable and (
+            path == "enumerate" or stats.draws + _expected_draws(need, filled, stats.draws) > total
+        ):
+            if hood is None:
+                hood = enumerate_neighbourhood(index, qb, points, query, mode, radius, c)
+            stats.extra["enumerated"] = True
+            if hood.shape[0] == 0:
+                break
+            out[filled:] = hood[rng.integers(0, hood.shape[0], size=need)]
+            filled = n_samples
+            break
         n_draw = int(min(need / max(rate, 1e-4) * 1.1 + 4, 4_000_000))
+        if enumerable and stats.draws == 0:
+            n_draw = min(n_draw, max(SCALAR_DRAWS, total // 8))  # a probe of the acceptance
         if flat is None and path != "lazy" and (path == "flat" or stats.draws + n_draw > total):
             flat = _flatten(index, qb, points, query, mode, far2, near2)
             stats.outliers = flat.removed
             stats.extra["flattened"] = True
+        if limit is None and (flat is not None or stats.draws >= total):
+            # The draws a query may make follow its acceptance rate (that of the state the
+            # lazy path converges to, for the active entries it still draws from).
+            state = flat or _flatten(index, qb, points, query, mode, far2, near2)
+            accept = acceptance(state, qb.buckets.shape[0], sampler, failure_prob)
+            if flat is None:
+                accept *= state.rows.shape[0] / max(int(qb.cum[-1]), 1)
+            if accept == 0.0:
+                break  # M(q) is empty: no draw can be accepted
+            rate = accept
+            limit = stats.draws + draw_limit(need, accept, absolute - stats.draws)
+            n_draw = int(min(need / rate * 1.1 + 4, 4_000_000))
+        n_draw = min(n_draw, (absolute if limit is None else limit) - stats.draws)
+        if n_draw <= 0:
+            return out[:filled], _finish(stats, filled, SHORT_LIMIT)
         m = flat.rows.shape[0] if flat is not None else int(qb.cum[-1])
         if m == 0:
             break
         stats.rounds += 1
         stats.draws += n_draw
         if flat is not None:
-            accept, rows = _draw_flat(
+            accept_mask, rows = _draw_flat(
                 flat, qb, point_buckets, n_draw, sampler, failure_prob, rng, stats
             )
         else:
-            accept, rows = _draw_lazy(
-                index, qb, point_buckets, points, query, q_buckets, n_draw, sampler, mode,
-                far2, near2, max_outliers, failure_prob, rng, stats,
+            accept_mask, rows = _draw_lazy(
+                index, qb, point_buckets, degrees, points, query, q_buckets, n_draw, sampler,
+                mode, far2, near2, max_outliers, failure_prob, rng, stats,
             )  # fmt: skip
-        got = rows[accept][:need]
+        got = rows[accept_mask][:need]
         out[filled : filled + got.shape[0]] = got
         filled += got.shape[0]
-        n_ok = int(np.count_nonzero(accept))
-        rate = max(0.5 * rate, n_ok / n_draw) if n_ok else rate / 4
-    return out[:filled], stats
+        if limit is None:
+            n_ok = int(np.count_nonzero(accept_mask))
+            rate = max(0.5 * rate, n_ok / n_draw) if n_ok else rate / 4
+    return out[:filled], _finish(stats, filled, SHORT_EMPTY if filled < n_samples else None)
+
+
+# Why a query returns fewer samples than asked (``QueryStats.why``).
+SHORT_EMPTY = "empty"  # its neighbourhood M(q) is empty: nothing can be drawn
+SHORT_LIMIT = "draw_limit"  # its draws reached their limit (:func:`draw_limit`)
+# The draws one query may make, at most, whatever it asks (about 10 s of the flat path's draws,
+# a few minutes of the approx sampler's probes): only a request whose expected work passes it
+# is cut short, and the result says so.
+MAX_DRAWS = 2**30
+# Draws a query may make beyond what it expects to need: DRAW_SLACK x (samples still needed +
+# DRAW_EXTRA) / its acceptance rate. The draws needed are a sum of geometric variables; that many
+# fall short of the samples with probability below exp(-36) (Chernoff).
+DRAW_SLACK = 4
+DRAW_EXTRA = 32
+
+
+def draw_limit(need: int, accept: float, absolute: int = MAX_DRAWS) -> int:
+    """The draws a query still needing ``need`` samples may make, when a draw is accepted with
+    probability ``accept``: DRAW_SLACK x (need + DRAW_EXTRA) / accept, at most ``absolute``."""
+    return int(min(absolute, math.ceil(DRAW_SLACK * (need + DRAW_EXTRA) / accept)))
+
+
+def _finish(stats: QueryStats, drawn: int, why: str | None) -> QueryStats:
+    stats.drawn = drawn
+    stats.why = why
+    return stats
+
+
+def _expected_draws(need: int, accepted: int, draws: int) -> float:
+    """The draws the rejection path expects to make for ``need`` more samples: the first round's
+    (an acceptance of 1/2 assumed), then from the acceptance so far (below 1/draws while no draw
+    was accepted)."""
+    if draws == 0:
+        return need / 0.5 * 1.1 + 4
+    return need * draws / accepted if accepted else need * draws
+
+
+def acceptance(flat: FlatBuckets, g: int, sampler: str, failure_prob: float) -> float:
+    """The probability that one draw from the flattened buckets ``flat`` (of a query with ``g``
+    non-empty buckets) is accepted: 0 exactly when its neighbourhood is empty.
+
+    A draw takes an entry (a bucket, then a member: ``uniform``; an entry uniformly: the others)
+    and accepts it when its row is near, with probability 1/degree (``exact``) or, for
+    ``approx``, E[I; I <= N] / N, where I ~ Geometric(degree / g) is the number of probes and
+    N = g * Delta their limit."""
+    m = flat.rows.shape[0]
+    if m == 0:
+        return 0.0
+    near = flat.near
+    if sampler == "uniform":
+        used = flat.counts > 0
+        hits = flat.counts if near is None else np.bincount(flat.bucket[near], minlength=g)
+        return float((hits[used] / flat.counts[used]).mean())
+    if sampler == "exact":
+        weight = 1.0 / flat.degree
+    elif sampler == "approx":
+        cap = g * (math.ceil(math.log(1.0 / failure_prob)) + 4)
+        q = flat.degree / g
+        r = 1.0 - q
+        weight = (1.0 - r**cap * (1.0 + cap * q)) / (q * cap)
+    else:
+        weight = np.ones(m)
+    if near is not None:
+        weight = weight * near
+    return float(weight.sum() / m)
 
 
 SCALAR_SAMPLES = 4
@@ -306,7 +447,7 @@ SCALAR_SAMPLERS = ("exact", "weighted", "uniform")
 
 
 def _draw_scalar(
-    index, qb: QueryBuckets, point_buckets, q_buckets, out, sampler, rng, stats
+    index, qb: QueryBuckets, point_buckets, q_buckets, degrees, out, sampler, rng, stats
 ) -> int:
     """One draw at a time, on Python scalars: a query wanting a few samples (``buckets`` mode).
 
@@ -329,7 +470,10 @@ def _draw_scalar(
             v = int(rng.random() * total)
             row = index.members[qb.base[qb.cum.searchsorted(v, side="right")] + v]
             if sampler == "exact":
-                degree = int(np.count_nonzero(point_buckets[row] == q_buckets))
+                if degrees is not None:
+                    degree = int(degrees[row])
+                else:
+                    degree = int(np.count_nonzero(point_buckets[row] == q_buckets))
                 if rng.random() * degree >= 1.0:
                     continue
         out[filled] = row
@@ -368,8 +512,8 @@ def _draw_flat(flat: FlatBuckets, qb, point_buckets, n_draw, sampler, failure_pr
 
 
 def _draw_lazy(
-    index, qb, point_buckets, points, query, q_buckets, n_draw, sampler, mode, far2, near2,
-    max_outliers, failure_prob, rng, stats,
+    index, qb, point_buckets, degrees, points, query, q_buckets, n_draw, sampler, mode, far2,
+    near2, max_outliers, failure_prob, rng, stats,
 ):  # fmt: skip
     if sampler == "uniform":
         b, pos = _uniform_bucket_draws(qb.active, n_draw, rng)
@@ -393,7 +537,7 @@ def _draw_lazy(
         if mode == "exact":
             accept &= d2 <= near2
     if sampler == "exact":
-        deg = degree_of(point_buckets, rows, q_buckets)
+        deg = degrees[rows] if degrees is not None else degree_of(point_buckets, rows, q_buckets)
         ok = rng.random(n_draw) * deg < 1.0
         accept = ok if accept is None else accept & ok
     elif sampler == "approx":
@@ -406,24 +550,54 @@ def _draw_lazy(
 def unique_ints(values: np.ndarray) -> np.ndarray:
     """``np.unique`` of non-negative integers: by a mask over 0..max where that is cheaper
     (numpy's hashing unique took 0.14 s for 500k rows below 1M on this machine; the mask 1 ms),
-    else by ``np.unique``. The same sorted values and dtype."""
+    else by a sort. The same sorted values and dtype."""
     if values.size < 1024:
         return np.unique(values)
     top = int(values.max()) + 1
     if top > 32 * values.size or int(values.min()) < 0:
-        return np.unique(values)
+        ordered = np.sort(values)
+        first = np.empty(ordered.shape[0], dtype=bool)
+        first[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+        return ordered[first]
     mask = np.zeros(top, dtype=bool)
     mask[values] = True
     return np.flatnonzero(mask).astype(values.dtype, copy=False)
 
 
-def neighbourhood(index, points, query, q_buckets, mode: str, radius: float, c: float):
-    """Unique rows in the union of the query's buckets, filtered by the neighbourhood mode."""
-    qb = query_buckets(index, q_buckets)
-    if qb.lo.size == 0:
+def unique_inverse_ints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of non-negative integers, by a mask and a
+    position table over 0..max where that is cheaper than a sort (the inverse is then int32
+    where the values allow: half the table's pages)."""
+    if values.size >= 1024 and int(values.min()) >= 0:
+        top = int(values.max()) + 1
+        if top <= 32 * values.size:
+            mask = np.zeros(top, dtype=bool)
+            mask[values] = True
+            uniq = np.flatnonzero(mask)
+            position = np.empty(top, dtype=np.int32 if top < 2**31 else np.int64)
+            position[uniq] = np.arange(uniq.shape[0], dtype=position.dtype)
+            return uniq.astype(values.dtype, copy=False), position[values]
+    found = np.unique(values, return_inverse=True)
+    return found[0], np.asarray(found[1], dtype=np.int64).reshape(-1)
+
+
+def enumerate_neighbourhood(index, qb: QueryBuckets, points, query, mode: str, radius: float,
+                            c: float) -> np.ndarray:  # fmt: skip
+    """M(q): the unique rows of the query's buckets (as the index holds them), filtered by the
+    neighbourhood mode (within ``radius``: ``exact``; within ``c * radius``: ``approximate``),
+    sorted. Drawing uniformly from it is the ``exact`` sampler's distribution."""
+    if qb.lo.shape[0] == 0:
         return np.zeros(0, dtype=np.int64)
-    rows = unique_ints(np.concatenate([index.members[a : a + s] for a, s in zip(qb.lo, qb.size)]))
+    members = index.members
+    rows = unique_ints(np.concatenate([members[a : a + s] for a, s in zip(qb.lo, qb.size)]))
     if mode == "buckets":
         return rows
     limit2 = (radius if mode == "exact" else c * radius) ** 2
     return rows[sq_distances(points, rows, query, (limit2,)) <= limit2]
+
+
+def neighbourhood(index, points, query, q_buckets, mode: str, radius: float, c: float):
+    """Unique rows in the union of the query's buckets, filtered by the neighbourhood mode."""
+    qb = query_buckets(index, q_buckets)
+    return enumerate_neighbourhood(index, qb, points, query, mode, radius, c)

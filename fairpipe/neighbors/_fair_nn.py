@@ -38,6 +38,7 @@ from fairpipe.neighbors._degree_sampling import (
     MODES,
     PATHS,
     SAMPLERS,
+    SHORT_EMPTY,
     QueryStats,
     neighbourhood,
     sample_query,
@@ -55,6 +56,11 @@ MAX_SAMPLES = 100_000_000
 TOO_MANY_SAMPLES = (
     "{owner} is asked for {n} samples{detail}; at most 100000000 (an 8-byte id each) can be "
     "returned by one call."
+)
+ENUMERATE_EXACT_ONLY = (
+    "The 'path' parameter of {owner} may be 'enumerate' only with the 'exact' sampler (a "
+    "uniform draw from the enumerated neighbourhood is its distribution). Got sampler "
+    "{sampler!r}."
 )
 
 
@@ -82,15 +88,10 @@ def check_sample_options(owner, radius, n_samples, sampler, mode, c, failure_pro
         raise FairpipeInputError(
             f"The 'failure_prob' parameter of {owner} must be below 1. Got {failure_prob}."
         )
-    return (
-        radius,
-        n_samples,
-        sampler,
-        mode,
-        c,
-        failure_prob,
-        check_one_of(path, PATHS, "path", owner),
-    )
+    path = check_one_of(path, PATHS, "path", owner)
+    if path == "enumerate" and sampler != "exact":
+        raise FairpipeInputError(ENUMERATE_EXACT_ONLY.format(owner=owner, sampler=sampler))
+    return radius, n_samples, sampler, mode, c, failure_prob, path
 
 
 def query_generator(seed: int | None, owner: str = "FairNN.sample") -> np.random.Generator:
@@ -124,13 +125,23 @@ def _generator(seed: int) -> np.random.Generator:
 
 @dataclass
 class SampleResult:
-    """Sampled ids per query: ``ids[i]`` holds query i's samples, -1 where none could be drawn."""
+    """Sampled ids per query: ``ids[i]`` holds query i's samples, -1 where none could be drawn.
+
+    ``counts[i]`` samples of query i were drawn (``stats[i].drawn``) of the ``stats[i].asked``;
+    fewer only with a reason, ``stats[i].why`` (``"empty"``: its neighbourhood is empty;
+    ``"draw_limit"``: its draws reached their limit). :meth:`short` lists those queries.
+    """
 
     ids: np.ndarray
     rows: np.ndarray
     counts: np.ndarray
     neighbourhood_sizes: np.ndarray | None
     stats: list[QueryStats] = field(default_factory=list)
+
+    def short(self) -> list[tuple[int, int, int, str]]:
+        """(query, drawn, asked, why) of each query given fewer samples than asked."""
+        return [(i, st.drawn, st.asked, st.why) for i, st in enumerate(self.stats)
+                if st.why is not None]  # fmt: skip
 
 
 @dataclass(kw_only=True, repr=False, eq=False)
@@ -170,24 +181,30 @@ class FairNN(LSHParameters):
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], **params) -> FairNN:
         """A fitted sampler from :meth:`to_arrays` output (with its rows) and the parameters.
-        Without ``bucket_keys`` the index is rebuilt from the live rows' ``keys``."""
+        Without ``bucket_keys`` the index is rebuilt from the live rows' ``keys``; without
+        ``keys`` (a store's sampler: :func:`storage.index.load_sampler`), they are made from
+        the index when first asked for."""
         nn = cls(**params)
-        for name in ("points", "ids", "keys", *LSH_ARRAYS):
+        for name in ("points", "ids", *LSH_ARRAYS):
             if name not in arrays:
                 raise FairpipeInputError(NEEDS_ROWS.format(name=name))
+        if "keys" not in arrays and "bucket_keys" not in arrays:
+            raise FairpipeInputError(NEEDS_ROWS.format(name="keys"))
         lsh = E2LSH.from_arrays(arrays, **nn._lsh().get_params())
-        points, ids, keys = (np.asarray(arrays[n]) for n in ("points", "ids", "keys"))
+        points, ids = np.asarray(arrays["points"]), np.asarray(arrays["ids"])
+        keys = np.asarray(arrays["keys"]) if "keys" in arrays else None
         alive = np.asarray(arrays["alive"], bool) if "alive" in arrays else np.ones(len(ids), bool)
         if "bucket_keys" in arrays:
             bucket_keys, starts, members = (np.asarray(arrays[n]) for n in INDEX_ARRAYS)
             index = BucketIndex(bucket_keys, starts, members, int(nn.n_tables))
         else:
+            assert keys is not None  # checked above
             index = BucketIndex.build(keys, alive)
         return nn._install(points, ids, alive, keys, index, lsh)
 
     def _install(self, points, ids, alive, keys, index, lsh) -> FairNN:
         self._set_rows(points, ids, alive)
-        self.keys_ = keys
+        self._keys = keys
         self.index_ = index
         self.lsh_ = lsh
         self.n_features_in_ = int(points.shape[1])
@@ -210,6 +227,16 @@ class FairNN(LSHParameters):
             self._rank_state = None
             self._point_buckets = None
         return report
+
+    @property
+    def keys_(self) -> np.ndarray:
+        """(n, L) uint64 bucket key of every row in each table. Made from the index on first use
+        where the sampler was given none (a row in no bucket, forgotten, has all ones)."""
+        keys = self.__dict__.get("_keys", self.__dict__.get("keys_"))  # (pickled before: keys_)
+        if keys is None:
+            keys = self.index_.row_keys(self.points_.shape[0])
+        self._keys = keys
+        return keys
 
     @property
     def point_buckets_(self) -> np.ndarray:
@@ -295,8 +322,14 @@ class FairNN(LSHParameters):
         from the operating system, so two calls give independent samples.
 
         ``path`` picks how draws are made (``lazy``: per draw, as in the paper; ``flat``: after
-        one pass over the query's buckets; ``auto``: lazy until the draws outnumber the bucket
-        entries); all three have the same output distribution.
+        one pass over the query's buckets; ``enumerate``, ``exact`` sampler only: a uniform
+        draw from M(q), enumerated once; ``auto``: lazy until the draws would outnumber the
+        bucket entries, then ``enumerate`` for the ``exact`` sampler, ``flat`` for the
+        others); all have the same output distribution.
+
+        Every query gets ``n_samples`` samples unless its neighbourhood is empty or its draws
+        reach their limit (set from its acceptance rate, so that only absurd work is cut
+        short): ``SampleResult.stats[i]`` has ``asked``, ``drawn`` and ``why``.
         """
         self._check_fitted()
         radius, n_samples, sampler, mode, c, failure_prob, path = check_sample_options(
@@ -319,6 +352,7 @@ class FairNN(LSHParameters):
         )
         stats = []
         for i in range(Q.shape[0]):
+            cand = None
             if sampler == "rank" or with_neighbourhood:
                 cand = neighbourhood(self.index_, self.points_, Q[i], QB[i], mode, radius, c)
                 assert sizes is not None
@@ -326,8 +360,10 @@ class FairNN(LSHParameters):
             if sampler == "rank":
                 if self._rank_state is None:
                     self._rank_state = RankState(self.ids_, int(self.seed), self.alive_)
+                assert cand is not None
                 got = self._rank_state.sample(cand, n_samples, rng)
-                st = QueryStats(draws=got.shape[0], rounds=1)
+                st = QueryStats(asked=n_samples, drawn=got.shape[0], draws=got.shape[0],
+                                rounds=1, why=None if got.shape[0] else SHORT_EMPTY)  # fmt: skip
             else:
                 got, st = sample_query(
                     self.index_,
@@ -345,6 +381,7 @@ class FairNN(LSHParameters):
                     failure_prob,
                     path=path,
                     complete=complete,
+                    hood=cand,
                 )
             rows[i, : got.shape[0]] = got
             counts[i] = got.shape[0]

@@ -16,6 +16,24 @@ ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
 PARAMETER_FLAGS = {"sampler": "--method", "n_samples": "--samples"}
 
 
+SHORT = {
+    "empty": "query {i}: 0 of {asked:,} samples drawn: its neighbourhood M(q) is empty",
+    "draw_limit": (
+        "query {i}: {drawn:,} of {asked:,} samples drawn: its draws reached their limit "
+        "({draws:,} draws, the {method} sampler accepting about 1 in {rate:,.0f})"
+    ),
+}
+
+
+def short_line(i: int, q: dict, method: str) -> str | None:
+    """The line saying why query ``i`` got fewer samples than asked (None if it got all)."""
+    if q.get("why") is None:
+        return None
+    rate = q["draws"] / max(q["drawn"], 1)
+    return SHORT[q["why"]].format(i=i, asked=q["asked"], drawn=q["drawn"], draws=q["draws"],
+                                  method=method, rate=rate)  # fmt: skip
+
+
 def _render(r: dict) -> None:
     out = result_console()
     for i, q in enumerate(r["queries"]):
@@ -25,6 +43,9 @@ def _render(r: dict) -> None:
             markup=False,
         )
         print(" ".join(map(str, q["ids"])))
+        line = short_line(i, q, r["method"])
+        if line is not None:
+            out.print(line, markup=False)
 
 
 def _check(**o) -> None:

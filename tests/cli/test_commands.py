@@ -67,6 +67,35 @@ def test_sample_with_a_query_file(digits_store, tmp_path):
     assert [len(q["ids"]) for q in json.loads(out.stdout)["queries"]] == [5, 5]
 
 
+def test_sample_says_how_many_it_drew_and_why_fewer(digits_store, tmp_path, monkeypatch):
+    """Every query reports asked, drawn, why and how it drew (--json); a query given fewer
+    samples than asked gets one line saying why: an empty neighbourhood, or draws that reached
+    their limit (made tiny here)."""
+    import fairpipe.neighbors._degree_sampling as kernel
+
+    path, _ = digits_store
+    X = open_store(str(path)).read("points")
+    np.save(tmp_path / "q.npy", np.vstack([X[3], np.full(64, 1e4, np.float32)]))
+    args = ["sample", "--store", path, "--query-file", tmp_path / "q.npy", "--radius", 30]
+    res = json.loads(invoke(*args, "--samples", 3000, "--json").stdout)
+    near, far = res["queries"]
+    assert {k: near[k] for k in ("asked", "drawn", "why", "path")} == {
+        "asked": 3000, "drawn": 3000, "why": None, "path": "enumerate"}  # fmt: skip
+    assert (far["asked"], far["drawn"], far["why"], far["ids"]) == (3000, 0, "empty", [])
+    text = invoke(*args, "--samples", 5).stdout.splitlines()
+    assert text[-1] == "query 1: 0 of 5 samples drawn: its neighbourhood M(q) is empty"
+    assert not any(line.startswith("query 0: 0 of") for line in text)
+    monkeypatch.setattr(kernel, "MAX_DRAWS", 500)
+    out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--samples", 3000,
+                 "--method", "approx")  # fmt: skip
+    last = out.stdout.splitlines()[-1]
+    assert (
+        out.exit_code == 0
+        and last.startswith("query 0: ")
+        and " of 3,000 samples drawn: its draws reached their limit (500 draws" in last
+    ), last
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

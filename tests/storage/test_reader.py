@@ -72,6 +72,47 @@ def test_by_id_neighbourhood_and_a_uniform_exact_sampler(store):
     assert chi2.sf(stat, dof) > 1e-3  # uniform on the neighbourhood
 
 
+def test_many_samples_enumerate_what_fairnn_enumerates_and_short_queries_say_why(store):
+    """Many samples of a query: the reader lists M(q) once from its candidates and draws what
+    FairNN draws from its own; a query with an empty neighbourhood reports it the same way."""
+    path, nn, X = store
+    reader = fairpipe.open_store(str(path))
+    for rows in ([0], [5, 2999]):
+        kw = dict(radius=1.5, n_samples=20_000, seed=2)
+        got, want = reader.sample(query_rows=rows, **kw), nn.sample(query_rows=rows, **kw)
+        assert np.array_equal(got.ids, want.ids)
+        assert all(st.extra["enumerated"] for st in got.stats)
+        assert [(st.asked, st.drawn, st.why) for st in got.stats] == [(20_000, 20_000, None)] * len(
+            rows
+        )
+    far = np.full((1, X.shape[1]), 1e3, np.float32)
+    got = reader.sample(far, radius=1.5, n_samples=5, seed=2)
+    assert (
+        got.short()
+        == nn.sample(far, radius=1.5, n_samples=5, seed=2).short()
+        == [(0, 0, 5, "empty")]
+    )
+
+
+def test_a_long_lived_reader_reads_each_chunk_once(store, monkeypatch):
+    """Later queries are served from what earlier ones read (segments and rows): asking the
+    same queries again reads nothing."""
+    import storage.reader
+
+    path, nn, _ = store
+    reader = fairpipe.open_store(str(path))
+    kw = dict(radius=1.5, n_samples=10, seed=1, with_neighbourhood=True)
+    first = reader.sample(query_rows=[0, 2700, 1500], **kw)
+    fetched: list = []
+    fetch = storage.reader._fetch_chunks
+    monkeypatch.setattr(storage.reader, "_fetch_chunks",
+                        lambda *a: (fetched.append(a[2]), fetch(*a)))  # fmt: skip
+    monkeypatch.setattr(storage.reader, "read_many", lambda *a: pytest.fail(f"read {a[1]}"))
+    again = reader.sample(query_rows=[0, 2700, 1500], **kw)
+    assert np.array_equal(first.ids, again.ids) and fetched == []
+    assert np.array_equal(again.ids, nn.sample(query_rows=[0, 2700, 1500], **kw).ids)
+
+
 def test_predict_reads_the_model_root(store, prefect_server):
     from fairpipe import DCKMeans
     from flows.fit import FitOptions, run_fit
@@ -137,7 +178,7 @@ def test_candidates_the_sketch_leaves_open_are_decided_by_its_residual(prefect_s
     seen = []
     for radius in (float(np.median(d)), float(np.sort(d)[1000])):  # dense; an exact tie
         reader = fairpipe.open_store(str(tmp_path / "s"))
-        assert reader.residual_block is not None
+        assert reader.row_cache("sketch_residual") is not None
         kw = dict(radius=radius, n_samples=20, seed=5, with_neighbourhood=True)
         got = reader.sample(query_rows=[0], **kw)
         want = nn.sample(query_rows=[0], **kw)
@@ -217,8 +258,9 @@ def _members(session, name: str) -> set[str]:
 def test_a_cold_query_loads_neither_zarr_nor_the_icechunk_package(store):
     """The light path's point: a query in a fresh process imports neither. Loading icechunk's
     compiled module first must not break the package imported after it in the same process
-    (a compiled module is initialised once per process): the in-memory sampler then reads the
-    store through it."""
+    (a compiled module is initialised once per process): the in-memory sampler (read through
+    the light view too) draws the same samples, and a session opened through the package
+    afterwards works."""
     import json
     import subprocess
     import sys
@@ -231,6 +273,7 @@ def test_a_cold_query_loads_neither_zarr_nor_the_icechunk_package(store):
         "loaded = sorted(m for m in ('zarr', 'icechunk') if m in sys.modules)\n"
         "r.preload()\n"
         "hot = r.sample(query_rows=[0, 2700], radius=1.5, n_samples=5, seed=1)\n"
+        "assert r.full_session.snapshot_id == r.session.snapshot_id\n"
         "print(json.dumps({'loaded': loaded, 'same': bool(np.array_equal(lazy.ids, hot.ids)),\n"
         "                  'after': 'icechunk' in sys.modules}))\n"
     )
