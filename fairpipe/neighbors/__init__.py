@@ -12,6 +12,9 @@
   tightens them about 200 times.
 - :func:`evaluate_tv`, :func:`tv_to_uniform`, :func:`noise_floor`: how fair the samples are.
 - :func:`estimate_bucket_width`: a bucket width from the data.
+- :func:`choose_lsh_parameters`: k, L and w for a target recall at the query radius, at the
+  least expected cost (:func:`collision_probability`, :func:`lsh_recall`,
+  :class:`DistanceProfile`, :class:`LSHChoice`).
 """
 
 from fairpipe.neighbors._bucket_index import BucketIndex, build_table, remove_rows
@@ -50,6 +53,18 @@ from fairpipe.neighbors._fair_nn import (
 )
 from fairpipe.neighbors._key_directory import KeyDirectory
 from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, ROW_BLOCK
+from fairpipe.neighbors._parameters import (
+    DEFAULT_RECALL,
+    MAX_CHOSEN_TABLES,
+    TABLE_COST,
+    DistanceProfile,
+    EmptyBalls,
+    LSHChoice,
+    UnreachableRecall,
+    choose_lsh_parameters,
+    collision_probability,
+    lsh_recall,
+)
 from fairpipe.neighbors._rank_sampling import RankState
 from fairpipe.neighbors._segments import (
     NotInBucket,
@@ -84,5 +99,7 @@ __all__ = [
     "check_sample_count", "check_sample_options", "query_generator", "decode", "entries", "NotInBucket", "mix", "pack", "pack_runs",
     "partition_bits", "patch", "segment_of", "unmix", "SKETCH_EXTRA", "ambiguous",
     "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",
-    "sketch_levels",
+    "sketch_levels", "DEFAULT_RECALL", "MAX_CHOSEN_TABLES", "TABLE_COST", "DistanceProfile",
+    "EmptyBalls", "LSHChoice", "UnreachableRecall", "choose_lsh_parameters",
+    "collision_probability", "lsh_recall",
 ]  # fmt: skip
