@@ -91,7 +91,7 @@ from fairpipe.neighbors._bucket_width import (
     suggested_radius,
     width_sample_rows,
 )
-from fairpipe.neighbors._lsh import MAX_PROJECTION_VALUES, MAX_TABLES
+from fairpipe.neighbors._lsh import MAX_PROJECTION_VALUES, MAX_TABLES, check_projection_size
 from fairpipe.validation import check_points
 
 DEFAULT_RECALL = 0.95
@@ -195,9 +195,10 @@ def _union_probability(p_table: np.ndarray, n_tables) -> np.ndarray:
 
 def lsh_recall(distance, n_hashes: int, n_tables: int, bucket_width: float):
     """The probability that a point at ``distance`` from the query shares at least one of its
-    ``n_tables`` buckets: ``1 - (1 - p(distance / bucket_width)^n_hashes)^n_tables``."""
-    p = collision_probability(distance, bucket_width)
-    out = _union_probability(np.asarray(p, dtype=np.float64) ** int(n_hashes), int(n_tables))
+    ``n_tables`` buckets: ``1 - (1 - p(distance / bucket_width)^n_hashes)^n_tables`` (all four
+    broadcast)."""
+    p = np.asarray(collision_probability(distance, bucket_width), dtype=np.float64)
+    out = _union_probability(p ** np.asarray(n_hashes), np.asarray(n_tables))
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -374,7 +375,7 @@ def _search(profile, r, recall, n_rows, n_hashes, n_tables, bucket_width, max_ta
     # One function's probability at every profile distance, for every width: (W, bins).
     p_d = np.atleast_2d(collision_probability(profile.distances[None, :], widths[:, None]))
     best: tuple | None = None
-    needed_best = math.inf  # the fewest tables any grid point would need (for the error)
+    needed_best, needed_k = math.inf, 0  # the fewest tables any grid point needs (the error)
     best_fixed = 0.0
     weights = profile.counts / max(profile.pairs, 1)
     for k in ks:
@@ -387,10 +388,10 @@ def _search(profile, r, recall, n_rows, n_hashes, n_tables, bucket_width, max_ta
             best_fixed = max(best_fixed, float(got.max()))
             L[got < recall] = np.inf
         fits = np.isfinite(L)
+        if fits.any() and float(L[fits].min()) < needed_best:
+            needed_best, needed_k = float(L[fits].min()), int(k)
         if n_features is not None:
             fits &= n_features * int(k) * np.where(fits, L, 0) <= MAX_PROJECTION_VALUES
-        if fits.any():
-            needed_best = min(needed_best, float(L[fits].min()))
         ok = fits & (L <= max_tables) if n_tables is None else fits  # a given L is kept
         if not ok.any():
             continue
@@ -403,6 +404,8 @@ def _search(profile, r, recall, n_rows, n_hashes, n_tables, bucket_width, max_ta
             if best is None or _better(key, best[0]):
                 best = (key, float(e), float(widths[j]))
     if best is None:
+        if n_features is not None and n_tables is None and needed_best <= max_tables:
+            check_projection_size(n_features, needed_k, int(needed_best))  # what stood in the way
         given = {"n_hashes": n_hashes, "n_tables": n_tables, "bucket_width": bucket_width}
         fixed = {name: value for name, value in given.items() if value is not None}
         raise UnreachableRecall(recall, r, needed_best, max_tables, fixed,
