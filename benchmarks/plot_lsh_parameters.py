@@ -15,12 +15,24 @@ id); r its median nearest-neighbour distance), the model of :mod:`fairpipe.neigh
 
 Nothing is indexed: every figure is the model's (tests/neighbors/test_parameters.py checks the
 model against fairpipe's hash functions and the coverage it buys). About 5 s.
+
+``--measure``: also ingest the ``--n`` rows twice with ``fairpipe ingest`` (the parameters chosen
+at the defaults, and the paper's k = 15, L = 100, w = 3.2 r at the same radius) and print, per
+store, the expected recall, the mean and lowest coverage |M(q) & B(q, r)| / |B(q, r)| over 20
+queries with a neighbour within r (B by brute force, without q), the mean candidates, the index
+bytes per row, the ingest's time and a fresh reader's one-sample latency (median of 10). About
+a minute at 200,000 rows; keep ``--n`` at most 200,000 on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +63,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--rows", type=int, default=1_000_000,
                         help="rows the cost is computed for (the sample's profile, scaled)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "lsh_parameters.png")
+    parser.add_argument("--measure", action="store_true", help="also ingest and measure coverage")
     a = parser.parse_args(argv)
 
     plan = plan_source("gaussian", gaussian={"n": a.n, "d": a.d, "clusters": a.clusters}, seed=0)
@@ -116,7 +129,74 @@ def main(argv: list[str] | None = None) -> Path:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(a.out, dpi=90)
     print(f"plot: {a.out}")
+    if a.measure:
+        measure(a)
     return a.out
+
+
+def measure(a) -> None:
+    """The chosen parameters against the paper's on ``--n`` rows: see the module docstring."""
+    import zarr
+
+    from fairpipe.datasets import load_gaussian
+    from storage.reader import open_store
+    from storage.store import FairpipeStore
+
+    exe = Path(sys.executable).parent / "fairpipe"
+    ingest = [str(exe), "ingest", "gaussian", "--gaussian-n", str(a.n), "--gaussian-d", str(a.d),
+              "--gaussian-clusters", str(a.clusters), "--json"]  # fmt: skip
+    X = load_gaussian(n=a.n, d=a.d, clusters=a.clusters, seed=0).points.astype(np.float64)
+    sq = (X * X).sum(1)
+    folder = Path(tempfile.mkdtemp(prefix="lsh-parameters-"))
+    try:
+        stores, r = {}, None
+        for name in ("chosen", "paper"):
+            extra = [] if r is None else ["--lsh-k", "15", "--lsh-tables", "100", "--lsh-width",
+                                          repr(3.2 * r), "--radius", repr(r)]  # fmt: skip
+            t0 = time.perf_counter()
+            out = subprocess.run([*ingest, "--store", str(folder / name), *extra],
+                                 capture_output=True, text=True, check=True)  # fmt: skip
+            res = json.loads(out.stdout)
+            stores[name] = (res, time.perf_counter() - t0)
+            r = res["suggested_radius"]
+        rng = np.random.default_rng(2024)
+        queries, balls = [], []
+        for q in rng.permutation(a.n):
+            ball = np.flatnonzero(sq + sq[q] - 2 * X @ X[q] <= r * r)
+            ball = ball[ball != q]
+            if ball.size:
+                queries.append(int(q))
+                balls.append(ball)
+            if len(queries) == 20:
+                break
+        for name, (res, wall) in stores.items():
+            path = str(folder / name)
+            found = open_store(path).preload().neighbourhood(query_rows=queries, radius=r,
+                                                             mode="buckets")  # fmt: skip
+            coverage = np.array([np.isin(b, m).mean() for b, m in zip(balls, found)])
+            latency = []
+            for q in queries[:10]:
+                reader = open_store(path)
+                t0 = time.perf_counter()
+                reader.sample(query_rows=[q], radius=r, n_samples=1, seed=1)
+                latency.append(time.perf_counter() - t0)
+            session = FairpipeStore.open(path).readonly_session()
+            lsh_group = zarr.open_group(session.store, mode="r")["lsh"]
+            index = sum(x.nbytes_stored() for _, x in lsh_group.members()
+                        if isinstance(x, zarr.Array))  # fmt: skip
+            lsh = res["lsh"]
+            print(json.dumps({
+                "parameters": name, "k": lsh["k"], "L": lsh["n_tables"],
+                "w_over_r": round(lsh["width"] / r, 3), "expected_recall": lsh["expected_recall"],
+                "coverage_mean": float(coverage.mean()), "coverage_min": float(coverage.min()),
+                "ball_sizes": [int(min(map(len, balls))), int(max(map(len, balls)))],
+                "candidates_mean": float(np.mean([m.size for m in found])),
+                "expected_candidates": lsh["expected_candidates"],
+                "index_bytes_per_row": index / a.n, "ingest_flow_s": res["timings"]["total"],
+                "ingest_wall_s": wall, "fresh_reader_sample_ms": 1000 * float(np.median(latency)),
+            }))  # fmt: skip
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
