@@ -31,12 +31,14 @@ def nearest_distances(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(each row's distance to its nearest other row, the squared distances (m, m) with an
     infinite diagonal) of the float64 rows ``S``. The squared distances come from one matrix
     product; each nearest distance is then summed again from the two rows' differences, in
-    numpy's order, so that it does not depend on the machine's BLAS."""
+    coordinate order (``np.add.accumulate``), so that it does not depend on the machine's BLAS
+    or its vector width."""
     sq = (S * S).sum(1)
     d2 = sq[:, None] + sq[None, :] - 2 * S @ S.T
     np.fill_diagonal(d2, np.inf)
     diff = S - S[d2.argmin(1)]
-    return np.sqrt((diff * diff).sum(1)), d2
+    diff *= diff
+    return np.sqrt(np.add.accumulate(diff, axis=1)[:, -1]), d2
 
 
 def suggested_radius(nn: np.ndarray) -> float:

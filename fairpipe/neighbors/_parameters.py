@@ -54,11 +54,13 @@ experiments; beyond it, a longer w with a shorter k serves the same recall with 
 Give L explicitly (``--lsh-tables``, up to 65,535) to go beyond it.
 
 Determinism: the choice depends on the sample, the radius and n only, and the sample on the data
-and the seed. The radius (the median nearest-neighbour distance in the sample) is computed
-exactly (each nearest pair's distance summed by numpy, in order); the profile's other distances
-come from one matrix product, whose last bits may differ between machines: that moves a pair to
-a neighbouring bin (1/64 of an octave) only where its distance lies within about 1e-7 of a bin
-edge, and changes the choice only where two grid points' costs tie to within that.
+and the seed. The radius (the median nearest-neighbour distance in the sample) does not depend
+on the machine (each nearest pair's distance is summed again from its coordinates, in order,
+not by BLAS: :func:`~fairpipe.neighbors._bucket_width.nearest_distances`); the
+profile's other distances come from one matrix product, whose last bits may differ between
+machines: that moves a pair to a neighbouring bin (1/64 of an octave) only where its distance
+lies within about 1e-7 of a bin edge, and changes the choice only where two grid points' costs
+tie to within that.
 
 >>> rng = np.random.default_rng(0)
 >>> centres = 8 * rng.normal(size=(4, 16))
