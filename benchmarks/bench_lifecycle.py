@@ -138,7 +138,8 @@ def main() -> None:
         fresh = tmp / "fresh"
         t0 = time.perf_counter()
         run_ingest(str(tmp / "live.npy"), str(fresh),
-                   IngestOptions(seed=1, lsh_tables=a.tables, lsh_width=attrs["lsh"]["width"],
+                   IngestOptions(seed=1, lsh_k=attrs["lsh"]["k"], lsh_tables=a.tables,
+                                 lsh_width=attrs["lsh"]["width"],
                                  chunk_rows=attrs["chunk_rows"],
                                  ids_file=str(tmp / "live_ids.npy"),
                                  groups_file=str(tmp / "live_groups.npy")),

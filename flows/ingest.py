@@ -25,17 +25,17 @@ from fairpipe.datasets import (
     SourcePlan,
     chunk_plan,
     plan_source,
-    read_source_sample,
     remap_groups,
 )
-from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int
-from fairpipe.neighbors import (
-    E2LSH,
-    WIDTH_PER_RADIUS,
-    estimate_bucket_width,
-    width_sample_rows,
+from fairpipe.errors import (
+    FairpipeInputError,
+    check_open_unit,
+    check_positive_float,
+    check_positive_int,
 )
+from fairpipe.neighbors import E2LSH, WIDTH_PER_RADIUS
 from flows.jobs import index_job, ingest_chunk, raise_bad_input
+from flows.parameters import check_recall_options, new_store_parameters
 from flows.private import flow, task
 from flows.runtime import (
     cluster_running,
@@ -97,7 +97,9 @@ APPEND_CONFLICT = (
     "{flag} {given} contradicts the store {url}, built with {flag} {stored}. An append keeps "
     "the store's settings: leave {flag} out, or ingest into a new store."
 )
-DEFAULTS = {"seed": 0, "lsh_k": 15, "lsh_tables": 100}
+DEFAULTS = {"seed": 0}
+# The ``lsh`` attribute's record of what the parameters promise (flows.parameters).
+TUNING = ("radius", "recall_target", "expected_recall", "expected_candidates")
 # A small append is done by the flow itself, without Dask jobs (a round of jobs costs about
 # 0.3-0.5 s before any work, and starting the embedded cluster about 2 s): its rows up to
 # LOCAL_ROWS are hashed and written here, and a delta of up to LOCAL_ENTRIES entries (rows x
@@ -124,9 +126,10 @@ def append_here(rows: int, d: int) -> bool:
 @dataclass
 class IngestOptions:
     """The ingest flow's parameters, named as the command line's flags. ``None`` means: the
-    store's setting when appending, else the default (seed 0, lsh_k 15, lsh_tables 100, width
-    estimated from the data, about 16 MB of points per chunk). An append given a setting that
-    differs from the store's is refused."""
+    store's setting when appending, else the default (seed 0; lsh_k, lsh_tables and lsh_width
+    chosen for ``recall`` 0.95 at ``radius``, by default the median nearest-neighbour distance
+    of a sample: :func:`flows.parameters.new_store_parameters`; about 16 MB of points per
+    chunk). An append given a setting that differs from the store's is refused."""
 
     seed: int | None = None
     group_column: str | None = None
@@ -136,6 +139,8 @@ class IngestOptions:
     lsh_k: int | None = None  # hash functions per table (E2LSH's n_hashes)
     lsh_tables: int | None = None
     lsh_width: float | None = None  # the bucket width
+    radius: float | None = None  # the query radius the parameters are chosen for
+    recall: float | None = None  # the target recall at the radius (default 0.95)
     chunk_rows: int | None = None
 
     def get(self, name: str):
@@ -241,10 +246,17 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     options = options or IngestOptions()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
-    check_positive_int(options.get("lsh_k"), "lsh_k", "ingest")
-    check_positive_int(options.get("lsh_tables"), "lsh_tables", "ingest")
+    if options.lsh_k is not None:
+        check_positive_int(options.lsh_k, "lsh_k", "ingest")
+    if options.lsh_tables is not None:
+        check_positive_int(options.lsh_tables, "lsh_tables", "ingest")
     if options.lsh_width is not None:
         check_positive_float(options.lsh_width, "lsh_width", "ingest")
+    if options.radius is not None:
+        check_positive_float(options.radius, "radius", "ingest")
+    if options.recall is not None:
+        check_open_unit(options.recall, "recall", "ingest")
+    check_recall_options(options.lsh_k, options.lsh_tables, options.lsh_width, options.recall)
     if options.chunk_rows is not None:
         check_positive_int(options.chunk_rows, "chunk_rows", "ingest")
     # A folder that is not a store fails before the source is read; a new store is created only
@@ -256,13 +268,26 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     timings["plan"] = time.perf_counter() - t_start
     if store is not None:
         return _ingest_into(store, plan, source, options, timings, t_start)
+    # A new store's parameters are chosen before it is made (their errors leave nothing).
+    t0 = time.perf_counter()
+    chosen = choose_parameters(plan, options)
+    timings["choose_parameters"] = time.perf_counter() - t0
     # A new store: made under its writer lock, held until the ingest commits; if anything fails
     # before, what this run made (and only that) is removed.
     with FairpipeStore.creating(store_url, options.lock_timeout) as store:
-        return _ingest_into(store, plan, source, options, timings, t_start)
+        return _ingest_into(store, plan, source, options, timings, t_start, chosen)
 
 
-def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict, t_start: float):
+def choose_parameters(plan, options: IngestOptions) -> dict:
+    """A new store's E2LSH parameters (:func:`flows.parameters.new_store_parameters`)."""
+    return new_store_parameters(
+        plan, plan.ids, options.get("seed"), lsh_k=options.lsh_k, lsh_tables=options.lsh_tables,
+        lsh_width=options.lsh_width, radius=options.radius, recall=options.recall,
+    )  # fmt: skip
+
+
+def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict, t_start: float,
+                 chosen: dict | None = None):  # fmt: skip
     with store.transaction(f"ingest {source}", lock_timeout=options.lock_timeout) as txn:
         attrs = store.attrs(txn.session)
         appending = "n" in attrs
@@ -299,17 +324,17 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         new_groups = group_names[len(stored_names) :] if appending else []
 
         if not appending:
-            t0 = time.perf_counter()
-            if options.lsh_width is None:
-                sample = read_source_sample(plan, width_sample_rows(ids, seed))
-                radius_hint, width = estimate_bucket_width(sample)
-            else:
-                width = float(options.lsh_width)
-                radius_hint = width / WIDTH_PER_RADIUS
-            timings["estimate_width"] = time.perf_counter() - t0
-            lsh = E2LSH(n_hashes=options.get("lsh_k"), n_tables=options.get("lsh_tables"),
-                        bucket_width=width, seed=seed).fit(plan.d)  # fmt: skip
+            if chosen is None:  # a store that exists but holds no data yet
+                t0 = time.perf_counter()
+                chosen = choose_parameters(plan, options)
+                timings["choose_parameters"] = time.perf_counter() - t0
+            tuning = {name: chosen[name] for name in TUNING}
+            radius_hint = chosen["radius"]
+            lsh = E2LSH(n_hashes=chosen["k"], n_tables=chosen["n_tables"],
+                        bucket_width=chosen["width"], seed=seed).fit(plan.d)  # fmt: skip
             create_layout(txn.root, plan.d, lsh, chunk_rows)
+        else:
+            tuning = {name: attrs["lsh"][name] for name in TUNING if name in attrs["lsh"]}
         if appending:
             attrs = upgrade_format1(txn.session, txn.root, attrs)
         n_total = base + plan.n
@@ -371,7 +396,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             txn.root, attrs, n=n_total, per_group=per_group, d=plan.d, seed=seed,
             chunk_rows=chunk_rows,
             group_names=group_names, lsh=lsh, layout=layout, suggested_radius=radius_hint,
-            source=source,
+            source=source, tuning=tuning,
         )  # fmt: skip
     timings["total"] = time.perf_counter() - t_start
     rows_s = plan.n / timings["hash_and_write"] if timings["hash_and_write"] > 0 else math.inf
@@ -402,6 +427,8 @@ def check_append_options(options: IngestOptions, attrs: dict, url: str) -> None:
         "--lsh-k": attrs["lsh"]["k"],
         "--lsh-tables": attrs["lsh"]["n_tables"],
         "--lsh-width": attrs["lsh"]["width"],
+        "--radius": attrs["lsh"].get("radius", attrs.get("suggested_radius")),
+        "--recall": attrs["lsh"].get("recall_target"),
         "--chunk-rows": attrs["chunk_rows"],
     }
     given = {
@@ -409,12 +436,15 @@ def check_append_options(options: IngestOptions, attrs: dict, url: str) -> None:
         "--lsh-k": options.lsh_k,
         "--lsh-tables": options.lsh_tables,
         "--lsh-width": options.lsh_width,
+        "--radius": options.radius,
+        "--recall": options.recall,
         "--chunk-rows": options.chunk_rows,
     }
     for flag, value in given.items():
         if value is not None and value != stored[flag]:
+            shown = "none" if stored[flag] is None else stored[flag]
             raise FairpipeInputError(
-                APPEND_CONFLICT.format(flag=flag, given=value, url=url, stored=stored[flag])
+                APPEND_CONFLICT.format(flag=flag, given=value, url=url, stored=shown)
             )
 
 

@@ -449,8 +449,11 @@ def erase_rows(session, root, rows: np.ndarray) -> None:
 
 def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: int, seed: int,
                         chunk_rows: int, group_names: list[str], lsh: E2LSH, layout: dict,
-                        suggested_radius: float, source: str) -> dict:  # fmt: skip
-    """The root attributes after an ingest (``before``: those it started from); returns them."""
+                        suggested_radius: float, source: str,
+                        tuning: dict | None = None) -> dict:  # fmt: skip
+    """The root attributes after an ingest (``before``: those it started from); returns them.
+    ``tuning``: what the parameters promise, kept in the ``lsh`` attribute (``radius``,
+    ``recall_target``, ``expected_recall``, ``expected_candidates``: flows.parameters)."""
     meta = {
         "fairpipe_format": FORMAT,
         "n": n,
@@ -460,7 +463,7 @@ def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: 
         "seed": seed,
         "chunk_rows": chunk_rows,
         "group_names": group_names,
-        "lsh": lsh_attrs(lsh, layout),
+        "lsh": {**lsh_attrs(lsh, layout), **(tuning or {})},
         "suggested_radius": suggested_radius,
         "sources": [*before.get("sources", []), source],
     }

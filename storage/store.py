@@ -8,6 +8,7 @@ clustering model in :mod:`storage.models`, the fair summary in :mod:`storage.sum
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import uuid
@@ -772,6 +773,20 @@ def _check_empty_folder(url: str, local: Path | None) -> None:
         raise NotAStoreError(NOT_A_STORE.format(url=url, why=why))
 
 
+def _abandoned_creation(repo, local: Path) -> bool:
+    """Whether the repository ``repo`` in the folder ``local`` is one a fairpipe creation made and
+    was killed (SIGKILL, power loss) before marking as a store: fairpipe's lock file beside it,
+    no root group, and no snapshot but the repository's first (its clean-up never ran)."""
+    if not (local / LOCK_NAME).exists():
+        return False
+    try:
+        open_group(repo.readonly_session(branch="main"))
+        return False  # a root group: someone's data
+    except Exception:
+        pass
+    return sum(1 for _ in itertools.islice(repo.ancestry(branch="main"), 2)) == 1
+
+
 def _make_folders(folder: Path) -> list[Path]:
     """Make ``folder`` and its missing parents; return those this call made, outermost first
     (a folder another process made at the same moment is not ours; one it removed meanwhile is
@@ -846,6 +861,13 @@ class FairpipeStore:
                 return store
         store = cls(url, icechunk.Repository.open(storage), spec)
         attrs = store.attrs()
+        if not attrs and local is not None and _abandoned_creation(store.repo, local):
+            # A creation killed before its first commit: no store yet (the next creator, under
+            # the writer lock, removes what it left).
+            if not create:
+                raise FairpipeInputError(NO_STORE.format(url=url))
+            with cls.creating(url) as store:
+                return store
         if attrs.get("fairpipe_format") is None and (attrs or not create):
             raise NotAStoreError(
                 NOT_A_STORE.format(url=url, why="an Icechunk repository without fairpipe data")
@@ -890,6 +912,14 @@ class FairpipeStore:
                 if before == {LOCK_NAME}:  # a holder note of no repository: stale
                     (local / LOCK_NAME).unlink()
                     before = set()
+                elif LOCK_NAME in before and icechunk.Repository.exists(storage):
+                    if _abandoned_creation(icechunk.Repository.open(storage), local):
+                        # Killed before its first commit (this lock now held: no other
+                        # creator is at work): what it left goes, as its clean-up would have.
+                        for name in before - {LOCK_NAME}:
+                            shutil.rmtree(local / name, ignore_errors=True)
+                        (local / LOCK_NAME).unlink(missing_ok=True)
+                        before = set()
                 # Anything else was made by another creator since this command looked (the
                 # folder was empty or absent then).
                 taken = bool(before)

@@ -14,6 +14,9 @@
   :func:`true_balls`, :func:`coverage`, :func:`expected_tv_on_ball`: measured on the true ball
   B(q, r), found by brute force.
 - :func:`estimate_bucket_width`: a bucket width from the data.
+- :func:`choose_lsh_parameters`: k, L and w for a target recall at the query radius, at the
+  least expected cost (:func:`collision_probability`, :func:`lsh_recall`,
+  :class:`DistanceProfile`, :class:`LSHChoice`).
 """
 
 from fairpipe.neighbors._bucket_index import BucketIndex, build_table, remove_rows
@@ -57,6 +60,18 @@ from fairpipe.neighbors._fair_nn import (
 )
 from fairpipe.neighbors._key_directory import KeyDirectory
 from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, ROW_BLOCK
+from fairpipe.neighbors._parameters import (
+    DEFAULT_RECALL,
+    MAX_CHOSEN_TABLES,
+    TABLE_COST,
+    DistanceProfile,
+    EmptyBalls,
+    LSHChoice,
+    UnreachableRecall,
+    choose_lsh_parameters,
+    collision_probability,
+    lsh_recall,
+)
 from fairpipe.neighbors._rank_sampling import RankState
 from fairpipe.neighbors._segments import (
     NotInBucket,
@@ -92,5 +107,7 @@ __all__ = [
     "partition_bits", "patch", "segment_of", "unmix", "SKETCH_EXTRA", "ambiguous",
     "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",
     "sketch_levels",
-    "coverage", "expected_tv_on_ball", "true_ball", "true_balls", "tv_margin",
+    "coverage", "expected_tv_on_ball", "true_ball", "true_balls", "tv_margin", "DEFAULT_RECALL", "MAX_CHOSEN_TABLES", "TABLE_COST", "DistanceProfile",
+    "EmptyBalls", "LSHChoice", "UnreachableRecall", "choose_lsh_parameters",
+    "collision_probability", "lsh_recall",
 ]  # fmt: skip

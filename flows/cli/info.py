@@ -7,11 +7,16 @@ from flows.cli._runner import Shared, command
 
 
 def _render(r: dict) -> None:
+    from flows.parameters import recall_line
+
     print(
         f"{r['store']}: {r['n']} points ({r['n_alive']} alive) x {r['d']} dims, "
         f"groups {r['group_names']}"
     )
     print(f"LSH {r['lsh']}; suggested radius {r['suggested_radius']:.4g}")
+    promise = recall_line(r["lsh"], r["suggested_radius"])
+    if promise:
+        print(f"LSH parameters {promise}")
     if "summary" in r:
         s = r["summary"]
         print(

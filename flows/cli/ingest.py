@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from fairpipe.errors import check_int_range
+from fairpipe.errors import check_int_range, check_open_unit
 from flows.cli._options import Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
@@ -30,15 +30,21 @@ PARAMETER_FLAGS = {
 
 
 def _render(r: dict) -> None:
+    from flows.parameters import recall_line
+
     out = result_console()
     out.print(
         Text.assemble("ingested ", (str(r["added"]), "bold"),
                       f" rows -> {r['store']} ({r['n']} points x {r['d']} dims)")
     )  # fmt: skip
     out.print(f"groups: {r['groups']}", markup=False)
+    lsh = r["lsh"]
+    promise = recall_line(lsh, r["suggested_radius"])
     out.print(
-        f"LSH: k={r['lsh']['k']} L={r['lsh']['n_tables']} w={r['lsh']['width']:.4g}; "
-        f"suggested radius {r['suggested_radius']:.4g}; {r['buckets_per_table']:.0f} buckets/table"
+        f"LSH: k={lsh['k']} L={lsh['n_tables']} w={lsh['width']:.4g}"
+        + (f", {promise}" if promise else f"; suggested radius {r['suggested_radius']:.4g}")
+        + f"; {r['buckets_per_table']:.0f} buckets/table",
+        markup=False,
     )
     out.print(
         f"commit {r['commit']} in {r['timings']['total']:.1f} s "
@@ -50,13 +56,18 @@ def _check(**o) -> None:
     check_options(
         "fairpipe ingest", seed=("seed", o["seed"]), lsh_k=("positive", o["lsh_k"]),
         lsh_tables=("positive", o["lsh_tables"]), lsh_width=("positive_float", o["lsh_width"]),
+        radius=("positive_float", o["radius"]),
         chunk_rows=("positive", o["chunk_rows"]), gaussian_n=("positive", o["gaussian_n"]),
         gaussian_d=("positive", o["gaussian_d"]),
         gaussian_clusters=("positive", o["gaussian_clusters"]),
         gaussian_groups=("positive", o["gaussian_groups"]),
     )  # fmt: skip
     from fairpipe.neighbors._lsh import MAX_TABLES, check_projection_size
+    from flows.parameters import check_recall_options
 
+    if o["recall"] is not None:
+        check_open_unit(o["recall"], "--recall", "fairpipe ingest")
+    check_recall_options(o["lsh_k"], o["lsh_tables"], o["lsh_width"], o["recall"])
     check_int_range(o["lsh_tables"] or 1, "--lsh-tables", "fairpipe ingest", 1, MAX_TABLES)
     check_int_range(o["chunk_rows"] or 1, "--chunk-rows", "fairpipe ingest", 1, MAX_CHUNK_ROWS)
     from fairpipe.datasets import check_source_options
@@ -76,7 +87,21 @@ def _check(**o) -> None:
                        groups_file=o["groups_file"], ids_file=o["ids_file"])  # fmt: skip
     if size <= CHECK_AHEAD_BYTES:
         read_source_rows(plan, 0, plan.n)
-    check_projection_size(plan.d, o["lsh_k"] or 15, o["lsh_tables"] or 100)
+    check_projection_size(plan.d, o["lsh_k"] or 1, o["lsh_tables"] or 1)
+    if _new_local_store(o["store"]):  # the parameters' errors (the flow chooses them again)
+        from flows.parameters import new_store_parameters
+
+        new_store_parameters(plan, plan.ids, o["seed"] or 0, lsh_k=o["lsh_k"],
+                             lsh_tables=o["lsh_tables"], lsh_width=o["lsh_width"],
+                             radius=o["radius"], recall=o["recall"])  # fmt: skip
+
+
+def _new_local_store(store: str) -> bool:
+    """Whether ``store`` names a local folder that does not exist yet (a new store)."""
+    from storage.urls import parse_store_url
+
+    local = parse_store_url(store).local_dir
+    return local is not None and not local.exists()
 
 
 @command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)
@@ -110,18 +135,41 @@ def ingest(
     ids_file: Annotated[
         str | None, typer.Option("--ids-file", help="Ids (.npy) for a .npy source.")
     ] = None,
+    radius: Annotated[
+        float | None,
+        typer.Option(
+            "--radius",
+            help="The query radius r the LSH parameters are chosen for, and the default radius "
+            "of sample (a new store: the median nearest-neighbour distance of a sample).",
+            show_default=False,
+        ),
+    ] = None,
+    recall: Annotated[
+        float | None,
+        typer.Option(
+            "--recall",
+            help="The probability, in (0, 1), that a point at distance r is in a query's "
+            "buckets; k, L and w are chosen for it at the least expected cost (a new store: "
+            "0.95).",
+            show_default=False,
+        ),
+    ] = None,
     lsh_k: Annotated[
-        int | None, typer.Option("--lsh-k", help="Hash functions per table (a new store: 15).")
+        int | None,
+        typer.Option(
+            "--lsh-k", help="Hash functions per table (a new store: chosen).", show_default=False
+        ),
     ] = None,
     lsh_tables: Annotated[
-        int | None, typer.Option("--lsh-tables", help="Number of tables L (a new store: 100).")
+        int | None,
+        typer.Option(
+            "--lsh-tables", help="Number of tables L (a new store: chosen).", show_default=False
+        ),
     ] = None,
     lsh_width: Annotated[
         float | None,
         typer.Option(
-            "--lsh-width",
-            help="Bucket width w (default: 3.2 x the median nearest-neighbour distance of a "
-            "sample).",
+            "--lsh-width", help="Bucket width w (a new store: chosen).", show_default=False
         ),
     ] = None,
     chunk_rows: Annotated[
@@ -147,7 +195,7 @@ def ingest(
     options = IngestOptions(
         seed=seed, group_column=group_column, id_column=id_column, groups_file=groups_file,
         ids_file=ids_file, lsh_k=lsh_k, lsh_tables=lsh_tables, lsh_width=lsh_width,
-        chunk_rows=chunk_rows, lock_timeout=shared.lock_timeout, gaussian=gaussian,
+        radius=radius, recall=recall, chunk_rows=chunk_rows, lock_timeout=shared.lock_timeout, gaussian=gaussian,
     )  # fmt: skip
     result = run_ingest(source, store, options, **shared.cluster)
     return result

@@ -94,7 +94,16 @@ CASES = [
     ("ingest {d}/good.npy --store {new} --chunk-rows 1000000000000", r"The --chunk-rows option of fairpipe ingest must be an integer from 1 to 1048576"),
     ("ingest gaussian --store {new} --gaussian-n 0", r"The --gaussian-n option of fairpipe ingest must be a positive integer"),
     ("ingest {d}/good.npy --store {new} --lsh-tables 100000000", r"The --lsh-tables option of fairpipe ingest must be an integer from 1 to 65535"),
-    ("ingest {d}/good.npy --store {new} --lsh-k 100000000", r"needs 30000000000 projection values; at most 134217728 \(1 GiB\) are supported. \(options --lsh-k, --lsh-tables\)"),
+    ("ingest {d}/good.npy --store {new} --lsh-k 100000000", r"needs 300000000 projection values; at most 134217728 \(1 GiB\) are supported. \(options --lsh-k, --lsh-tables\)"),
+    # ingest: the parameters chosen for a recall at a radius (good.npy: 20 standard normal rows)
+    ("ingest {d}/good.npy --store {new} --recall 1.5", r"The --recall option of fairpipe ingest must be in \(0, 1\). Got 1.5 instead\."),
+    ("ingest {d}/good.npy --store {new} --recall 0", r"--recall .* Got 0.0 instead\."),
+    ("ingest {d}/good.npy --store {new} --recall 1", r"--recall .* Got 1.0 instead\."),
+    ("ingest {d}/good.npy --store {new} --radius 0", r"The --radius option of fairpipe ingest must be a positive float. Got 0.0 instead\."),
+    ("ingest {d}/good.npy --store {new} --lsh-k 4 --lsh-tables 5 --lsh-width 2 --recall 0.9", r"--recall does not apply where --lsh-k, --lsh-tables and --lsh-width are all given: they fix the recall"),
+    ("ingest {d}/good.npy --store {new} --lsh-k 15 --lsh-width 1 --radius 1 --recall 0.99", r"A recall of 0.99 \(--recall\) at radius 1 needs L = 14532126 tables with --lsh-k 15 and --lsh-width 1; at most 200 are chosen \(the index keeps an entry per row and table\)\. Lower --recall, or give --lsh-tables\."),
+    ("ingest {d}/good.npy --store {new} --lsh-tables 1 --recall 0.99", r"A recall of 0.99 \(--recall\) at radius 0.659712 is out of reach with --lsh-tables 1: the best k and w give 0.9501"),
+    ("ingest {d}/good.npy --store {new} --radius 0.001", r"No two of the 20 sampled rows are within --radius 0.001 of each other \(the closest pair is 0.42134 apart\): every query's ball would be empty\. The suggested radius \(the median distance to the nearest sampled row\) is 0.659712\."),
     # sample
     ("sample --store {store} --query-row 1 --samples 100000000000", r"The --samples option of fairpipe sample must be an integer from 1 to 100000000. Got 100000000000 instead\."),
     ("sample --store {store} --query-row 1 --samples 0", r"--samples .* Got 0 instead\."),

@@ -323,3 +323,63 @@ def test_read_only_commands_as_the_program_end_with_their_whole_result(digits_st
     bad = subprocess.run([exe, "sample", "--store", str(path), "--query-row", "99999"],
                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "99999" in bad.stderr and bad.stdout == ""
+
+
+def test_ingest_chooses_lsh_parameters_for_a_recall_and_info_shows_it(dask_address, tmp_path):
+    """A new store's k, L and w are those ``choose_lsh_parameters`` gives on the same data for
+    the same recall; the expected recall is printed, stored, shown by info, kept by an append,
+    and the store's radius is the sample command's default."""
+    from fairpipe.neighbors import choose_lsh_parameters, lsh_recall
+
+    rng = np.random.default_rng(4)
+    centres = 5 * rng.normal(size=(3, 8))
+    X = (rng.normal(size=(3000, 8)) + centres[rng.integers(3, size=3000)]).astype(np.float32)
+    np.save(tmp_path / "x.npy", X[:2500])
+    np.save(tmp_path / "more.npy", X[2500:])
+    np.save(tmp_path / "more_ids.npy", np.arange(2500, 3000))
+    on_cluster = ["--dask-address", dask_address]
+    store = tmp_path / "s"
+    made = invoke("ingest", tmp_path / "x.npy", "--store", store, "--recall", 0.9, *on_cluster,
+                  "--json")  # fmt: skip
+    assert made.exit_code == 0, made.output
+    res = json.loads(made.stdout)
+    lsh = res["lsh"]
+    choice = choose_lsh_parameters(X[:2500], recall=0.9)
+    assert (lsh["k"], lsh["n_tables"], lsh["width"]) == (choice.n_hashes, choice.n_tables,
+                                                         choice.bucket_width)  # fmt: skip
+    assert lsh["recall_target"] == 0.9 and lsh["expected_recall"] == choice.expected_recall >= 0.9
+    assert lsh["radius"] == res["suggested_radius"] == choice.radius
+    assert lsh["expected_candidates"] == pytest.approx(choice.expected_candidates)
+    text = invoke("info", "--store", store).stdout
+    line = f"chosen for recall 0.9: expected recall {choice.expected_recall:.4g} at radius"
+    assert line in text
+    assert json.loads(invoke("info", "--store", store, "--json").stdout)["lsh"] == lsh
+    sampled = json.loads(invoke("sample", "--store", store, "--query-row", 3, "--json").stdout)
+    assert sampled["radius"] == choice.radius
+    # An append keeps the store's parameters and their record; another recall is refused.
+    clash = invoke("ingest", tmp_path / "more.npy", "--store", store, "--ids-file",
+                   tmp_path / "more_ids.npy", "--recall", 0.8, *on_cluster)  # fmt: skip
+    assert clash.exit_code == 2
+    assert (
+        "--recall 0.8 contradicts the store" in clash.stderr and "with --recall 0.9" in clash.stderr
+    )
+    more = invoke("ingest", tmp_path / "more.npy", "--store", store, "--ids-file",
+                  tmp_path / "more_ids.npy", "--recall", 0.9, *on_cluster, "--json")  # fmt: skip
+    assert more.exit_code == 0, more.output
+    assert {k: v for k, v in json.loads(more.stdout)["lsh"].items() if k in lsh} == lsh
+
+    # Given k, L and w: the recall they give at --radius is printed and stored, no target.
+    given = invoke("ingest", tmp_path / "x.npy", "--store", tmp_path / "g", "--lsh-k", 6,
+                   "--lsh-tables", 10, "--lsh-width", 4.0, "--radius", 1.5, *on_cluster)  # fmt: skip
+    assert given.exit_code == 0, given.output
+    recall = lsh_recall(1.5, 6, 10, 4.0)
+    assert f"LSH: k=6 L=10 w=4, given: expected recall {recall:.4g} at radius 1.5;" in given.stdout
+    attrs = open_store(str(tmp_path / "g")).attrs()
+    assert attrs["lsh"]["recall_target"] is None and attrs["lsh"]["expected_recall"] == recall
+    assert attrs["suggested_radius"] == 1.5
+    # Given k only: the chooser fills in L and w.
+    partial = invoke("ingest", tmp_path / "x.npy", "--store", tmp_path / "p", "--lsh-k", 3,
+                     *on_cluster, "--json")  # fmt: skip
+    assert partial.exit_code == 0, partial.output
+    lsh = json.loads(partial.stdout)["lsh"]
+    assert lsh["k"] == 3 and lsh["recall_target"] == 0.95 and lsh["expected_recall"] >= 0.95

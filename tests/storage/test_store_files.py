@@ -200,3 +200,26 @@ def test_a_folder_holding_only_a_lock_note_becomes_a_store(tmp_path):
     (tmp_path / "s" / ".fairpipe.lock").write_text('{"pid": 1}')
     store = FairpipeStore.open(str(tmp_path / "s"), create=True)
     assert store.attrs()["fairpipe_format"] and store.is_empty()
+
+
+def test_a_creation_killed_before_its_first_commit_is_no_store_and_is_made_again(tmp_path):
+    """SIGKILL between the repository's creation and its fairpipe mark leaves an Icechunk
+    repository with only its first snapshot beside the lock note: no store, and the next
+    creator (holding the lock) removes it and makes the store. A user's own repository with
+    data, or without fairpipe's lock note, stays refused."""
+    import icechunk
+
+    killed = tmp_path / "killed"
+    icechunk.Repository.create(icechunk.local_filesystem_storage(str(killed)))
+    (killed / ".fairpipe.lock").write_text('{"pid": 1}')
+    with pytest.raises(ValueError, match="There is no fairpipe store at"):
+        FairpipeStore.open(str(killed))
+    assert FairpipeStore.open_existing(str(killed)) is None
+    with FairpipeStore.creating(str(killed)) as store:
+        with store.transaction("fill") as txn:
+            write_points(txn, np.ones((8, 2), np.float32))
+    assert FairpipeStore.open(str(killed)).attrs()["fairpipe_format"]
+    theirs = tmp_path / "theirs"
+    icechunk.Repository.create(icechunk.local_filesystem_storage(str(theirs)))
+    with pytest.raises(ValueError, match="an Icechunk repository without fairpipe data"):
+        FairpipeStore.open(str(theirs))

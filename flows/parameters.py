@@ -1,0 +1,110 @@
+"""A new store's E2LSH parameters: chosen for a recall at the query radius, or given.
+
+Shared by the ingest flow and the command line's checks (which run it on a source small enough
+to plan ahead, so that its errors come before anything starts); it imports no Prefect or Dask.
+The choice itself is :func:`fairpipe.neighbors.choose_lsh_parameters`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairpipe.datasets import SourcePlan, read_source_sample
+from fairpipe.errors import FairpipeInputError
+from fairpipe.neighbors import (
+    DEFAULT_RECALL,
+    WIDTH_PER_RADIUS,
+    EmptyBalls,
+    UnreachableRecall,
+    choose_lsh_parameters,
+    lsh_recall,
+    width_sample_rows,
+)
+
+RECALL_WITH_PARAMETERS = (
+    "--recall does not apply where --lsh-k, --lsh-tables and --lsh-width are all given: they "
+    "fix the recall (the ingest prints it). Leave out --recall, or one of them for the ingest "
+    "to choose."
+)
+UNREACHABLE = (
+    "A recall of {recall} (--recall) at radius {radius} needs {needed} tables{fixed}; at most "
+    "{limit} are chosen (the index keeps an entry per row and table). Lower --recall, or give "
+    "--lsh-tables."
+)
+UNREACHABLE_TABLES = (
+    "A recall of {recall} (--recall) at radius {radius} is out of reach with --lsh-tables "
+    "{tables}{fixed}: the best k and w give {best}. Lower --recall, or give more tables."
+)
+EMPTY_BALLS = (
+    "No two of the {rows} sampled rows are within --radius {radius} of each other (the closest "
+    "pair is {closest} apart): every query's ball would be empty. The suggested radius (the "
+    "median distance to the nearest sampled row) is {suggested}."
+)
+FLAGS = {"n_hashes": "--lsh-k", "n_tables": "--lsh-tables", "bucket_width": "--lsh-width"}
+
+
+def check_recall_options(lsh_k, lsh_tables, lsh_width, recall) -> None:
+    """Refuse ``--recall`` beside all three of ``--lsh-k``, ``--lsh-tables``, ``--lsh-width``."""
+    if recall is not None and None not in (lsh_k, lsh_tables, lsh_width):
+        raise FairpipeInputError(RECALL_WITH_PARAMETERS)
+
+
+def command_line_message(error: UnreachableRecall | EmptyBalls) -> str:
+    """The chooser's error, naming the command line's flags."""
+    if isinstance(error, EmptyBalls):
+        return EMPTY_BALLS.format(rows=error.rows, radius=f"{error.radius:.6g}",
+                                  closest=f"{error.closest:.6g}",
+                                  suggested=f"{error.suggested:.6g}")  # fmt: skip
+    given = [f"{FLAGS[name]} {value:.6g}" for name, value in error.fixed.items()
+             if name != "n_tables"]  # fmt: skip
+    fixed = " with " + " and ".join(given) if given else ""
+    if "n_tables" in error.fixed:
+        return UNREACHABLE_TABLES.format(recall=error.recall, radius=f"{error.radius:.6g}",
+                                         tables=error.fixed["n_tables"], fixed=fixed,
+                                         best=f"{error.best:.4g}")  # fmt: skip
+    return UNREACHABLE.format(recall=error.recall, radius=f"{error.radius:.6g}", fixed=fixed,
+                              needed=error.needed_text(), limit=error.limit)  # fmt: skip
+
+
+def new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *, lsh_k=None,
+                         lsh_tables=None, lsh_width=None, radius=None, recall=None) -> dict:  # fmt: skip
+    """E2LSH's parameters for a new store of the source ``plan`` (``ids``: its ids, None for
+    the row numbers), as the ``lsh`` attribute keeps them: ``k``, ``n_tables``, ``width``, and
+    ``radius`` (the query radius: the sample command's default), ``recall_target`` (None where
+    all three were given), ``expected_recall`` at the radius, ``expected_candidates`` (per
+    query, None where all three were given).
+
+    All three given: used as they are; the radius is ``radius`` or w / 3.2 (nothing is read).
+    Otherwise the width sample of the source (2,000 rows by a hash of (seed, id)) is read and
+    the missing ones are chosen for ``recall`` (default 0.95) at ``radius`` (default: the
+    sample's median nearest-neighbour distance)."""
+    check_recall_options(lsh_k, lsh_tables, lsh_width, recall)
+    if None not in (lsh_k, lsh_tables, lsh_width):
+        r = float(radius) if radius is not None else float(lsh_width) / WIDTH_PER_RADIUS
+        return {"k": int(lsh_k), "n_tables": int(lsh_tables), "width": float(lsh_width),
+                "radius": r, "recall_target": None,
+                "expected_recall": lsh_recall(r, lsh_k, lsh_tables, lsh_width),
+                "expected_candidates": None}  # fmt: skip
+    row_ids = np.arange(plan.n, dtype=np.int64) if ids is None else ids
+    sample = read_source_sample(plan, width_sample_rows(row_ids, seed))
+    try:
+        choice = choose_lsh_parameters(
+            sample, radius, DEFAULT_RECALL if recall is None else recall, n_rows=plan.n,
+            n_features=plan.d, n_hashes=lsh_k, n_tables=lsh_tables, bucket_width=lsh_width,
+        )  # fmt: skip
+    except (UnreachableRecall, EmptyBalls) as e:
+        raise FairpipeInputError(command_line_message(e)) from None
+    return {"k": choice.n_hashes, "n_tables": choice.n_tables, "width": choice.bucket_width,
+            "radius": choice.radius, "recall_target": choice.recall_target,
+            "expected_recall": choice.expected_recall,
+            "expected_candidates": choice.expected_candidates}  # fmt: skip
+
+
+def recall_line(lsh: dict, radius: float) -> str:
+    """What the parameters promise at the store's radius (stores made before the choice of
+    parameters record nothing: an empty string)."""
+    if "expected_recall" not in lsh:
+        return ""
+    target = lsh.get("recall_target")
+    how = f"chosen for recall {target:.4g}" if target is not None else "given"
+    return f"{how}: expected recall {lsh['expected_recall']:.4g} at radius {radius:.4g}"
