@@ -1,5 +1,6 @@
-"""What every flow shares: the Prefect API, the Dask task runner, one way to run a flow, and the
-Dask adapters (mapping jobs from inside a task, the shuffle of rows by leaf).
+"""What every flow shares: the Prefect API, the task runner (Prefect tasks in the flow's process,
+holding its Dask client), the cluster's checks, one way to run a flow, and the Dask adapters
+(mapping jobs from inside a task, the shuffle of rows by leaf).
 
 Only the flow's own process talks to Prefect: its Prefect tasks run there, on threads, and send
 their heavy work to Dask as plain functions with explicit inputs (no Dask worker needs the Prefect
@@ -58,7 +59,7 @@ def prefect_api(warm_kernels: bool = False):
 
 def import_ahead(warm_kernels: bool = False) -> None:
     """Import what a flow run imports on first use: the store's libraries, Prefect's parameter
-    encoder and its Dask task runner (about 0.8 s in all, which a one-id forget at 1M used to
+    encoder and Dask's client (about 0.8 s in all, which a one-id forget at 1M used to
     spend inside its flow and before it). Done while a local Prefect server boots, these
     imports overlap its start (on this 2-core machine, 0.1-0.7 s less wall time per command).
     ``warm_kernels``: also load the index build's compiled kernels (about 0.5 s), so that the
@@ -311,8 +312,9 @@ def _runner_class() -> type:
             with self._dask_lock:
                 if self._dask is None:
                     self._dask, self._cluster = open_client(
-                        self.address, self.n_workers, self.processes, self.store_url
-                    )
+                        self.address, self.n_workers, self.processes,
+                        self.store_url or _run_store_url(),
+                    )  # fmt: skip
                 return self._dask
 
         @property
@@ -424,6 +426,15 @@ def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
             with contextlib.suppress(Exception):
                 client.close()
     raise original
+
+
+def _run_store_url() -> str | None:
+    """The ``store_url`` parameter of the flow run in this process (a deployment's run, whose
+    cluster is checked against its store as a command's is), or None."""
+    from prefect.context import FlowRunContext
+
+    url = (getattr(FlowRunContext.get(), "parameters", None) or {}).get("store_url")
+    return url if isinstance(url, str) else None
 
 
 def _store_url(flow, args: tuple, kwargs: dict) -> str | None:

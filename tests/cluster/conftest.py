@@ -33,6 +33,10 @@ BUCKET = "fairpipe-cluster"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
                "AWS_REGION": "us-east-1"}  # fmt: skip
 N_WORKERS = 2
+# The people store of the cluster tests: 3,000 gaussian points in two groups.
+INGEST = ["ingest", "gaussian", "--gaussian-n", "3000", "--gaussian-d", "4", "--gaussian-clusters",
+          "3", "--gaussian-groups", "2", "--lsh-k", "4", "--lsh-tables", "6", "--chunk-rows",
+          "1000"]  # fmt: skip
 
 
 @dataclass
@@ -205,7 +209,7 @@ def s3_env(second_host, monkeypatch):
 
 @pytest.fixture(scope="session")
 def s3_store(second_host, prefect_server):
-    """A store of 3,000 gaussian points in two groups, in the second host's bucket: made by the
+    """The people store (INGEST) in the second host's bucket: made by the
     client on its own embedded cluster (an ingest on the second host's workers needs its
     staging area in the store's own storage, not in the client's temporary folder)."""
     from typer.testing import CliRunner
@@ -217,10 +221,7 @@ def s3_store(second_host, prefect_server):
         mp.setenv("AWS_ENDPOINT_URL", second_host.endpoint)
         for name, value in CREDENTIALS.items():
             mp.setenv(name, value)
-        made = CliRunner().invoke(app, ["ingest", "gaussian", "--store", url, "--gaussian-n",
-                                        "3000", "--gaussian-d", "4", "--gaussian-clusters", "3",
-                                        "--gaussian-groups", "2", "--lsh-k", "4", "--lsh-tables",
-                                        "6", "--chunk-rows", "1000"])  # fmt: skip
+        made = CliRunner().invoke(app, [*INGEST, "--store", url])
     assert made.exit_code == 0, made.output
     return url
 

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 from typer.testing import CliRunner
 
+from tests.cluster.conftest import INGEST
+
 runner = CliRunner()
 
 
@@ -25,13 +27,8 @@ def ok(out) -> dict:
     return json.loads(out.stdout)
 
 
-def test_every_command_runs_its_heavy_work_on_workers_that_cannot_reach_prefect(
-    s3_store, s3_env, tmp_path, monkeypatch
-):
-    host, store = s3_env, s3_store
-    cluster = ["--dask-address", host.scheduler]
-    before = host.task_counts()
-
+def store_commands(store: str, cluster: list) -> None:
+    """fit DC, summarize, a drain of 300 ids, fit Q, a drain of 3 ids on the store."""
     fit = ok(invoke("fit", "--store", store, "--k", 3, "--tree-width", 2, "--tree-height", 2,
                     *cluster, "--json"))  # fmt: skip
     assert fit["model"] == "dc" and fit["n_alive"] == 3000
@@ -49,6 +46,36 @@ def test_every_command_runs_its_heavy_work_on_workers_that_cannot_reach_prefect(
     ok(invoke("request-deletion", "--store", store, "--ids", "1,2,4", "--json"))
     again = ok(invoke("forget", "--store", store, *cluster, "--json"))
     assert sorted(again["deleted"]) == [1, 2, 4] and again["model"] == "q"
+
+
+def store_arrays(url: str) -> dict:
+    """Every array of the store's tip but its receipts (their times differ) and the index's
+    sparse tables (compared as their (key, id) entries), by path."""
+    import zarr
+
+    from storage.index import index_entries
+    from storage.store import FairpipeStore
+
+    session = FairpipeStore.open(url).readonly_session()
+    root = zarr.open_group(session.store, mode="r")
+    out = {
+        path: np.asarray(member[...])
+        for path, member in root.members(max_depth=None)
+        if isinstance(member, zarr.Array) and not path.startswith("receipts")
+        and member.size < 1 << 26
+    }  # fmt: skip
+    for t, (keys, ids) in enumerate(index_entries(session)):
+        out[f"index/{t}/keys"], out[f"index/{t}/ids"] = keys, ids
+    return out
+
+
+def test_every_command_runs_its_heavy_work_on_workers_that_cannot_reach_prefect(
+    s3_store, s3_env, tmp_path, monkeypatch
+):
+    host, store = s3_env, s3_store
+    cluster = ["--dask-address", host.scheduler]
+    before = host.task_counts()
+    store_commands(store, cluster)
 
     # Re-ranking and the audit read their inputs on the client; their batches go to Dask.
     monkeypatch.setattr("flows.rerank.LOCAL_LISTS", 0)
@@ -69,6 +96,16 @@ def test_every_command_runs_its_heavy_work_on_workers_that_cannot_reach_prefect(
                 "adf_batch", "warm_up"):  # fmt: skip
         assert ran.get(job, 0) > 0, (job, ran)
     assert all(n > 0 for n in host.executed_per_worker().values())
+
+    # The store the embedded default builds locally, by the same commands, is the same.
+    remote = store_arrays(store)
+    local = str(tmp_path / "local")
+    ok(invoke(*INGEST, "--store", local, "--json"))
+    store_commands(local, [])
+    here = store_arrays(local)
+    assert sorted(remote) == sorted(here)
+    for path, array in here.items():
+        assert np.array_equal(remote[path], array), path
 
 
 def audit_inputs(folder) -> list:
