@@ -123,6 +123,11 @@ WORKER_CANNOT_REACH = (
     "machine reaches. Make the endpoint reachable from the workers, or give one both reach "
     "(AWS_ENDPOINT_URL)."
 )
+WORKER_CANNOT_SEE = (
+    "The Dask worker {worker} cannot see the store's folder {folder}, which is on this "
+    "machine's disk. Give a folder every worker shares with this machine (a network "
+    "filesystem), or an object-store URL (s3://...)."
+)
 NO_WORKERS = (
     "The Dask scheduler at {address} has no workers (waited {seconds:.0f} s). Start workers "
     "for it, or leave out '--dask-address' to run on this machine."
@@ -204,6 +209,12 @@ def check_workers(client, address: str, store_url: str | None = None) -> None:
             raise FairpipeInputError(
                 VERSION_MISMATCH.format(worker=worker, theirs=theirs, ours=fairpipe.__version__)
             )
+    folder = store_folder(store_url)
+    if folder is not None:
+        seen = client.run(os.path.isdir, folder, on_error="return")
+        for worker, there in sorted(seen.items()):
+            if there is not True:
+                raise FairpipeInputError(WORKER_CANNOT_SEE.format(worker=worker, folder=folder))
     endpoint = store_endpoint(store_url)
     if endpoint is None:
         return
@@ -214,6 +225,20 @@ def check_workers(client, address: str, store_url: str | None = None) -> None:
             raise FairpipeInputError(
                 WORKER_CANNOT_REACH.format(worker=worker, endpoint=endpoint, why=why)
             )
+
+
+def store_folder(store_url: str | None) -> str | None:
+    """The folder of a store on this machine's disk that exists (the workers must see it too),
+    or None (an object store; a new store, which its command makes)."""
+    if not store_url:
+        return None
+    from storage.urls import parse_store_url
+
+    try:
+        local = parse_store_url(store_url).local_dir
+    except FairpipeInputError:
+        return None  # reported by the command's own checks
+    return str(local) if local is not None and local.is_dir() else None
 
 
 def store_endpoint(store_url: str | None) -> str | None:

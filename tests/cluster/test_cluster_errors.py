@@ -84,3 +84,15 @@ def test_workers_that_cannot_reach_the_stores_endpoint_are_named(s3_store, s3_en
     assert f"The Dask worker tcp://{s3_env.worker_ip}:" in line
     assert f"cannot reach the store's endpoint {local} (" in line
     assert s3_env.task_counts() == before
+
+
+def test_workers_that_cannot_see_a_stores_folder_are_named(second_host, digits_store):
+    """A store on the client's disk (pytest's folder: under the workers' own /tmp, it is not
+    there for them)."""
+    path, _ = digits_store
+    before = second_host.task_counts()
+    line = one_line_error(invoke("fit", "--store", path, "--k", 2,
+                                 "--dask-address", second_host.scheduler))  # fmt: skip
+    assert f"The Dask worker tcp://{second_host.worker_ip}:" in line
+    assert f"cannot see the store's folder {path}, which is on this machine's disk." in line
+    assert second_host.task_counts() == before
