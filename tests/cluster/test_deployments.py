@@ -35,7 +35,7 @@ def test_the_forget_drain_deployment_runs_on_the_second_host(s3_env, prefect_ser
     env = {**os.environ, "PREFECT_API_URL": prefect_server, "FAIRPIPE_HOME": str(ROOT)}
     env.pop("FAIRPIPE_DASK_ADDRESS", None)
     prefect("work-pool", "create", "fairpipe", "--type", "process", "--overwrite", env=env)
-    prefect("deploy", "--prefect-file", DEPLOY, "--all", env=env)
+    prefect("deploy", "--prefect-file", DEPLOY, "--name", "forget-drain", env=env)
     job_env = json.dumps({"FAIRPIPE_DASK_ADDRESS": host.scheduler})
     started = prefect("deployment", "run", "fairpipe-forget/forget-drain", "--params",
                       json.dumps({"store_url": store}), "--job-variable", f"env={job_env}",
