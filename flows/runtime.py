@@ -100,7 +100,7 @@ def keep_malloc_defaults() -> None:
 
 
 # -- the cluster: its address checked, reached, and its workers checked ---------------------------
-CONNECT_SECONDS = 8.0  # a scheduler that does not answer is reported within 10 s
+CONNECT_SECONDS = 5.0  # a scheduler that does not answer is reported within 10 s of the start
 DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "inproc", "ucx")
 BAD_ADDRESS = (
     "The '--dask-address' option must be a Dask scheduler address such as "
@@ -109,6 +109,14 @@ BAD_ADDRESS = (
 UNREACHABLE_SCHEDULER = (
     "No Dask scheduler answers at {address} within {seconds:.0f} s ({why}). Check the address "
     "and that the scheduler is running and reachable from this machine."
+)
+NOT_DASK = (
+    "The server at {address} does not answer as a Dask scheduler. Give the scheduler's address "
+    "(its log says 'Scheduler at: tcp://...')."
+)
+NOT_A_SCHEDULER = (
+    "The server at {address} is a Dask {kind}, not a scheduler. Give the scheduler's address "
+    "(its log says 'Scheduler at: tcp://...')."
 )
 VERSION_MISMATCH = (
     "The Dask workers run fairpipe {theirs}, this command fairpipe {ours}: worker {worker}. "
@@ -161,25 +169,63 @@ def check_dask_address(address: str) -> str:
 
 def connect(address: str, store_url: str | None = None):
     """A Dask client of the scheduler at ``address``, its workers checked before any work: the
-    same fairpipe version as this process, and able to reach the store's S3 endpoint. Each
-    problem is a one-line :class:`FairpipeInputError`."""
+    same fairpipe version as this process, and able to reach the store. Each problem is a
+    one-line :class:`FairpipeInputError`."""
     from distributed import Client
 
     check_dask_address(address)
+    probe_scheduler(address)
     try:
         client = Client(address, timeout=CONNECT_SECONDS, set_as_default=False)
     except (OSError, TimeoutError) as why:
-        raise FairpipeInputError(
-            UNREACHABLE_SCHEDULER.format(
-                address=address, seconds=CONNECT_SECONDS, why=type(why).__name__
-            )
-        ) from None
+        raise _unreachable(address, why) from None
     try:
         check_workers(client, address, store_url)
     except BaseException:
         client.close()
         raise
     return client
+
+
+def probe_scheduler(address: str) -> None:
+    """Raise a one-line :class:`FairpipeInputError` unless a Dask scheduler answers at
+    ``address`` within CONNECT_SECONDS: a refused connection at once (a Dask client would retry
+    it until its time-out), a server that is not a Dask scheduler (a worker's address, another
+    service) without the errors of a client reading what it sends."""
+    import asyncio
+
+    from distributed.core import rpc
+
+    async def ask() -> dict:
+        async with rpc(address, timeout=CONNECT_SECONDS) as scheduler:
+            return await scheduler.identity()
+
+    scheme, _, location = address.rpartition("://")
+    if scheme in ("", "tcp", "tls"):
+        import socket
+
+        from distributed.comm.addressing import parse_host_port
+
+        try:
+            socket.create_connection(parse_host_port(location), timeout=CONNECT_SECONDS).close()
+        except OSError as why:
+            raise _unreachable(address, why) from None
+    try:
+        identity = asyncio.run(asyncio.wait_for(ask(), CONNECT_SECONDS))
+    except (OSError, TimeoutError) as why:
+        raise _unreachable(address, why) from None
+    except Exception:  # whatever the other end sent (an HTTP server's answer read as a frame)
+        raise FairpipeInputError(NOT_DASK.format(address=address)) from None
+    if not isinstance(identity, dict) or identity.get("type") != "Scheduler":
+        kind = identity.get("type") if isinstance(identity, dict) else type(identity).__name__
+        raise FairpipeInputError(NOT_A_SCHEDULER.format(address=address, kind=kind))
+
+
+def _unreachable(address: str, why: BaseException) -> FairpipeInputError:
+    reason = getattr(why, "strerror", None) or type(why).__name__
+    return FairpipeInputError(
+        UNREACHABLE_SCHEDULER.format(address=address, seconds=CONNECT_SECONDS, why=reason)
+    )
 
 
 WORKERS_WAIT_SECONDS = 10.0

@@ -45,19 +45,25 @@ def test_a_malformed_scheduler_address_is_refused_at_once(address):
         runtime.check_dask_address(address)
 
 
-def test_a_malformed_scheduler_address_is_one_line(candidates):
-    t0 = time.perf_counter()
+def test_a_malformed_scheduler_address_is_one_line_before_anything_starts(candidates, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("started for a malformed address")
+
+    monkeypatch.setattr(runtime, "probe_scheduler", never)
+    monkeypatch.setattr(runtime, "prefect_api", never)
     line = one_line_error(invoke(*candidates, "--dask-address", "notanaddress"))
-    assert "Got 'notanaddress' instead." in line and time.perf_counter() - t0 < 5
+    assert "Got 'notanaddress' instead." in line
 
 
-def test_an_unreachable_scheduler_is_one_line_within_its_time_out(candidates, monkeypatch):
-    monkeypatch.setattr(runtime, "CONNECT_SECONDS", 1.0)
-    t0 = time.perf_counter()
+def test_an_unreachable_scheduler_is_one_line_within_its_time_out(candidates):
     line = one_line_error(invoke(*candidates, "--dask-address", "tcp://127.0.0.1:9"))
-    assert "No Dask scheduler answers at tcp://127.0.0.1:9 within 1 s" in line
-    assert time.perf_counter() - t0 < 5
-    assert runtime.CONNECT_SECONDS < 10 - 1  # the default's own bound: within 10 s in all
+    assert "No Dask scheduler answers at tcp://127.0.0.1:9 within 5 s (Connection refused)" in line
+    # A refused connection is reported at once (a Dask client retries it until its time-out);
+    # one that hangs, after CONNECT_SECONDS: the command's start and this stay within 10 s.
+    t0 = time.perf_counter()
+    with pytest.raises(FairpipeInputError, match="Connection refused"):
+        runtime.connect("tcp://127.0.0.1:9")
+    assert time.perf_counter() - t0 < 2 and runtime.CONNECT_SECONDS <= 5
 
 
 def test_workers_of_another_fairpipe_version_are_refused_before_any_work(
@@ -96,3 +102,28 @@ def test_workers_that_cannot_see_a_stores_folder_are_named(second_host, digits_s
     assert f"The Dask worker tcp://{second_host.worker_ip}:" in line
     assert f"cannot see the store's folder {path}, which is on this machine's disk." in line
     assert second_host.task_counts() == before
+
+
+def test_a_server_that_is_not_a_scheduler_is_one_line(candidates, second_host):
+    """A worker's address, and a web server's (it answers what it reads with an HTTP error)."""
+    import socketserver
+    import threading
+
+    class Answer(socketserver.BaseRequestHandler):
+        def handle(self):
+            self.request.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    with second_host.client() as client:
+        worker = sorted(client.scheduler_info()["workers"])[0]
+    line = one_line_error(invoke(*candidates, "--dask-address", worker))
+    assert f"The server at {worker} is a Dask Worker, not a scheduler." in line
+
+    web = socketserver.TCPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        address = f"tcp://127.0.0.1:{web.server_address[1]}"
+        line = one_line_error(invoke(*candidates, "--dask-address", address))
+    finally:
+        web.shutdown()
+        web.server_close()
+    assert f"The server at {address} does not answer as a Dask scheduler." in line
