@@ -80,19 +80,33 @@ class BaseEstimator:
         signature = inspect.signature(cls.__init__)
         return [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
 
-    def get_params(self) -> dict[str, Any]:
-        """The constructor parameters, as given."""
-        return {name: getattr(self, name) for name in self._param_names()}
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters, as given (scikit-learn's contract: with ``deep``, a
+        parameter that is itself an estimator adds its own as ``name__param``)."""
+        params = {name: getattr(self, name) for name in self._param_names()}
+        if deep:
+            for name, value in list(params.items()):
+                if hasattr(value, "get_params") and not isinstance(value, type):
+                    params.update((f"{name}__{k}", v) for k, v in value.get_params().items())
+        return params
 
     def set_params(self, **params: Any):
-        """Set constructor parameters (checked at the next ``fit``); returns ``self``."""
+        """Set constructor parameters (checked at the next ``fit``; ``name__param`` sets a
+        parameter of a parameter that is an estimator); returns ``self``."""
         names = self._param_names()
-        for name, value in params.items():
+        nested: dict[str, dict[str, Any]] = {}
+        for key, value in params.items():
+            name, _, sub = key.partition("__")
             if name not in names:
                 raise FairpipeInputError(
-                    UNKNOWN_PARAMETER.format(owner=type(self).__name__, name=name, names=names)
+                    UNKNOWN_PARAMETER.format(owner=type(self).__name__, name=key, names=names)
                 )
-            setattr(self, name, value)
+            if sub:
+                nested.setdefault(name, {})[sub] = value
+            else:
+                setattr(self, name, value)
+        for name, sub_params in nested.items():
+            getattr(self, name).set_params(**sub_params)
         return self
 
     def __repr__(self) -> str:
