@@ -3,7 +3,7 @@
 The DC-k-means tree (:mod:`fairpipe.cluster._dc_kmeans`) has many small problems: each leaf clusters its
 points, each parent clusters its children's centroids weighted by their masses. A deletion
 re-solves one leaf and its ancestors, a few hundred points each, so the cost of a solve is its
-fixed overhead: in numpy that was ~400 calls on tiny arrays (~3 ms). Here a batch of problems laid
+fixed overhead: in numpy it is ~400 calls on tiny arrays (~3 ms). Here a batch of problems laid
 end to end is solved by one compiled (numba) loop over the problems, ~50 us for a leaf of 100
 points.
 
@@ -57,8 +57,7 @@ def n_trials(k: int) -> int:
 @lru_cache(maxsize=64)
 def _salts(seed: int, k: int) -> np.ndarray:
     """The 64-bit salt of every random step of a solve: step 0 draws the first seed, step
-    ``64 * j + t`` the t-th candidate for seed j (the same numbering as before the kernel was
-    compiled, so each step's stream is fixed by the seed)."""
+    ``64 * j + t`` the t-th candidate for seed j (so each step's stream is fixed by the seed)."""
     trials = n_trials(k)
     steps = [0] + [64 * j + t for j in range(1, k) for t in range(trials)]
     return np.array([seed_key(seed, 0x6B6D + s) for s in steps], dtype=np.uint64)

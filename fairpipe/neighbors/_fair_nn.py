@@ -232,7 +232,7 @@ class FairNN(LSHParameters):
     def keys_(self) -> np.ndarray:
         """(n, L) uint64 bucket key of every row in each table. Made from the index on first use
         where the sampler was given none (a row in no bucket, forgotten, has all ones)."""
-        keys = self.__dict__.get("_keys", self.__dict__.get("keys_"))  # (pickled before: keys_)
+        keys = self.__dict__.get("_keys", self.__dict__.get("keys_"))  # (older pickles hold keys_)
         if keys is None:
             keys = self.index_.row_keys(self.points_.shape[0])
         self._keys = keys
