@@ -117,7 +117,7 @@ def scan_csv(path: Path, n_fields: int | None = None) -> tuple[np.ndarray, int]:
                 last = int(numbers[np.flatnonzero(data)[-1]]) if data.any() else -1
                 if blank is not None and last > blank:
                     raise FairpipeInputError(BLANK_LINE.format(where=path.name, line=blank + 1))
-                if commas is not None:  # (a sum over bytes: flatnonzero took 1.5x as long)
+                if commas is not None:  # (a sum over bytes: flatnonzero takes 1.5x as long)
                     fields = np.add.reduceat(commas[: nl[-1] + 1], starts, dtype=np.int64) + 1
                     fields[0] += carry_commas
                     wrong = np.flatnonzero(has & (fields != n_fields))
