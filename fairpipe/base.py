@@ -74,6 +74,15 @@ class BaseEstimator:
     """
 
     _fitted_attribute = "n_features_in_"
+    _estimator_type: str | None = None  # scikit-learn's kind: "clusterer" for the k-means models
+
+    def __sklearn_tags__(self):
+        """scikit-learn's tags, so that its Pipeline, clone and checks accept the estimator
+        (scikit-learn is imported here, on use: importing fairpipe does not import it)."""
+        from sklearn.utils import Tags, TargetTags
+
+        return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(required=False),
+                    transformer_tags=None, regressor_tags=None, classifier_tags=None)  # fmt: skip
 
     @classmethod
     def _param_names(cls) -> list[str]:

@@ -364,10 +364,40 @@ def kmeans_plus_plus(X: np.ndarray, k: int, key: int, seed: int):
 class KMeansParameters(BaseEstimator):
     """The parameters DC-k-means and Q-k-means share: k, the Lloyd steps, restarts, the seed."""
 
+    _estimator_type = "clusterer"
+
     n_clusters: int = 8
     max_iter: int = 10
     n_init: int = 10
     seed: int = 0
+
+    # scikit-learn's KMeans attributes, over the rows the model holds (forgotten rows: label -1)
+    @property
+    def cluster_centers_(self) -> np.ndarray:
+        """The model's centroids, (n_clusters, n_features) (scikit-learn's name)."""
+        return self.centroids_  # type: ignore[attr-defined]
+
+    @property
+    def labels_(self) -> np.ndarray:
+        """Each held row's nearest centroid (:meth:`predict`); -1 for a forgotten row."""
+        self._check_fitted()
+        labels = np.full(self.ids_.shape[0], -1, dtype=np.int64)  # type: ignore[attr-defined]
+        alive = self.alive_  # type: ignore[attr-defined]
+        if alive.any():
+            labels[alive] = self.predict(self.points_[alive])  # type: ignore[attr-defined]
+        return labels
+
+    @property
+    def inertia_(self) -> float:
+        """The k-means loss of the live rows: the sum of their squared distances to the
+        nearest centroid."""
+        self._check_fitted()
+        alive = self.alive_  # type: ignore[attr-defined]
+        return self.loss(self.points_[alive]) if alive.any() else 0.0  # type: ignore[attr-defined]
+
+    def fit_predict(self, X: np.ndarray, y=None, *, ids: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`fit`, then each row's nearest centroid."""
+        return self.fit(X, ids=ids).predict(X)  # type: ignore[attr-defined]
 
     def _check_kmeans_params(self) -> None:
         owner = type(self).__name__

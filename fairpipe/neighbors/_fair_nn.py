@@ -160,7 +160,9 @@ class FairNN(LSHParameters):
     def _lsh(self) -> E2LSH:
         return E2LSH(**self.get_params())
 
-    def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> FairNN:
+    def fit(self, X: np.ndarray, y=None, *, ids: np.ndarray | None = None) -> FairNN:
+        """Index the rows of ``X`` (``ids``: one per row, default the row numbers; ``y`` is
+        ignored, scikit-learn's convention for estimators without a target)."""
         self._check_params()
         X, ids = check_points_and_ids(X, ids, "FairNN")
         lsh = self._lsh().fit(X)
