@@ -50,7 +50,7 @@ from fairpipe.datasets import AuditData, load_audit_data
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
 from flows.outputs import check_output_folder
 from flows.private import flow, task
-from flows.runtime import default_task_runner, run_flow
+from flows.runtime import default_task_runner, on_cluster, run_flow
 
 # Seeds per Dask task: fixed (so the samples do not depend on the worker count) and large enough
 # that a batch's walks are vectorised well (1,000 Adult seeds: 5.5 s in batches of 100, 3.9 s in
@@ -112,10 +112,10 @@ def train_model(data: AuditData, seed: int, max_iter: int):
     return fit_quietly(paper_mlp(seed, max_iter), data.X, data.y)
 
 
-@task(name="warm-up", cache_policy=NO_CACHE)
-def warm_up_task(j: int) -> int:
-    """Import the search code in a worker (the first task on a cold worker process pays ~3 s of
-    imports and Prefect set-up), so the searches' clocks time the searches."""
+# -- Dask jobs: plain functions, each timed where it runs --------------------------------------------
+def warm_up() -> int:
+    """Import the search code in a worker (the first job on a cold worker process pays its
+    imports), so the searches' clocks time the searches."""
     import sklearn.neural_network  # noqa: F401
 
     import fairpipe.audit  # noqa: F401
@@ -123,25 +123,44 @@ def warm_up_task(j: int) -> int:
     return os.getpid()
 
 
-@task(name="adf-batch", cache_policy=NO_CACHE)
-def adf_batch_task(model, seeds, domain: Domain, n_local: int, max_iter: int, seed: int,
-                   objective: str):  # fmt: skip
+def adf_batch(model, seeds, domain: Domain, n_local: int, max_iter: int, seed: int,
+              objective: str):  # fmt: skip
     started = time.time()
     return adf_search(
         adapter_for(model), seeds, domain, n_local, max_iter, seed, objective
     ), started
 
 
-@task(name="aequitas-batch", cache_policy=NO_CACHE)
-def aequitas_batch_task(model, domain: Domain, n_global: int, n_local: int, seed: int):
+def aequitas_batch(model, domain: Domain, n_global: int, n_local: int, seed: int):
     started = time.time()
     return aequitas_search(adapter_for(model), domain, n_global, n_local, seed), started
 
 
-@task(name="random-search", cache_policy=NO_CACHE)
-def random_task(model, domain: Domain, budget: int, seed: int):
+def random_batch(model, domain: Domain, budget: int, seed: int):
     started = time.time()
     return random_search(adapter_for(model), domain, budget, seed), started
+
+
+# -- Prefect tasks: run in the flow's process, each sending its job to Dask ----------------------
+@task(name="warm-up", cache_policy=NO_CACHE)
+def warm_up_task(j: int) -> int:
+    return on_cluster(warm_up)
+
+
+@task(name="adf-batch", cache_policy=NO_CACHE)
+def adf_batch_task(model, seeds, domain: Domain, n_local: int, max_iter: int, seed: int,
+                   objective: str):  # fmt: skip
+    return on_cluster(adf_batch, model, seeds, domain, n_local, max_iter, seed, objective)
+
+
+@task(name="aequitas-batch", cache_policy=NO_CACHE)
+def aequitas_batch_task(model, domain: Domain, n_global: int, n_local: int, seed: int):
+    return on_cluster(aequitas_batch, model, domain, n_global, n_local, seed)
+
+
+@task(name="random-search", cache_policy=NO_CACHE)
+def random_task(model, domain: Domain, budget: int, seed: int):
+    return on_cluster(random_batch, model, domain, budget, seed)
 
 
 def _run_batches(submit, n_batches: int, bar, label: str):

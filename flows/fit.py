@@ -8,8 +8,9 @@ through it, never all points) and solves its leaves with the batched kernel; the
 depends on its own inputs only, so the tree is identical whatever the chunking or worker count,
 and identical to :class:`fairpipe.cluster.DCKMeans` fitted in memory.
 
-Q-k-means is a global Lloyd iteration over all points; it runs as one task on a worker, on the
-live points (its memory is n x d float64).
+Q-k-means is a global Lloyd iteration over all points; it runs as one job on a worker, on the
+live points (its memory is n x d float64). The Prefect tasks run in the flow's process and send
+these jobs to Dask (:func:`flows.runtime.on_cluster`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from fairpipe.cluster import (
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
 from fairpipe.tree import nodes_per_level
 from flows.private import flow, task
-from flows.runtime import default_task_runner, gather_parts, run_flow, shuffle_by_leaf
+from flows.runtime import (
+    default_task_runner,
+    gather_parts,
+    on_cluster,
+    run_flow,
+    shuffle_by_leaf,
+)
 from storage.index import n_features, read_all_live
 from storage.models import write_model
 from storage.store import FairpipeStore
@@ -126,10 +133,9 @@ def solve_leaves_task(session, n_rows, chunk_rows, params: dict, leaves, rows=No
     return solve_leaves_on_dask(session, n_rows, chunk_rows, params, leaves, rows)
 
 
-@task(name="solve-parents", cache_policy=NO_CACHE)
-def solve_parents_task(params: dict, centroids, masses, changed_leaves):
-    """Recompute the ancestors of ``changed_leaves``; returns (centroids, masses, nodes
-    recomputed per level). The task may run on a worker: it returns what it changed."""
+def solve_parents(params: dict, centroids, masses, changed_leaves):
+    """(A Dask job.) Recompute the ancestors of ``changed_leaves``; returns (centroids, masses,
+    nodes recomputed per level): it runs on a worker, so it returns what it changed."""
     changed = recompute_ancestors(
         centroids, masses, changed_leaves, fanout=int(params["fanout"]),
         n_clusters=int(params["n_clusters"]), max_iter=int(params["max_iter"]),
@@ -138,10 +144,20 @@ def solve_parents_task(params: dict, centroids, masses, changed_leaves):
     return centroids, masses, changed
 
 
-@task(name="fit-q-kmeans", cache_policy=NO_CACHE)
-def fit_q_task(session, params: dict) -> QKMeans:
+def fit_q(session, params: dict) -> QKMeans:
+    """(A Dask job.) A Q-k-means model fitted on the live points of ``session``."""
     X, ids = read_all_live(session)
     return QKMeans(**params).fit(X, ids=ids)
+
+
+@task(name="solve-parents", cache_policy=NO_CACHE)
+def solve_parents_task(params: dict, centroids, masses, changed_leaves):
+    return on_cluster(solve_parents, params, centroids, masses, changed_leaves)
+
+
+@task(name="fit-q-kmeans", cache_policy=NO_CACHE)
+def fit_q_task(session, params: dict) -> QKMeans:
+    return on_cluster(fit_q, session, params)
 
 
 # -- the flow -------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from fairpipe.ranking import (
 )
 from flows.outputs import check_output_file
 from flows.private import flow, task
-from flows.runtime import default_task_runner, run_flow
+from flows.runtime import default_task_runner, on_cluster, run_flow
 
 BAD_OUT = "--out must end in .csv or .parquet. Got {out!r}."
 LISTS_PER_TASK = 50_000
@@ -66,7 +66,8 @@ def prepare(path: str, o: RerankOptions) -> CandidateLists:
 
 @task(name="rerank-batch", cache_policy=NO_CACHE)
 def rerank_batch_task(scores, codes, starts, p, k, algorithm, smoothing) -> dict:
-    return rerank_lists(scores, codes, starts, p, k, algorithm, smoothing)
+    """A batch of lists re-ranked by a Dask job (the task runs in the flow's process)."""
+    return on_cluster(rerank_lists, scores, codes, starts, p, k, algorithm, smoothing)
 
 
 def _write(frame, path: Path) -> None:

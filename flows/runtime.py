@@ -1,10 +1,11 @@
-"""What every flow shares: the Prefect API, the Dask task runner, one way to run a flow, and the
-Dask adapters (mapping jobs from inside a task, the shuffle of rows by leaf).
+"""What every flow shares: the Prefect API, the task runner (Prefect tasks in the flow's process,
+holding its Dask client), the cluster's checks, one way to run a flow, and the Dask adapters
+(mapping jobs from inside a task, the shuffle of rows by leaf).
 
-With no ``PREFECT_API_URL``, every Dask worker *process* would start its own ephemeral Prefect
-server (3 servers for 2 workers, and 5-15 times slower flows). So :func:`prefect_api` starts one
-server here, points this process and the worker processes (through the environment, before the
-cluster starts) at it, and flushes logs before stopping it.
+Only the flow's own process talks to Prefect: its Prefect tasks run there, on threads, and send
+their heavy work to Dask as plain functions with explicit inputs (no Dask worker needs the Prefect
+API, which a real cluster's workers cannot reach). With no ``PREFECT_API_URL``,
+:func:`prefect_api` starts one local server for this process and flushes logs before stopping it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fairpipe.cluster import LEAF_BATCH_POINTS
+from fairpipe.errors import FairpipeInputError
 from fairpipe.tree import leaf_of
 from flows import DEFAULT_ENV  # noqa: F401  (applied on import of the package)
 from flows._server import LocalServer, adopt_early
@@ -57,7 +59,7 @@ def prefect_api(warm_kernels: bool = False):
 
 def import_ahead(warm_kernels: bool = False) -> None:
     """Import what a flow run imports on first use: the store's libraries, Prefect's parameter
-    encoder and its Dask task runner (about 0.8 s in all, which a one-id forget at 1M used to
+    encoder and Dask's client (about 0.8 s in all, which a one-id forget at 1M used to
     spend inside its flow and before it). Done while a local Prefect server boots, these
     imports overlap its start (on this 2-core machine, 0.1-0.7 s less wall time per command).
     ``warm_kernels``: also load the index build's compiled kernels (about 0.5 s), so that the
@@ -67,8 +69,8 @@ def import_ahead(warm_kernels: bool = False) -> None:
     import zarr  # noqa: F401
 
     with contextlib.suppress(ImportError):
+        import distributed  # noqa: F401
         import fastapi.encoders  # noqa: F401
-        import prefect_dask  # noqa: F401
     if warm_kernels:
         from fairpipe.neighbors._pack import warm
 
@@ -97,92 +99,301 @@ def keep_malloc_defaults() -> None:
     dask.config.set({"distributed.nanny.pre-spawn-environ": environ})
 
 
-_EARLY_RUNNER: type | None = None
+# -- the cluster: its address checked, reached, and its workers checked ---------------------------
+CONNECT_SECONDS = 8.0  # a scheduler that does not answer is reported within 10 s
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "inproc", "ucx")
+BAD_ADDRESS = (
+    "The '--dask-address' option must be a Dask scheduler address such as "
+    "tcp://10.0.0.5:8786. Got {address!r} instead."
+)
+UNREACHABLE_SCHEDULER = (
+    "No Dask scheduler answers at {address} within {seconds:.0f} s ({why}). Check the address "
+    "and that the scheduler is running and reachable from this machine."
+)
+VERSION_MISMATCH = (
+    "The Dask workers run fairpipe {theirs}, this command fairpipe {ours}: worker {worker}. "
+    "Install fairpipe {ours} on every worker (a mixed cluster computes wrong results)."
+)
+NO_FAIRPIPE = (
+    "The Dask worker {worker} cannot import fairpipe ({why}). Install fairpipe {ours} on every "
+    "worker."
+)
+WORKER_CANNOT_REACH = (
+    "The Dask worker {worker} cannot reach the store's endpoint {endpoint} ({why}), which this "
+    "machine reaches. Make the endpoint reachable from the workers, or give one both reach "
+    "(AWS_ENDPOINT_URL)."
+)
+WORKER_CANNOT_SEE = (
+    "The Dask worker {worker} cannot see the store's folder {folder}, which is on this "
+    "machine's disk. Give a folder every worker shares with this machine (a network "
+    "filesystem), or an object-store URL (s3://...)."
+)
+NO_WORKERS = (
+    "The Dask scheduler at {address} has no workers (waited {seconds:.0f} s). Start workers "
+    "for it, or leave out '--dask-address' to run on this machine."
+)
+
+
+def check_dask_address(address: str) -> str:
+    """``address`` if it reads as a Dask scheduler address (``[scheme://]host:port``), else a
+    :class:`FairpipeInputError`, before anything is tried."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    bad = FairpipeInputError(BAD_ADDRESS.format(address=address))
+    if not address or any(c.isspace() for c in address):
+        raise bad
+    try:
+        scheme, location = parse_address(address)
+    except (ValueError, TypeError):
+        raise bad from None
+    if scheme not in DASK_SCHEMES:
+        raise bad
+    if scheme == "inproc":
+        return address
+    try:
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError):
+        raise bad from None
+    if not host or not port:
+        raise bad
+    return address
+
+
+def connect(address: str, store_url: str | None = None):
+    """A Dask client of the scheduler at ``address``, its workers checked before any work: the
+    same fairpipe version as this process, and able to reach the store's S3 endpoint. Each
+    problem is a one-line :class:`FairpipeInputError`."""
+    from distributed import Client
+
+    check_dask_address(address)
+    try:
+        client = Client(address, timeout=CONNECT_SECONDS, set_as_default=False)
+    except (OSError, TimeoutError) as why:
+        raise FairpipeInputError(
+            UNREACHABLE_SCHEDULER.format(
+                address=address, seconds=CONNECT_SECONDS, why=type(why).__name__
+            )
+        ) from None
+    try:
+        check_workers(client, address, store_url)
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+WORKERS_WAIT_SECONDS = 10.0
+
+
+def check_workers(client, address: str, store_url: str | None = None) -> None:
+    """Raise a one-line :class:`FairpipeInputError` if a worker of ``client`` runs another
+    fairpipe version than this process, or cannot reach the store's S3 endpoint."""
+    import fairpipe
+
+    try:
+        client.wait_for_workers(1, timeout=WORKERS_WAIT_SECONDS)
+    except (TimeoutError, OSError):
+        raise FairpipeInputError(
+            NO_WORKERS.format(address=address, seconds=WORKERS_WAIT_SECONDS)
+        ) from None
+    # A builtin runs on the workers (never this module, which a worker of another version may
+    # lack): what they import as fairpipe.
+    versions = client.run(eval, "__import__('fairpipe').__version__", on_error="return")
+    for worker, theirs in sorted(versions.items()):
+        if isinstance(theirs, BaseException):
+            why = f"{type(theirs).__name__}: {theirs}"
+            raise FairpipeInputError(
+                NO_FAIRPIPE.format(worker=worker, why=why, ours=fairpipe.__version__)
+            )
+        if theirs != fairpipe.__version__:
+            raise FairpipeInputError(
+                VERSION_MISMATCH.format(worker=worker, theirs=theirs, ours=fairpipe.__version__)
+            )
+    folder = store_folder(store_url)
+    if folder is not None:
+        seen = client.run(os.path.isdir, folder, on_error="return")
+        for worker, there in sorted(seen.items()):
+            if there is not True:
+                raise FairpipeInputError(WORKER_CANNOT_SEE.format(worker=worker, folder=folder))
+    endpoint = store_endpoint(store_url)
+    if endpoint is None:
+        return
+    host, port = endpoint_host_port(endpoint)
+    reached = client.run(reach, host, port, on_error="return")
+    for worker, why in sorted(reached.items()):
+        if why is not None:
+            raise FairpipeInputError(
+                WORKER_CANNOT_REACH.format(worker=worker, endpoint=endpoint, why=why)
+            )
+
+
+def store_folder(store_url: str | None) -> str | None:
+    """The folder of a store on this machine's disk that exists (the workers must see it too),
+    or None (an object store; a new store, which its command makes)."""
+    if not store_url:
+        return None
+    from storage.urls import parse_store_url
+
+    try:
+        local = parse_store_url(store_url).local_dir
+    except FairpipeInputError:
+        return None  # reported by the command's own checks
+    return str(local) if local is not None and local.is_dir() else None
+
+
+def store_endpoint(store_url: str | None) -> str | None:
+    """The S3-compatible endpoint the store at ``store_url`` is reached at (the workers use
+    this process's: it travels in the sessions they are given), or None."""
+    if not store_url or not store_url.startswith("s3://"):
+        return None
+    from storage.urls import s3_endpoint
+
+    return s3_endpoint()
+
+
+def endpoint_host_port(endpoint: str) -> tuple[str, int]:
+    from urllib.parse import urlparse
+
+    parts = urlparse(endpoint)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def reach(host: str, port: int, timeout: float = 5.0) -> str | None:
+    """(Run on a worker.) Why a TCP connection to ``host:port`` fails, or None."""
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return None
+
+
+def open_client(address: str | None, n_workers: int = 2, processes: bool = True,
+                store_url: str | None = None):  # fmt: skip
+    """(client, cluster): a client of the scheduler at ``address`` (checked, :func:`connect`;
+    cluster None), or of an embedded LocalCluster of ``n_workers``."""
+    from distributed import Client, LocalCluster
+
+    if address:
+        return connect(address, store_url), None
+    keep_malloc_defaults()
+    cluster = LocalCluster(**local_cluster_kwargs(n_workers, processes))
+    try:
+        return Client(cluster, set_as_default=False), cluster
+    except BaseException:
+        cluster.close()
+        raise
+
+
+# -- the flows' task runner -------------------------------------------------------------------------
+_RUNNER_CLASS: type | None = None
 
 
 def __getattr__(name: str):
-    # The task runner's class is made on first use (importing prefect_dask costs about a second,
-    # which this module's other users do not pay), and found here by pickle.
-    if name == "EarlyDaskTaskRunner":
+    # The task runner's class is made on first use (it imports Prefect's task runners, which
+    # this module's other users, the Dask workers among them, do not pay for).
+    if name == "ClusterTaskRunner":
         return _runner_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _runner_class() -> type:
-    """prefect_dask's DaskTaskRunner whose client (and embedded cluster, made on first use) can
-    be started ahead, in a thread, while the flow does other work (:func:`start_cluster_early`):
-    a lock makes every first use wait for one creation instead of racing it."""
-    global _EARLY_RUNNER
-    if _EARLY_RUNNER is not None:
-        return _EARLY_RUNNER
+    """Prefect's :class:`~prefect.task_runners.ThreadPoolTaskRunner` (a flow's Prefect tasks run
+    on threads of the flow's own process, the only one that talks to the Prefect API) holding
+    the flow run's Dask client: the cluster at an address, or an embedded LocalCluster made on
+    first use (or ahead, in a thread: :func:`start_cluster_early`) and closed at the flow run's
+    end. The tasks send their heavy work to the cluster as plain functions with explicit inputs
+    (:func:`dask_client`, :func:`on_cluster`), which no worker needs Prefect for.
+
+    Only the public task-runner interface is used: ``duplicate`` (the flow engine enters a
+    copy) and the context manager."""
+    global _RUNNER_CLASS
+    if _RUNNER_CLASS is not None:
+        return _RUNNER_CLASS
     import threading
 
-    from prefect_dask import DaskTaskRunner
+    from prefect.task_runners import ThreadPoolTaskRunner
 
-    class EarlyDaskTaskRunner(DaskTaskRunner):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self._client_lock = threading.Lock()
+    class ClusterTaskRunner(ThreadPoolTaskRunner):
+        def __init__(self, address: str | None = None, n_workers: int = 2,
+                     processes: bool = True, client=None, store_url: str | None = None):  # fmt: skip
+            super().__init__()
+            self.address, self.n_workers, self.processes = address, n_workers, processes
+            self.store_url = store_url
+            self._given = client  # a client its caller opened and closes (run_flow)
+            self._dask = client
+            self._cluster = None
+            self._dask_lock = threading.Lock()
+            self._warming: threading.Thread | None = None
 
-        def __getstate__(self):  # the flow (and its runner) travels with tasks sent to Dask
-            state = self.__dict__.copy()
-            state.pop("_client_lock", None)
-            state.pop("_warming", None)
-            return state
-
-        def __setstate__(self, state):
-            self.__dict__.update(state)
-            self._client_lock = threading.Lock()
+        def duplicate(self):
+            return type(self)(self.address, self.n_workers, self.processes, self._given,
+                              self.store_url)  # fmt: skip
 
         @property
-        def client(self):
-            with self._client_lock:
-                return DaskTaskRunner.client.fget(self)  # type: ignore[attr-defined]
+        def dask_client(self):
+            """The flow run's Dask client, made on first use."""
+            with self._dask_lock:
+                if self._dask is None:
+                    self._dask, self._cluster = open_client(
+                        self.address, self.n_workers, self.processes,
+                        self.store_url or _run_store_url(),
+                    )  # fmt: skip
+                return self._dask
+
+        @property
+        def cluster_running(self) -> bool:
+            return self._dask is not None or bool(self.address)
 
         def start_early(self) -> None:
-            if self._client is None and self._started and self.__dict__.get("_warming") is None:
+            if self._dask is None and self._warming is None:
                 self._warming = threading.Thread(target=self._warm, name="fairpipe-cluster",
                                                  daemon=True)  # fmt: skip
                 self._warming.start()
 
-        def __exit__(self, *args) -> None:
-            # A cluster still starting is entered in the exit stack when it is up: wait for it,
-            # so the flow run's end (an error included) closes it too.
-            warming = self.__dict__.pop("_warming", None)
-            if warming is not None:
-                warming.join()
-            super().__exit__(*args)
-
         def _warm(self) -> None:
             # A failure here is raised again by the first real use (which retries).
             with contextlib.suppress(Exception):
-                _ = self.client
+                _ = self.dask_client
 
-    EarlyDaskTaskRunner.__module__ = __name__
-    EarlyDaskTaskRunner.__qualname__ = "EarlyDaskTaskRunner"
-    _EARLY_RUNNER = EarlyDaskTaskRunner
-    return EarlyDaskTaskRunner
+        def __exit__(self, *args) -> None:
+            try:
+                super().__exit__(*args)  # the tasks end first
+            finally:
+                # A cluster still starting is waited for, so that the run's end closes it too.
+                if self._warming is not None:
+                    self._warming.join()
+                    self._warming = None
+                if self._dask is not None and self._dask is not self._given:
+                    with contextlib.suppress(Exception):
+                        self._dask.close()
+                if self._cluster is not None:
+                    with contextlib.suppress(Exception):
+                        self._cluster.close()
+                self._dask = self._given
+                self._cluster = None
+
+    ClusterTaskRunner.__module__ = __name__
+    ClusterTaskRunner.__qualname__ = "ClusterTaskRunner"
+    _RUNNER_CLASS = ClusterTaskRunner
+    return ClusterTaskRunner
 
 
-def task_runner(dask_address: str | None = None, n_workers: int = 2, processes: bool = True):
-    """A DaskTaskRunner on an existing scheduler, or on an embedded LocalCluster."""
-    runner_class = _runner_class()
-    if dask_address:
-        return runner_class(address=dask_address)
-    keep_malloc_defaults()
-    return runner_class(
-        cluster_class="distributed.LocalCluster",
-        cluster_kwargs=local_cluster_kwargs(n_workers, processes),
-    )
+def task_runner(dask_address: str | None = None, n_workers: int = 2, processes: bool = True,
+                client=None, store_url: str | None = None):  # fmt: skip
+    """The flows' task runner: Prefect tasks on threads of the flow's process, heavy work on
+    the Dask cluster at ``dask_address`` (or ``client``'s), or on an embedded LocalCluster."""
+    return _runner_class()(dask_address, n_workers, processes, client, store_url)
 
 
 def start_cluster_early() -> None:
     """Start the flow run's Dask client (an embedded cluster: its two worker processes, about
     1 s) in a thread, so that it overlaps the flow's own work before its first Dask job (a
     drain's erasing of rows, an ingest's planning and width estimate). Nothing for a flow run
-    whose cluster is up, or that runs on no Dask task runner."""
+    whose cluster is up, or that runs outside a flow run."""
     runner = _flow_task_runner()
-    if runner is not None and hasattr(runner, "start_early"):
+    if runner is not None:
         runner.start_early()
 
 
@@ -210,20 +421,25 @@ def default_task_runner():
 
 def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
              processes: bool = True, warm_kernels: bool = False, **kwargs):  # fmt: skip
-    """Run ``flow(*args, **kwargs)`` with one Prefect API and a Dask task runner: the cluster at
-    ``dask_address``, or an embedded LocalCluster of ``n_workers`` (processes or threads),
-    started at the flow's first task. (Starting it while the Prefect server starts was
+    """Run ``flow(*args, **kwargs)`` with one Prefect API, its Prefect tasks in this process and
+    its heavy work on Dask: the cluster at ``dask_address`` (reached, and its workers checked
+    against the store the flow's ``store_url`` names, before Prefect starts:
+    :func:`connect`), or an embedded LocalCluster of ``n_workers`` (processes or threads),
+    started at the flow's first Dask job. (Starting it while the Prefect server starts was
     measured: on 2 cores the two compete, and a command took as long.) ``warm_kernels``: see
     :func:`prefect_api`.
 
     Prefect records no person's ids: the arguments the flow declares private are given to it
     concealed, and its error is recorded as a reference (:mod:`flows.private`); the error itself
     is raised here."""
+    store_url = _store_url(flow, args, kwargs)
     args, kwargs = _concealed(flow, args, kwargs)
+    client = connect(dask_address, store_url) if dask_address else None
     token = CALLER_REPORTS.set(True)
     try:
         with prefect_api(warm_kernels), no_exit_heartbeat_wait():
-            runner = task_runner(dask_address, n_workers=n_workers, processes=processes)
+            runner = task_runner(dask_address, n_workers=n_workers, processes=processes,
+                                 client=client, store_url=store_url)  # fmt: skip
             return flow.with_options(task_runner=runner)(*args, **kwargs)
     except RedactedError as redacted:
         original = redacted.original  # Prefect recorded a reference; the caller gets the error
@@ -231,7 +447,27 @@ def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
             raise
     finally:
         CALLER_REPORTS.reset(token)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
     raise original
+
+
+def _run_store_url() -> str | None:
+    """The ``store_url`` parameter of the flow run in this process (a deployment's run, whose
+    cluster is checked against its store as a command's is), or None."""
+    from prefect.context import FlowRunContext
+
+    url = (getattr(FlowRunContext.get(), "parameters", None) or {}).get("store_url")
+    return url if isinstance(url, str) else None
+
+
+def _store_url(flow, args: tuple, kwargs: dict) -> str | None:
+    import inspect
+
+    bound = inspect.signature(flow.fn).bind_partial(*args, **kwargs)
+    url = bound.arguments.get("store_url")
+    return str(url) if url is not None else None
 
 
 def _concealed(flow, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -277,54 +513,52 @@ def no_exit_heartbeat_wait():
 def cluster_running() -> bool:
     """Whether the flow run's Dask cluster costs nothing more to use: an external one (an
     address), or an embedded one already started. False for an embedded LocalCluster not yet
-    started (the task runner starts it at its first task), and outside a flow run."""
-    from prefect.context import FlowRunContext
-
-    context = FlowRunContext.get()
-    runner = getattr(context, "task_runner", None)
-    return bool(getattr(runner, "_client", None) or getattr(runner, "address", None))
+    started (it starts at the first Dask job), and outside a flow run."""
+    runner = _flow_task_runner()
+    return bool(runner is not None and runner.cluster_running)
 
 
 @contextlib.contextmanager
 def dask_client():
-    """A Dask client usable from inside a Prefect task, wherever it runs.
-
-    In the flow's process (the fan-out tasks are called there, docs/architecture.md): the flow
-    run's Dask task runner's own client, which starts an embedded cluster on first use. On a Dask
-    worker: ``prefect_dask.get_dask_client`` does not secede from the worker's thread pool, so
-    with one worker thread the jobs a task submits would wait forever for the thread their
-    parent holds; ``distributed.worker_client`` secedes while it waits and rejoins afterwards.
-    """
-    from distributed import get_worker, worker_client
+    """The Dask client of the flow run in this process (its Prefect tasks run here, on threads:
+    docs/architecture.md), which starts an embedded cluster on first use. Outside a flow run
+    (a task's function called by itself): the default client if there is one, else one of its
+    own on an embedded cluster, for the call."""
+    runner = _flow_task_runner()
+    if runner is not None:
+        yield runner.dask_client
+        return
+    from distributed import default_client
 
     try:
-        get_worker()
-        on_worker = True
-    except ValueError:  # not on a worker (a flow run in this process)
-        on_worker = False
-    # (branched outside the except: a job's error is then not shown as raised while handling
-    # "No worker found")
-    if on_worker:
-        with worker_client() as client:
-            yield client
-        return
-    runner = _flow_task_runner()
-    if runner is not None:  # the runner's client, made on first use (an embedded cluster)
-        yield runner.client
-        return
-    from prefect_dask import get_dask_client
-
-    with get_dask_client() as client:
+        client = default_client()
+    except ValueError:  # no default client
+        client = None
+    if client is not None:
         yield client
+        return
+    client, cluster = open_client(os.environ.get("FAIRPIPE_DASK_ADDRESS") or None)
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
 
 
 def _flow_task_runner():
-    """The Dask task runner of the flow run in this process, if any."""
+    """The task runner of the flow run in this process, if it is fairpipe's."""
     from prefect.context import FlowRunContext
-    from prefect_dask import DaskTaskRunner
 
     runner = getattr(FlowRunContext.get(), "task_runner", None)
-    return runner if isinstance(runner, DaskTaskRunner) else None
+    return runner if hasattr(runner, "dask_client") else None
+
+
+def on_cluster(fn, *args):
+    """``fn(*args)``, a plain function with explicit inputs, run as one job on the flow run's
+    Dask cluster (from a Prefect task: the task run is recorded here, the work done there)."""
+    with dask_client() as client:
+        return gather(client, [client.submit(fn, *args, pure=False)])[0]
 
 
 def dask_map(fn, *iterables, scatter: tuple[int, ...] = ()) -> list:

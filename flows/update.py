@@ -16,9 +16,15 @@ from prefect.cache_policies import NO_CACHE
 from fairpipe.cluster import DCKMeans, QKMeans
 from fairpipe.summary import NodeOutput, level_arrays, merge_ancestors, root_figures
 from fairpipe.validation import IdLookup
-from flows.fit import fit_q_task, solve_leaf_group, solve_leaves_task, solve_parents_task
+from flows.fit import (
+    fit_q_task,
+    solve_leaf_group,
+    solve_leaves_task,
+    solve_parents,
+    solve_parents_task,
+)
 from flows.private import task
-from flows.runtime import reached_leaves, read_leaf_rows
+from flows.runtime import on_cluster, reached_leaves, read_leaf_rows
 from flows.summarize import summarize_leaf_group, summarize_leaves_task
 from storage.index import n_features, read_all_live
 from storage.models import model_params, read_model, write_model, write_tree_nodes
@@ -56,7 +62,7 @@ def update_dc(txn, all_ids, alive_after, rows, n_rows, chunk_rows, local_rows) -
     masses[0][leaves] = 0.0
     centroids[0][got], masses[0][got] = c, m
     if local:
-        centroids, masses, changed = solve_parents_task.fn(params, centroids, masses, leaves)
+        centroids, masses, changed = solve_parents(params, centroids, masses, leaves)
     else:
         centroids, masses, changed = solve_parents_task.submit(
             params, centroids, masses, leaves
@@ -69,10 +75,9 @@ def update_dc(txn, all_ids, alive_after, rows, n_rows, chunk_rows, local_rows) -
     }
 
 
-@task(name="update-q-kmeans", cache_policy=NO_CACHE)
-def forget_q_task(session, ids_to_delete: np.ndarray) -> tuple[QKMeans, dict]:
-    """Delete from the Q model (``session``: the store before the rows were erased, as the
-    model was fitted on)."""
+def forget_q(session, ids_to_delete: np.ndarray) -> tuple[QKMeans, dict]:
+    """(A Dask job.) Delete from the Q model (``session``: the store before the rows were
+    erased, as the model was fitted on)."""
     X, ids = read_all_live(session)
     rows = {"points": X, "ids": ids, "alive": np.ones(ids.shape[0], bool)}
     model = read_model(session, "q", rows)
@@ -83,6 +88,11 @@ def forget_q_task(session, ids_to_delete: np.ndarray) -> tuple[QKMeans, dict]:
         "certified_fraction": report.certified_fraction,
         "retrained": report.retrained,
     }
+
+
+@task(name="update-q-kmeans", cache_policy=NO_CACHE)
+def forget_q_task(session, ids_to_delete: np.ndarray) -> tuple[QKMeans, dict]:
+    return on_cluster(forget_q, session, ids_to_delete)
 
 
 def refit_q(txn) -> dict:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from prefect import flow
+import os
 
-from flows.runtime import HEARTBEAT_VARIABLES, run_flow
+from prefect import flow, task
+
+from flows.runtime import HEARTBEAT_VARIABLES, cluster_running, on_cluster, run_flow, task_runner
 
 
 @flow(name="fairpipe-test-heartbeat")
@@ -22,3 +24,30 @@ def test_a_command_flow_sends_no_heartbeats_unless_asked(prefect_server, monkeyp
     assert run_flow(heartbeat_of_this_run) is None
     monkeypatch.setenv("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "60")
     assert run_flow(heartbeat_of_this_run) is not None
+
+
+@task(name="fairpipe-test-where")
+def where_task() -> tuple[int, int]:
+    return os.getpid(), on_cluster(os.getpid)
+
+
+@flow(name="fairpipe-test-where")
+def where_flow() -> tuple[tuple[int, int], bool]:
+    return where_task.submit().result(), cluster_running()
+
+
+def test_prefect_tasks_run_in_the_flows_process_and_send_their_work_to_dask(prefect_server):
+    """No Dask worker runs a Prefect task (it would need the Prefect API, which a real cluster's
+    workers cannot reach): the task runs here, its job on a worker process."""
+    (task_pid, job_pid), running = run_flow(where_flow, n_workers=1)
+    assert task_pid == os.getpid() and job_pid != os.getpid() and running
+    assert cluster_running() is False  # outside a flow run
+
+
+def test_the_flows_task_runner_is_prefects_thread_pool_runner():
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    runner = task_runner("tcp://10.0.0.5:8786")
+    assert isinstance(runner, ThreadPoolTaskRunner)
+    copy = runner.duplicate()  # what the flow engine enters
+    assert (copy.address, copy.n_workers, copy.processes) == ("tcp://10.0.0.5:8786", 2, True)

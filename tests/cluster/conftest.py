@@ -1,0 +1,248 @@
+"""A second host for the cluster tests: two ``dask worker`` processes that share nothing with
+the client but the network, as on a real cluster.
+
+As root (CI runs as root), a Linux network namespace with its own address (a veth pair:
+10.77.N.1 on this host's side, 10.77.N.2 on the workers'), a ``dask scheduler`` and moto's S3
+server on this host's side address (both sides reach them), and two workers inside the namespace,
+each in a private mount namespace with its own tmpfs over /tmp (so the client's temporary and
+working folders, pytest's among them, are invisible to them), its own HOME and TMPDIR, the code on
+PYTHONPATH, the S3 credentials in its environment, and no Prefect setting at all: the client's
+Prefect API (127.0.0.1, in this host's namespace) is out of their reach.
+
+Under CI=true a missing capability (root, ``ip``, ``unshare``, network namespaces) fails the
+test that needs the second host; elsewhere it skips it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+CODE = Path(__file__).resolve().parents[2]  # the code the workers import (PYTHONPATH)
+BUCKET = "fairpipe-cluster"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+               "AWS_REGION": "us-east-1"}  # fmt: skip
+N_WORKERS = 2
+# The people store of the cluster tests: 3,000 gaussian points in two groups.
+INGEST = ["ingest", "gaussian", "--gaussian-n", "3000", "--gaussian-d", "4", "--gaussian-clusters",
+          "3", "--gaussian-groups", "2", "--lsh-k", "4", "--lsh-tables", "6", "--chunk-rows",
+          "1000"]  # fmt: skip
+
+
+@dataclass
+class SecondHost:
+    """The second host's addresses, its scheduler and the S3 server both sides reach."""
+
+    scheduler: str  # tcp://10.77.N.1:port
+    endpoint: str  # http://10.77.N.1:port (moto)
+    host_ip: str
+    worker_ip: str
+    namespace: str
+    s3: object  # a boto3 client of the S3 server
+    workers: list[str] = field(default_factory=list)
+
+    def client(self):
+        from distributed import Client
+
+        return Client(self.scheduler, timeout=10, set_as_default=False)
+
+    def task_counts(self) -> dict[str, int]:
+        """Tasks the scheduler has seen finish, by function name (its task prefixes)."""
+        with self.client() as client:
+            return client.run_on_scheduler(
+                lambda dask_scheduler: {
+                    name: int(prefix.state_counts.get("memory", 0))
+                    for name, prefix in dask_scheduler.task_prefixes.items()
+                }
+            )
+
+    def executed_per_worker(self) -> dict[str, int]:
+        with self.client() as client:
+            return client.run(lambda dask_worker: dask_worker.state.executed_count)
+
+
+def lacking(why: str):
+    """A missing capability: a failure under CI, a skip elsewhere."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the second host cannot be built: {why}", pytrace=False)
+    pytest.skip(f"the second host cannot be built: {why}")
+
+
+def _run(*command: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        lacking(f"{' '.join(command)}: {done.stderr.strip() or done.returncode}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, log: Path, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{proc.args[:3]} did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.05)
+
+
+def worker_environment() -> dict[str, str]:
+    """What a worker on another machine would have: the code, the store's credentials, Dask's
+    and fairpipe's defaults; no Prefect setting and none of the client's other variables."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(CODE),
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "DASK_DISTRIBUTED__WORKER__DAEMON": "false",
+        "DASK_LOGGING__DISTRIBUTED": "error",
+        **CREDENTIALS,
+    }
+    return env
+
+
+def worker_command(scheduler: str, namespace: str, worker_ip: str, name: str) -> list[str]:
+    """A ``dask worker`` in the namespace, in a mount namespace of its own: a tmpfs over /tmp
+    (the client's temporary and pytest's folders vanish), HOME and TMPDIR inside it."""
+    script = (
+        "set -e; mount -t tmpfs tmpfs /tmp; mkdir -p /tmp/home /tmp/tmp; "
+        "export HOME=/tmp/home TMPDIR=/tmp/tmp; "
+        f"exec {sys.executable} -m distributed.cli.dask_worker {scheduler} --nworkers 1 "
+        f"--nthreads 1 --no-dashboard --host {worker_ip} --local-directory /tmp/tmp "
+        f"--name {name} --death-timeout 60"
+    )
+    return ["ip", "netns", "exec", namespace, "unshare", "--mount", "--propagation", "private",
+            "sh", "-c", script]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def second_host(tmp_path_factory):
+    """The second host, built once per session (about 3 s) and torn down after."""
+    if os.geteuid() != 0:
+        lacking("not root")
+    for tool in ("ip", "unshare", "mount"):
+        if shutil.which(tool) is None:
+            lacking(f"no {tool!r} command")
+    tag = os.getpid() % 100_000
+    net = 20 + os.getpid() % 200
+    namespace, host_if, worker_if = f"fp{tag}", f"fph{tag}", f"fpw{tag}"
+    host_ip, worker_ip = f"10.77.{net}.1", f"10.77.{net}.2"
+    logs = tmp_path_factory.mktemp("second-host")
+    procs: list[subprocess.Popen] = []
+    _run("ip", "netns", "add", namespace)
+    try:
+        _run("ip", "link", "add", host_if, "type", "veth", "peer", "name", worker_if)
+        _run("ip", "link", "set", worker_if, "netns", namespace)
+        _run("ip", "addr", "add", f"{host_ip}/24", "dev", host_if)
+        _run("ip", "link", "set", host_if, "up")
+        _run("ip", "netns", "exec", namespace, "ip", "addr", "add", f"{worker_ip}/24", "dev",
+             worker_if)  # fmt: skip
+        _run("ip", "netns", "exec", namespace, "ip", "link", "set", worker_if, "up")
+        _run("ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up")
+
+        def start(command: list[str], name: str, env: dict | None = None) -> Path:
+            log = logs / f"{name}.log"
+            procs.append(
+                subprocess.Popen(
+                    command,
+                    stdout=open(log, "w"),
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )  # fmt: skip
+            )
+            return log
+
+        moto_port = _free_port("0.0.0.0")
+        # On every address of this host: the client also reaches it at 127.0.0.1, which the
+        # workers do not (a store endpoint only the client reaches).
+        start([str(Path(sys.executable).parent / "moto_server"), "-H", "0.0.0.0", "-p",
+               str(moto_port)], "moto")  # fmt: skip
+        scheduler_file = logs / "scheduler.json"
+        log = start([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", host_ip,
+                     "--port", "0", "--no-dashboard", "--scheduler-file", str(scheduler_file)],
+                    "scheduler", {**worker_environment(), "HOME": str(logs)})  # fmt: skip
+        _wait_for(scheduler_file, procs[-1], log)
+        scheduler = json.loads(scheduler_file.read_text())["address"]
+        names = [f"worker-{i}" for i in range(N_WORKERS)]
+        for name in names:
+            start(worker_command(scheduler, namespace, worker_ip, name), name,
+                  worker_environment())  # fmt: skip
+        endpoint = f"http://{host_ip}:{moto_port}"
+        host = SecondHost(scheduler, endpoint, host_ip, worker_ip, namespace,
+                          _s3_client(endpoint), names)  # fmt: skip
+        with host.client() as client:
+            client.wait_for_workers(N_WORKERS, timeout=120)
+        yield host
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+
+
+@pytest.fixture
+def s3_env(second_host, monkeypatch):
+    """The client's S3 settings: the second host's S3 server, its credentials."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", second_host.endpoint)
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    return second_host
+
+
+@pytest.fixture(scope="session")
+def s3_store(second_host, prefect_server):
+    """The people store (INGEST) in the second host's bucket: made by the
+    client on its own embedded cluster (an ingest on the second host's workers needs its
+    staging area in the store's own storage, not in the client's temporary folder)."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    url = f"s3://{BUCKET}/people"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ENDPOINT_URL", second_host.endpoint)
+        for name, value in CREDENTIALS.items():
+            mp.setenv(name, value)
+        made = CliRunner().invoke(app, [*INGEST, "--store", url])
+    assert made.exit_code == 0, made.output
+    return url
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _s3_client(endpoint: str):
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="test", aws_secret_access_key="test")  # fmt: skip
+    for _ in range(200):
+        try:
+            client.create_bucket(Bucket=BUCKET)
+            return client
+        except Exception:
+            time.sleep(0.1)
+    raise RuntimeError(f"moto's S3 server at {endpoint} does not answer")

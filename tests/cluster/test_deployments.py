@@ -1,0 +1,63 @@
+"""A deployment's flow run on the second host's workers (tests/cluster/conftest.py): the
+forget-drain through ``prefect worker start --run-once``, FAIRPIPE_DASK_ADDRESS naming the
+second host's scheduler and the store in its bucket. The flow run's process talks to Prefect;
+the workers, which cannot reach it, run the drain's jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from typer.testing import CliRunner
+
+from storage.receipts import read_receipts
+from storage.store import FairpipeStore
+from tests.cluster.conftest import BUCKET, INGEST
+from tests.flows.test_deploy import DEPLOY, ROOT, prefect
+
+
+def test_the_forget_drain_deployment_runs_on_the_second_host(s3_env, prefect_server, tmp_path):
+    from flows.cli import app
+
+    host = s3_env
+    store = f"s3://{BUCKET}/deployed"
+    cli = CliRunner()
+    for args in (
+        [*INGEST, "--store", store],
+        ["fit", "--store", store, "--k", 3, "--model", "q"],  # its deletions run as a job
+        ["request-deletion", "--store", store, "--ids", ",".join(map(str, range(0, 600, 2)))],
+    ):
+        out = cli.invoke(app, [str(a) for a in args])
+        assert out.exit_code == 0, out.output
+    before = host.task_counts()
+
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, "FAIRPIPE_HOME": str(ROOT)}
+    env.pop("FAIRPIPE_DASK_ADDRESS", None)
+    prefect("work-pool", "create", "fairpipe", "--type", "process", "--overwrite", env=env)
+    prefect("deploy", "--prefect-file", DEPLOY, "--name", "forget-drain", env=env)
+    job_env = json.dumps({"FAIRPIPE_DASK_ADDRESS": host.scheduler})
+    started = prefect("deployment", "run", "fairpipe-forget/forget-drain", "--params",
+                      json.dumps({"store_url": store}), "--job-variable", f"env={job_env}",
+                      env=env)  # fmt: skip
+    run_id = started.split("UUID:")[1].split()[0]
+    prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env)
+
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    async def state():
+        async with get_client() as client:
+            return (await client.read_flow_run(run_id)).state
+
+    final = asyncio.run(state())
+    assert final.is_completed(), final
+    counts = host.task_counts()
+    for job in ("remove_job", "forget_q"):
+        assert counts.get(job, 0) > before.get(job, 0), (job, counts)
+    st = FairpipeStore.open(store)  # (the client's S3 settings: s3_env)
+    alive = st.read("ids")[st.read("alive")]
+    receipts = read_receipts(st.readonly_session())
+    assert alive.size == 2700 and not np.isin(np.arange(0, 600, 2), alive).any()
+    assert len(receipts) == 1
