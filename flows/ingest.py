@@ -3,8 +3,8 @@
 Prefect tasks are coarse; the fine-grained work (one job per row chunk, one per block of tables)
 is mapped on the Dask cluster from inside them, and they are called in the flow's process (a trip
 to a worker delayed the first job by about 1.5 s: docs/architecture.md). The chunk jobs hash
-their rows and stage the keys in a scratch array outside the store; the table jobs build their
-tables' segments from them. A small append patches only the segments its rows fall in; a larger
+their rows and stage the keys in the store's own storage, outside its repository
+(:mod:`storage.staging`); the table jobs build their tables' segments from them. A small append patches only the segments its rows fall in; a larger
 one rebuilds the tables from their entries and the staged keys. An append also brings the model
 and the summary up to date (:mod:`flows.update`). Everything is written inside one store
 transaction, published as one commit at the end: an error anywhere leaves the store as it was.
@@ -342,7 +342,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         grow(txn.root, n_total)
 
         chunks = row_chunks(base, n_total, chunk_rows)
-        staging = Staging(store.spec.local_dir, base, n_total)
+        staging = Staging(store.spec, base, n_total, store.url)
         try:
             t0 = time.perf_counter()
             # Ids and groups (13 bytes a row) are written here; the jobs get their rows' share

@@ -1,0 +1,87 @@
+"""Sources where the data is, and the staging area in the store's own storage: an ingest into a
+store in a bucket (moto's S3 server) stages nothing in the client's temporary folder; a local
+source reaches workers that do not share the client's disk as blocks; URL sources are read by
+the workers; a failed first ingest into a new prefix leaves no object behind."""
+
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+import pytest
+
+from flows.ingest import IngestOptions, run_ingest
+from storage.store import FairpipeStore
+from tests.storage.test_object_store import BUCKET, s3_server  # noqa: F401 (a fixture)
+
+THREADS = dict(n_workers=2, processes=False)
+OPTS = dict(lsh_k=3, lsh_tables=6, chunk_rows=256, seed=2)
+ARRAYS = ("points", "ids", "groups", "alive", "lsh/segment_lengths", "lsh/bucket_counts",
+          "lsh/projections")  # fmt: skip
+
+
+def keys_under(client, prefix: str) -> list[str]:
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def same_store(a: str, b: str) -> None:
+    from storage.index import read_segments
+
+    sa, sb = FairpipeStore.open(a), FairpipeStore.open(b)
+    for name in ARRAYS:
+        assert np.array_equal(sa.read(name), sb.read(name)), name
+    assert np.array_equal(read_segments(sa.readonly_session())[1],
+                          read_segments(sb.readonly_session())[1])  # fmt: skip
+    drop = {"sources"}
+    assert {k: v for k, v in sa.attrs().items() if k not in drop} == {
+        k: v for k, v in sb.attrs().items() if k not in drop
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(prefect_server):
+    """Two single-thread workers in this process, reached by address as a user's cluster is
+    (their scratch space made before a test watches the temporary folder)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as running:  # fmt: skip
+        yield dict(dask_address=running.scheduler_address)
+
+
+@pytest.fixture
+def private_tmpdir(tmp_path, monkeypatch):
+    """The client's temporary folder, watched: an ingest must create nothing in it."""
+    tmp = tmp_path / "client-tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+def test_an_ingest_into_a_bucket_stages_nothing_in_the_client_temp_folder(
+    cluster,
+    s3_server,  # noqa: F811
+    tmp_path,
+    private_tmpdir,
+):
+    X = np.random.default_rng(3).normal(size=(1500, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    url = f"s3://{BUCKET}/staged"
+    res = run_ingest(str(tmp_path / "x.npy"), url, IngestOptions(**OPTS), **cluster)
+    assert res["n"] == 1500 and res["chunks"] == 6
+    assert list(private_tmpdir.iterdir()) == []
+    assert not [k for k in keys_under(s3_server, "staged/") if ".fairpipe-staging" in k]
+    # An ingest killed with its staging area in the bucket: the next ingest removes it.
+    s3_server.put_object(Bucket=BUCKET, Key="staged/.fairpipe-staging.k1ll3d/000000000000",
+                         Body=b"keys")  # fmt: skip
+    np.save(tmp_path / "more.npy", X[:300] + 1)
+    res = run_ingest(str(tmp_path / "more.npy"), url, IngestOptions(), **cluster)
+    assert res["n"] == 1800 and res["stale_staging_removed"] == 1
+    assert not [k for k in keys_under(s3_server, "staged/") if ".fairpipe-staging" in k]
+    assert list(private_tmpdir.iterdir()) == []
+    local = tmp_path / "local"
+    run_ingest(str(tmp_path / "x.npy"), str(local), IngestOptions(**OPTS), **THREADS)
+    run_ingest(str(tmp_path / "more.npy"), str(local), IngestOptions(), **THREADS)
+    same_store(url, str(local))
