@@ -29,6 +29,7 @@ from fairpipe.datasets._loaders import (
     load_mnist_csv,
     load_word2vec_bin,
 )
+from fairpipe.datasets._remote import is_url
 from fairpipe.datasets._sources import (
     BUILTINS,
     SourcePlan,
@@ -38,6 +39,7 @@ from fairpipe.datasets._sources import (
     read_source_rows,
     read_source_sample,
     remap_groups,
+    rows_plan,
     source_groups,
 )
 
@@ -47,5 +49,5 @@ __all__ = [
     "load_audit_data", "load_audit_german", "load_bank", "load_census_kdd", "load_digits",
     "load_gaussian", "load_mnist_csv", "load_word2vec_bin", "plan_source", "read_ids",
     "read_source_rows",
-    "read_source_sample", "remap_groups", "source_groups",
+    "read_source_sample", "remap_groups", "rows_plan", "source_groups", "is_url",
 ]  # fmt: skip

@@ -46,7 +46,7 @@ CSV_FIRST_LINE = 2
 
 @dataclass
 class SourcePlan:
-    kind: str  # npy | csv | parquet | gaussian | memory
+    kind: str  # npy | csv | parquet | gaussian | memory | rows (read already: rows_plan)
     where: str  # how error messages name the source
     n: int
     d: int
@@ -455,10 +455,19 @@ def chunk_plan(plan: SourcePlan, a: int, b: int) -> SourcePlan:
     return replace(plan, ids=None, groups=None, points=points, points_start=a)
 
 
+def rows_plan(plan: SourcePlan, a: int, b: int, rows: np.ndarray) -> SourcePlan:
+    """The plan of rows [a, b) of the source, read and validated already (``rows``, from
+    :func:`read_source_rows`): what a job on a machine that cannot open the source gets."""
+    return replace(chunk_plan(plan, a, b), kind="rows", points=rows, path=None, row_offsets=None)
+
+
 def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
     """Validated float32 rows [a, b) of the source; errors name rows of the whole source."""
     names: list[str] | None = None  # a table's feature columns, named in errors
     first_line = CSV_FIRST_LINE if plan.kind == "csv" else None
+    if plan.kind == "rows":  # read and validated where the source is (rows_plan)
+        assert plan.points is not None
+        return plan.points[a - plan.points_start : b - plan.points_start]
     if plan.kind == "memory":
         assert plan.points is not None
         X = plan.points[a - plan.points_start : b - plan.points_start]

@@ -85,3 +85,94 @@ def test_an_ingest_into_a_bucket_stages_nothing_in_the_client_temp_folder(
     run_ingest(str(tmp_path / "x.npy"), str(local), IngestOptions(**OPTS), **THREADS)
     run_ingest(str(tmp_path / "more.npy"), str(local), IngestOptions(), **THREADS)
     same_store(url, str(local))
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """A table of 3,000 rows with ids and groups, as Parquet (several row groups) and CSV."""
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame(rng.normal(size=(3000, 5)).astype(np.float32), columns=list("abcde"))
+    frame["who"] = rng.permutation(10**6)[:3000] * 7 + 3
+    frame["sex"] = rng.choice(["f", "m", "x"], size=3000)
+    folder = tmp_path_factory.mktemp("sources")
+    frame.to_parquet(folder / "people.parquet", row_group_size=700)
+    frame.to_csv(folder / "people.csv", index=False)
+    return folder, frame
+
+
+@pytest.fixture
+def jobs_never_open_a_path(monkeypatch):
+    """Fail a job that reads a local file on a Dask worker: its rows must come with it."""
+    import flows.jobs
+    from fairpipe.datasets import read_source_rows
+
+    opened: list[str] = []
+
+    def read(plan, a, b):
+        from distributed import get_worker
+
+        try:
+            get_worker()
+            if plan.kind in ("npy", "csv", "parquet"):
+                opened.append(plan.path)
+        except ValueError:
+            pass  # the client, or a flow's own append
+        return read_source_rows(plan, a, b)
+
+    monkeypatch.setattr(flows.jobs, "read_source_rows", read)
+    return opened
+
+
+@pytest.mark.parametrize("name", ["people.parquet", "people.csv"])
+def test_a_local_table_reaches_the_workers_as_blocks_and_gives_the_same_store(
+    cluster,
+    s3_server,  # noqa: F811
+    table,
+    tmp_path,
+    name,
+    jobs_never_open_a_path,  # noqa: F811
+):
+    folder, _ = table
+    opts = IngestOptions(**OPTS, id_column="who", group_column="sex")
+    url = f"s3://{BUCKET}/blocks-{name.replace('.', '-')}"
+    res = run_ingest(str(folder / name), url, opts, **cluster)
+    assert res["n"] == 3000 and res["chunks"] == 12 and jobs_never_open_a_path == []
+    local = tmp_path / "local"
+    run_ingest(str(folder / name), str(local), opts, **THREADS)  # the workers read the file
+    same_store(url, str(local))
+
+
+def test_bad_rows_found_by_the_client_and_a_failed_first_ingest_leaves_no_object(
+    cluster,
+    s3_server,  # noqa: F811
+    table,
+    tmp_path,
+    private_tmpdir,
+    monkeypatch,
+):
+    from fairpipe.errors import FairpipeInputError
+
+    left: list[str] = []  # the objects when the failed creation begins its clean-up
+    remove = FairpipeStore._remove_created
+
+    def removing(store, before):
+        left.extend(keys_under(s3_server, "failed/"))
+        remove(store, before)
+
+    monkeypatch.setattr(FairpipeStore, "_remove_created", removing)
+    _, frame = table
+    bad = frame.copy()
+    bad.loc[2100, "c"] = np.nan
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    before = keys_under(s3_server, "")
+    # Given parameters: no sample read ahead, so the bad row is met by the chunk reads, after
+    # the store was made and the first chunks written.
+    opts = IngestOptions(**OPTS, lsh_width=1.0, id_column="who", group_column="sex")
+    with pytest.raises(FairpipeInputError, match="Line 2102 of bad.csv holds a NaN value"):
+        run_ingest(str(tmp_path / "bad.csv"), f"s3://{BUCKET}/failed", opts, **cluster)
+    # (the transaction removed its chunk objects and staging area before)
+    assert any("/snapshots/" in k for k in left), left
+    assert keys_under(s3_server, "failed") == [] and keys_under(s3_server, "") == before
+    assert list(private_tmpdir.iterdir()) == []
