@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
@@ -30,6 +31,27 @@ def is_url(source: str) -> bool:
     """
     scheme, sep, _ = str(source).partition("://")
     return bool(sep) and scheme.lower() in URL_SCHEMES
+
+
+class UrlPath(str):
+    """A source's URL where the table readers take a path: its ``name`` (what error messages
+    call the source) is the whole URL; ``suffix`` and ``suffixes`` are its path's.
+
+    >>> UrlPath("s3://bucket/people.csv.gz").suffixes
+    ['.csv', '.gz']
+    """
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    @property
+    def suffix(self) -> str:
+        return PurePosixPath(urlparse(self).path).suffix
+
+    @property
+    def suffixes(self) -> list[str]:
+        return PurePosixPath(urlparse(self).path).suffixes
 
 
 def s3_endpoint() -> str | None:
@@ -73,7 +95,8 @@ def url_location(url: str):
     if scheme in ("http", "https"):
         from obstore.store import HTTPStore
 
-        return HTTPStore(f"{scheme}://{parsed.netloc}"), path
+        options: Any = {"allow_http": scheme == "http"}
+        return HTTPStore(f"{scheme}://{parsed.netloc}", client_options=options), path
     if scheme == "az":
         container, _, rest = path.partition("/")
         return object_store("azure", container, account=parsed.netloc), rest

@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the s3_server fixture is imported, then named by the tests using it)
 """Sources where the data is, and the staging area in the store's own storage: an ingest into a
 store in a bucket (moto's S3 server) stages nothing in the client's temporary folder; a local
 source reaches workers that do not share the client's disk as blocks; URL sources are read by
@@ -62,7 +63,7 @@ def private_tmpdir(tmp_path, monkeypatch):
 
 def test_an_ingest_into_a_bucket_stages_nothing_in_the_client_temp_folder(
     cluster,
-    s3_server,  # noqa: F811
+    s3_server,
     tmp_path,
     private_tmpdir,
 ):
@@ -128,11 +129,11 @@ def jobs_never_open_a_path(monkeypatch):
 @pytest.mark.parametrize("name", ["people.parquet", "people.csv"])
 def test_a_local_table_reaches_the_workers_as_blocks_and_gives_the_same_store(
     cluster,
-    s3_server,  # noqa: F811
+    s3_server,
     table,
     tmp_path,
     name,
-    jobs_never_open_a_path,  # noqa: F811
+    jobs_never_open_a_path,
 ):
     folder, _ = table
     opts = IngestOptions(**OPTS, id_column="who", group_column="sex")
@@ -146,7 +147,7 @@ def test_a_local_table_reaches_the_workers_as_blocks_and_gives_the_same_store(
 
 def test_bad_rows_found_by_the_client_and_a_failed_first_ingest_leaves_no_object(
     cluster,
-    s3_server,  # noqa: F811
+    s3_server,
     table,
     tmp_path,
     private_tmpdir,
@@ -176,3 +177,91 @@ def test_bad_rows_found_by_the_client_and_a_failed_first_ingest_leaves_no_object
     assert any("/snapshots/" in k for k in left), left
     assert keys_under(s3_server, "failed") == [] and keys_under(s3_server, "") == before
     assert list(private_tmpdir.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def in_bucket(s3_server, table):
+    """The table in the bucket: one Parquet file, the same rows as a prefix of three Parquet
+    files (a data set), and a CSV."""
+    folder, frame = table
+    for name in ("people.parquet", "people.csv"):
+        s3_server.upload_file(str(folder / name), BUCKET, f"src/{name}")
+    for i, (a, b) in enumerate([(0, 1000), (1000, 1100), (1100, 3000)]):
+        part = folder / f"part-{i}.parquet"
+        frame.iloc[a:b].to_parquet(part, row_group_size=400, index=False)
+        s3_server.upload_file(str(part), BUCKET, f"src/parts/part-{i}.parquet")
+    s3_server.put_object(Bucket=BUCKET, Key="src/parts/_SUCCESS", Body=b"")
+    return f"s3://{BUCKET}/src"
+
+
+@pytest.fixture(scope="module")
+def local_stores(prefect_server, table, tmp_path_factory):
+    """The table's two files ingested into local stores (the embedded cluster's workers read
+    them)."""
+    folder, _ = table
+    made = {}
+    for name in ("people.parquet", "people.csv"):
+        made[name] = str(tmp_path_factory.mktemp("local") / name)
+        run_ingest(str(folder / name), made[name], IngestOptions(**TABLE_OPTS), **THREADS)
+    return made
+
+
+TABLE_OPTS = dict(OPTS, id_column="who", group_column="sex")
+
+
+@pytest.mark.parametrize(
+    "source, same_as",
+    [("people.parquet", "people.parquet"), ("parts/", "people.parquet"), ("parts", "people.parquet"),
+     ("people.csv", "people.csv")],
+)  # fmt: skip
+def test_a_url_source_is_read_by_the_workers(
+    cluster, in_bucket, local_stores, tmp_path, monkeypatch, source, same_as
+):
+    import flows.jobs
+    from fairpipe.datasets import read_source_rows
+
+    read_on_workers: list[str] = []
+
+    def read(plan, a, b):
+        from distributed import get_worker
+
+        get_worker()  # (raises off a worker)
+        read_on_workers.append(plan.path)
+        return read_source_rows(plan, a, b)
+
+    monkeypatch.setattr(flows.jobs, "read_source_rows", read)
+    url = f"{in_bucket}/{source}"
+    res = run_ingest(url, str(tmp_path / "store"), IngestOptions(**TABLE_OPTS), **cluster)
+    assert res["n"] == 3000 and len(read_on_workers) == res["chunks"] == 12
+    assert set(read_on_workers) == {url}
+    same_store(str(tmp_path / "store"), local_stores[same_as])
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("nope.parquet", "Source s3://fairpipe-test/src/nope.parquet does not exist"),
+        ("nothing-here/", "Source s3://fairpipe-test/src/nothing-here/ holds no Parquet files"),
+        ("people.txt", "Source s3://fairpipe-test/src/people.txt: expected a .parquet, .csv"),
+    ],
+)
+def test_a_url_source_that_is_not_there_exits_2_naming_it_before_anything_is_written(
+    in_bucket,
+    s3_server,
+    tmp_path,
+    monkeypatch,
+    source,
+    message,
+):
+    from typer.testing import CliRunner
+
+    import flows.cli._runner
+    from flows.cli import app
+
+    started = []  # a command starts its Prefect server only after its checks
+    monkeypatch.setattr(flows.cli._runner, "launch_early", lambda: started.append("server"))
+    before = keys_under(s3_server, "")
+    out = CliRunner().invoke(app, ["ingest", f"{in_bucket}/{source}", "--store",
+                                   f"s3://{BUCKET}/never"], catch_exceptions=False)  # fmt: skip
+    assert out.exit_code == 2 and out.stderr.startswith(f"error: {message}"), out.stderr
+    assert keys_under(s3_server, "") == before and started == []
