@@ -11,6 +11,7 @@ its own environment, as it does to write the store.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from pathlib import PurePosixPath
@@ -103,13 +104,30 @@ def url_location(url: str):
     return object_store({"gs": "gcs"}.get(scheme, scheme), parsed.netloc), path
 
 
+@contextlib.contextmanager
+def _os_errors():
+    """obstore's errors as OSErrors (FileNotFoundError stays; a refused or unsupported request,
+    a network failure, become OSErrors with obstore's first line), so that a reader tells an
+    unreadable URL from a bug."""
+    from obstore.exceptions import BaseError
+
+    try:
+        yield
+    except OSError:
+        raise
+    except BaseError as why:
+        first = (str(why).strip().splitlines() or [type(why).__name__])[0]
+        raise OSError(first) from None
+
+
 def url_size(url: str) -> int:
     """The size in bytes of the object at ``url`` (FileNotFoundError where there is none; another
     OSError where it cannot be asked for)."""
     import obstore
 
     store, path = url_location(url)
-    return int(obstore.head(store, path)["size"])
+    with _os_errors():
+        return int(obstore.head(store, path)["size"])
 
 
 def list_url(url: str) -> list[tuple[str, int]]:
@@ -119,9 +137,10 @@ def list_url(url: str) -> list[tuple[str, int]]:
     store, path = url_location(url)
     prefix = path.rstrip("/")
     found = []
-    for batch in obstore.list(store, prefix=prefix or None):
-        for meta in batch:
-            found.append((meta["path"], int(meta["size"])))
+    with _os_errors():
+        for batch in obstore.list(store, prefix=prefix or None):
+            for meta in batch:
+                found.append((meta["path"], int(meta["size"])))
     base = url[: len(url) - len(path)] if path else url.rstrip("/") + "/"
     return sorted((base + name, size) for name, size in found)
 
@@ -139,7 +158,8 @@ class _UrlFile(io.RawIOBase):
         import obstore
 
         self._store, self._path, self._pos = store, path, 0
-        self._size = int(obstore.head(store, path)["size"]) if size is None else size
+        with _os_errors():
+            self._size = int(obstore.head(store, path)["size"]) if size is None else size
 
     def readable(self) -> bool:
         return True
@@ -161,7 +181,8 @@ class _UrlFile(io.RawIOBase):
         end = min(self._pos + len(buffer), self._size)
         if end <= self._pos:
             return 0
-        data = obstore.get_range(self._store, self._path, start=self._pos, end=end)
+        with _os_errors():
+            data = obstore.get_range(self._store, self._path, start=self._pos, end=end)
         n = len(data)
         memoryview(buffer).cast("B")[:n] = memoryview(data)
         self._pos += n

@@ -265,3 +265,88 @@ def test_a_url_source_that_is_not_there_exits_2_naming_it_before_anything_is_wri
                                    f"s3://{BUCKET}/never"], catch_exceptions=False)  # fmt: skip
     assert out.exit_code == 2 and out.stderr.startswith(f"error: {message}"), out.stderr
     assert keys_under(s3_server, "") == before and started == []
+
+
+@pytest.mark.parametrize("failure", ["bad row read by a worker", "a job's bug"])
+def test_a_first_ingest_failing_on_the_workers_leaves_no_object(
+    cluster, s3_server, in_bucket, table, tmp_path, monkeypatch, failure
+):
+    import flows.jobs
+    from fairpipe.errors import FairpipeInputError
+
+    _, frame = table
+    source = f"{in_bucket}/people.csv"
+    expected: tuple = (RuntimeError, "disk on fire")
+    if failure == "bad row read by a worker":
+        bad = frame.copy()
+        bad.loc[2100, "c"] = np.inf
+        bad.to_csv(tmp_path / "bad.csv", index=False)
+        s3_server.upload_file(str(tmp_path / "bad.csv"), BUCKET, "src/bad.csv")
+        source = f"{in_bucket}/bad.csv"
+        expected = (FairpipeInputError, f"Line 2102 of {source} holds an inf value")
+    else:
+        write = flows.jobs.write_points
+
+        def failing(fork, start, X, sketch):
+            if start == 1024:
+                raise RuntimeError("disk on fire")
+            return write(fork, start, X, sketch)
+
+        monkeypatch.setattr(flows.jobs, "write_points", failing)
+    before = keys_under(s3_server, "")
+    opts = IngestOptions(**TABLE_OPTS, lsh_width=1.0)  # no sample: the workers meet the row
+    with pytest.raises(expected[0], match=expected[1]):
+        run_ingest(source, f"s3://{BUCKET}/failing", opts, **cluster)
+    assert keys_under(s3_server, "failing") == []
+    assert sorted(keys_under(s3_server, "")) == sorted(before)
+
+
+@pytest.fixture(scope="module")
+def web(table):
+    """The table's folder served over plain HTTP (as a web server or a signed URL would)."""
+    import functools
+    import http.server
+    import io
+    import threading
+    from pathlib import Path
+
+    folder, _ = table
+
+    class Ranges(http.server.SimpleHTTPRequestHandler):
+        """Python's file server, answering a byte range as web servers and object stores do."""
+
+        def send_head(self):
+            found = self.headers.get("Range", "").removeprefix("bytes=").split("-")
+            path = Path(self.translate_path(self.path))
+            if len(found) != 2 or not path.is_file():
+                return super().send_head()
+            data = path.read_bytes()
+            a = int(found[0])
+            b = min(int(found[1]) + 1 if found[1] else len(data), len(data))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {a}-{b - 1}/{len(data)}")
+            self.send_header("Content-Length", str(b - a))
+            self.end_headers()
+            return io.BytesIO(data[a:b])
+
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Ranges, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def test_a_source_on_a_web_server_is_read_by_the_workers(cluster, web, local_stores, tmp_path):
+    from fairpipe.errors import FairpipeInputError
+
+    store = tmp_path / "store"
+    run_ingest(f"{web}/people.parquet", str(store), IngestOptions(**TABLE_OPTS), **cluster)
+    same_store(str(store), local_stores["people.parquet"])
+    with pytest.raises(FairpipeInputError, match=f"Source {web}/nope.csv does not exist"):
+        run_ingest(f"{web}/nope.csv", str(tmp_path / "never"), IngestOptions(), **cluster)
+    assert not (tmp_path / "never").exists()
