@@ -6,6 +6,7 @@ the workers; a failed first ingest into a new prefix leaves no object behind."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 
 import numpy as np
@@ -105,7 +106,7 @@ def table(tmp_path_factory):
 
 @pytest.fixture
 def jobs_never_open_a_path(monkeypatch):
-    """Fail a job that reads a local file on a Dask worker: its rows must come with it."""
+    """The local files jobs read on a Dask worker (none on a cluster given by address)."""
     import flows.jobs
     from fairpipe.datasets import read_source_rows
 
@@ -141,7 +142,8 @@ def test_a_local_table_reaches_the_workers_as_blocks_and_gives_the_same_store(
     res = run_ingest(str(folder / name), url, opts, **cluster)
     assert res["n"] == 3000 and res["chunks"] == 12 and jobs_never_open_a_path == []
     local = tmp_path / "local"
-    run_ingest(str(folder / name), str(local), opts, **THREADS)  # the workers read the file
+    run_ingest(str(folder / name), str(local), opts, **THREADS)
+    assert set(jobs_never_open_a_path) == {str(folder / name)}  # the embedded cluster's do
     same_store(url, str(local))
 
 
@@ -243,6 +245,10 @@ def test_a_url_source_is_read_by_the_workers(
         ("nope.parquet", "Source s3://fairpipe-test/src/nope.parquet does not exist"),
         ("nothing-here/", "Source s3://fairpipe-test/src/nothing-here/ holds no Parquet files"),
         ("people.txt", "Source s3://fairpipe-test/src/people.txt: expected a .parquet, .csv"),
+        (
+            "//no-such-bucket/x.csv",
+            "Source s3://no-such-bucket/x.csv (does not exist|cannot be read)",
+        ),
     ],
 )
 def test_a_url_source_that_is_not_there_exits_2_naming_it_before_anything_is_written(
@@ -261,9 +267,10 @@ def test_a_url_source_that_is_not_there_exits_2_naming_it_before_anything_is_wri
     started = []  # a command starts its Prefect server only after its checks
     monkeypatch.setattr(flows.cli._runner, "launch_early", lambda: started.append("server"))
     before = keys_under(s3_server, "")
-    out = CliRunner().invoke(app, ["ingest", f"{in_bucket}/{source}", "--store",
+    url = f"s3:{source}" if source.startswith("//") else f"{in_bucket}/{source}"
+    out = CliRunner().invoke(app, ["ingest", url, "--store",
                                    f"s3://{BUCKET}/never"], catch_exceptions=False)  # fmt: skip
-    assert out.exit_code == 2 and out.stderr.startswith(f"error: {message}"), out.stderr
+    assert out.exit_code == 2 and re.match(f"error: {message}", out.stderr), out.stderr
     assert keys_under(s3_server, "") == before and started == []
 
 
@@ -339,6 +346,21 @@ def web(table):
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
+
+
+def test_a_url_that_is_no_table_is_named_and_nothing_is_written(
+    cluster, s3_server, in_bucket, tmp_path
+):
+    from fairpipe.errors import FairpipeInputError
+
+    s3_server.put_object(Bucket=BUCKET, Key="src/junk.parquet", Body=b"not parquet at all")
+    s3_server.put_object(Bucket=BUCKET, Key="src/mixed/a.parquet", Body=b"PAR1 nor this")
+    for source in ("junk.parquet", "mixed/"):
+        url = f"{in_bucket}/{source}"
+        where = url if source == "junk.parquet" else f"{in_bucket}/mixed/a.parquet"
+        with pytest.raises(FairpipeInputError, match=f"{where} is not a readable Parquet file"):
+            run_ingest(url, f"s3://{BUCKET}/junk", IngestOptions(), **cluster)
+    assert keys_under(s3_server, "junk") == []
 
 
 def test_a_source_on_a_web_server_is_read_by_the_workers(cluster, web, local_stores, tmp_path):
