@@ -92,6 +92,11 @@ def _check(**o) -> None:
                                  lsh_tables=o["lsh_tables"], lsh_width=o["lsh_width"],
                                  radius=o["radius"], recall=o["recall"])  # fmt: skip
         return  # the others: loaded by the flow
+    from fairpipe.datasets import check_url_source, is_url
+
+    if is_url(o["source"]):  # its rows are read by the workers: here, that it is there
+        check_url_source(o["source"])
+        return
     size = source.stat().st_size if source.is_file() else 0
     if size > PLAN_AHEAD_BYTES and source.suffix.lower() != ".npy":
         return
@@ -123,8 +128,10 @@ def ingest(
     source: Annotated[
         str,
         typer.Argument(
-            help="A .npy, .csv(.gz) or .parquet file, 'digits', 'gaussian', or mnist:PATH / "
-            "word2vec:PATH / adult:PATH / bank:PATH / census-kdd:PATH.",
+            help="A .npy, .csv(.gz) or .parquet file, or a folder of .parquet files; a "
+            ".csv(.gz) or .parquet at an s3://, gs://, az:// or https:// URL, or a prefix of "
+            ".parquet files (ending in /), read by the workers; 'digits', 'gaussian', or "
+            "mnist:PATH / word2vec:PATH / adult:PATH / bank:PATH / census-kdd:PATH.",
             show_default=False,
         ),
     ],
