@@ -71,6 +71,7 @@ from flows.cli import (  # noqa: E402
     requests,
     rerank,
     sample,
+    server,
     summarize,
     verify,
 )
@@ -101,6 +102,7 @@ for _command in (
     demo.demo,
 ):
     app.command()(_command)
+app.add_typer(server.app, name="server")
 
 
 def main() -> None:
