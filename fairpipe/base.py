@@ -74,25 +74,48 @@ class BaseEstimator:
     """
 
     _fitted_attribute = "n_features_in_"
+    _estimator_type: str | None = None  # scikit-learn's kind: "clusterer" for the k-means models
+
+    def __sklearn_tags__(self):
+        """scikit-learn's tags, so that its Pipeline, clone and checks accept the estimator
+        (scikit-learn is imported here, on use: importing fairpipe does not import it)."""
+        from sklearn.utils import Tags, TargetTags
+
+        return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(required=False),
+                    transformer_tags=None, regressor_tags=None, classifier_tags=None)  # fmt: skip
 
     @classmethod
     def _param_names(cls) -> list[str]:
         signature = inspect.signature(cls.__init__)
         return [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
 
-    def get_params(self) -> dict[str, Any]:
-        """The constructor parameters, as given."""
-        return {name: getattr(self, name) for name in self._param_names()}
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters, as given (scikit-learn's contract: with ``deep``, a
+        parameter that is itself an estimator adds its own as ``name__param``)."""
+        params = {name: getattr(self, name) for name in self._param_names()}
+        if deep:
+            for name, value in list(params.items()):
+                if hasattr(value, "get_params") and not isinstance(value, type):
+                    params.update((f"{name}__{k}", v) for k, v in value.get_params().items())
+        return params
 
     def set_params(self, **params: Any):
-        """Set constructor parameters (checked at the next ``fit``); returns ``self``."""
+        """Set constructor parameters (checked at the next ``fit``; ``name__param`` sets a
+        parameter of a parameter that is an estimator); returns ``self``."""
         names = self._param_names()
-        for name, value in params.items():
+        nested: dict[str, dict[str, Any]] = {}
+        for key, value in params.items():
+            name, _, sub = key.partition("__")
             if name not in names:
                 raise FairpipeInputError(
-                    UNKNOWN_PARAMETER.format(owner=type(self).__name__, name=name, names=names)
+                    UNKNOWN_PARAMETER.format(owner=type(self).__name__, name=key, names=names)
                 )
-            setattr(self, name, value)
+            if sub:
+                nested.setdefault(name, {})[sub] = value
+            else:
+                setattr(self, name, value)
+        for name, sub_params in nested.items():
+            getattr(self, name).set_params(**sub_params)
         return self
 
     def __repr__(self) -> str:

@@ -46,19 +46,36 @@ def run_demo(
     return result
 
 
+RADIUS_FACTOR = 1.5  # the demo's radius, in suggested radii
+
+
+def demo_radius(source: str, seed: int) -> float:
+    """1.5 x the suggested radius of ``source`` (the median nearest-neighbour distance in the
+    width sample ingest reads: :class:`fairpipe.neighbors.DistanceProfile`)."""
+    from fairpipe.datasets import plan_source, read_source_sample
+    from fairpipe.neighbors import DistanceProfile, width_sample_rows
+
+    plan = plan_source(source, seed=seed)
+    ids = np.arange(plan.n, dtype=np.int64) if plan.ids is None else plan.ids
+    sample = read_source_sample(plan, width_sample_rows(ids, seed))
+    return RADIUS_FACTOR * DistanceProfile.of(sample).suggested_radius
+
+
 def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     folder = Path(store) if store else Path(tempfile.mkdtemp(prefix="fairpipe-demo-")) / "store"
     log(f"[1/7] ingest {source} into {folder} (Prefect flow on a local Dask cluster)")
-    # k=10, L=50 keep the digits' buckets well populated (1,797 points); w from the data.
-    options = IngestOptions(seed=seed, lsh_k=10, lsh_tables=50)
+    # The queries' radius: 1.5 x the suggested one (most digits then have several others within
+    # it); k, L and w are chosen for it, as ingest does for every new store (recall 0.95).
+    radius = demo_radius(source, seed)
+    options = IngestOptions(seed=seed, radius=radius)
     ingest = run_ingest(source, str(folder), options, dask_address=dask_address)
+    lsh = ingest["lsh"]
     log(
         f"      {ingest['n']} points x {ingest['d']} dims, {len(ingest['groups'])} groups, "
         f"commit {ingest['commit']}, {ingest['timings']['total']:.1f} s"
     )
     log("[2/7] open the committed index")
     nn, attrs = load_sampler(str(folder))
-    radius = float(attrs["suggested_radius"]) * 1.5
     queries = pick_queries(nn, n_queries, seed)
     log(
         f"[3/7] sample 100 x |B(q, r)| fair neighbours for {len(queries)} queries, radius "
@@ -77,7 +94,9 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
         f"      M(q) holds {ev['mean_coverage']:.1%} of B(q, r) on average (the worst query "
         f"{ev['min_coverage']:.1%})"
     )
-    plot_tv({source: ev}, plot_path, f"{source}: fair sampling, k=10, L=50, r={radius:.1f}")
+    plot_tv({source: ev}, plot_path,
+            f"{source}: fair sampling, k={lsh['k']}, L={lsh['n_tables']} (expected recall "
+            f"{lsh['expected_recall']:.2f}), r={radius:.1f}")  # fmt: skip
     log("[4/7] fit DC-k-means, k=10, 8 x 2 tree (Prefect flow; leaves solved on Dask)")
     fit = run_fit(
         str(folder), FitOptions(k=10, width=8, height=2, seed=seed), dask_address=dask_address

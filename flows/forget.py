@@ -36,6 +36,7 @@ from fairpipe.datasets import NO_IDS
 from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.validation import IdLookup, as_id_array, check_ids, deletion_request
 from flows import update
+from flows.checks import ALL_UNKNOWN
 from flows.jobs import remove_job
 from flows.private import PRIVATE, flow, task
 from flows.runtime import dask_map, default_task_runner, run_flow, start_cluster_early
@@ -69,7 +70,6 @@ from storage.queue import read_request as read_queued
 from storage.receipts import REQUESTS_KEY, read_receipts, write_receipts
 from storage.store import FairpipeStore, read_array
 
-ALL_UNKNOWN = "None of the {n} ids to forget is in the store {url} (first: {first})."
 NO_PROGRESS = "A drain of {url} came back to requests it had already applied ({rids})."
 
 

@@ -3,8 +3,8 @@
 Prefect tasks are coarse; the fine-grained work (one job per row chunk, one per block of tables)
 is mapped on the Dask cluster from inside them, and they are called in the flow's process (a trip
 to a worker delayed the first job by about 1.5 s: docs/architecture.md). The chunk jobs hash
-their rows and stage the keys in a scratch array outside the store; the table jobs build their
-tables' segments from them. A small append patches only the segments its rows fall in; a larger
+their rows and stage the keys in the store's own storage, outside its repository
+(:mod:`storage.staging`); the table jobs build their tables' segments from them. A small append patches only the segments its rows fall in; a larger
 one rebuilds the tables from their entries and the staged keys. An append also brings the model
 and the summary up to date (:mod:`flows.update`). Everything is written inside one store
 transaction, published as one commit at the end: an error anywhere leaves the store as it was.
@@ -12,6 +12,7 @@ transaction, published as one commit at the end: an error anywhere leaves the st
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -24,8 +25,11 @@ from prefect.cache_policies import NO_CACHE
 from fairpipe.datasets import (
     SourcePlan,
     chunk_plan,
+    is_url,
     plan_source,
+    read_source_rows,
     remap_groups,
+    rows_plan,
 )
 from fairpipe.errors import (
     FairpipeInputError,
@@ -39,8 +43,10 @@ from flows.parameters import check_recall_options, new_store_parameters
 from flows.private import flow, task
 from flows.runtime import (
     cluster_running,
+    dask_client,
     dask_map,
     default_task_runner,
+    gather,
     run_flow,
     start_cluster_early,
 )
@@ -166,14 +172,68 @@ def plan_source_task(source: str, options: IngestOptions) -> SourcePlan:
 
 
 @task(name="hash-and-write-rows", cache_policy=NO_CACHE)
-def write_rows_task(fork, plans, lsh, chunks, base, staging, sketch: list[str]) -> list:
-    """Read, write and hash the new rows, a Dask job per row chunk (``plans``: each chunk's
-    share of the source plan, :func:`chunk_plan`)."""
+def write_rows_task(fork, plan, lsh, chunks, base, staging, sketch: list[str]) -> list:
+    """Read, write and hash the new rows, a Dask job per row chunk. A job reads its rows of the
+    source itself (its share of the plan, :func:`chunk_plan`): a URL, a built-in, or a local file
+    where the workers run on this machine (the embedded cluster). For a local file and a cluster
+    given by address, whose workers do not see this machine's disk, the rows are read here, a
+    chunk at a time, and sent with the jobs (:func:`ship_rows`)."""
     n = len(chunks)
+    if plan.kind in LOCAL_FILES and not is_url(plan.path or ""):
+        with dask_client() as client:
+            if not workers_share_disk(client):
+                return ship_rows(client, fork, plan, lsh, chunks, base, staging, sketch)
+    plans = [chunk_plan(plan, a, b) for a, b in chunks]
     return dask_map(
         ingest_chunk, [fork] * n, plans, [lsh] * n, [a for a, _ in chunks],
         [b for _, b in chunks], [base] * n, [staging] * n, [sketch] * n,
     )  # fmt: skip
+
+
+# Source kinds that are a file the client reads (a local path, unless a URL).
+LOCAL_FILES = ("npy", "csv", "parquet")
+# Chunks of rows sent ahead per worker thread (each about 16 MB of points by default): enough
+# that no worker waits for the client's next read, few enough that memory stays bounded.
+BLOCKS_PER_THREAD = 2
+
+
+def workers_share_disk(client) -> bool:
+    """Whether the cluster's workers run on this machine, started by this process (the embedded
+    LocalCluster): they then read a local source's path themselves. A cluster given by address
+    may run anywhere."""
+    from distributed import LocalCluster
+
+    return isinstance(getattr(client, "cluster", None), LocalCluster)
+
+
+def ship_rows(client, fork, plan, lsh, chunks, base, staging, sketch) -> list:
+    """:func:`write_rows_task` for a local file on a cluster that does not see it: each chunk's
+    rows read and validated here (a bad value raised here, naming its row, before any later
+    chunk is read), sent to the cluster, and hashed and written there by a job, with at most
+    BLOCKS_PER_THREAD chunks per worker thread sent and not yet done (the client holds one chunk
+    at a time, the cluster that many)."""
+    import threading
+
+    window = max(2, BLOCKS_PER_THREAD * sum(client.nthreads().values()))
+    slots = threading.Semaphore(window)  # released by each job as it ends (on a client thread)
+    futures: list = []
+    try:
+        for a, b in chunks:
+            slots.acquire()
+            if any(f.status == "error" for f in futures):
+                break  # raised by gather below: no more rows read for nothing
+            block = rows_plan(plan, a, b, read_source_rows(plan, a, b))
+            (sent,) = client.scatter([block], hash=False)
+            future = client.submit(ingest_chunk, fork, sent, lsh, a, b, base, staging, sketch,
+                                   pure=False)  # fmt: skip
+            del block, sent  # the cluster holds the rows until the job has them
+            future.add_done_callback(lambda _: slots.release())
+            futures.append(future)
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            gather(client, futures)  # the jobs sent end before the caller removes what they wrote
+        raise
+    return gather(client, futures)
 
 
 @task(name="build-bucket-index", cache_policy=NO_CACHE)
@@ -342,7 +402,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         grow(txn.root, n_total)
 
         chunks = row_chunks(base, n_total, chunk_rows)
-        staging = Staging(store.spec.local_dir, base, n_total)
+        staging = Staging(store.spec, base, n_total, store.url)
         try:
             t0 = time.perf_counter()
             # Ids and groups (13 bytes a row) are written here; the jobs get their rows' share
@@ -360,7 +420,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                     new_rows.result()
             else:
                 write_new_rows(txn.session, base, ids, codes)
-                results = write_rows_task(txn.fork(), plans, lsh, chunks, base,
+                results = write_rows_task(txn.fork(), plan, lsh, chunks, base,
                                           staging, sketch)  # fmt: skip
                 raise_bad_input(results)
                 txn.merge([fork for fork, _ in results])

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fairpipe.datasets import SourcePlan, read_source_rows
+from fairpipe.datasets import SourcePlan, is_url, read_source_rows
 from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import E2LSH
 from storage.index import Staging, index_tables, remove_from_tables, write_points
@@ -33,6 +33,12 @@ def ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
         # Returned, not raised: a worker logs a job's error with its traceback on the user's
         # terminal (distributed's "Compute Failed"); the flow raises it (raise_bad_input).
         return None, BadInput(bad)
+    except OSError as why:  # a URL the client read but this worker cannot (network, rights)
+        if not is_url(plan.path or ""):
+            raise
+        first = (str(why).strip().splitlines() or [type(why).__name__])[0]
+        message = UNREADABLE_HERE.format(url=plan.path, worker=worker_name(), why=first)
+        return None, BadInput(FairpipeInputError(message))
     if threads > 1:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fairpipe-write") as io:
             written = io.submit(write_points, fork, base + a, X, sketch)
@@ -42,6 +48,22 @@ def ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,
         write_points(fork, base + a, X, sketch)
         staging.write(base + a, lsh.hash_validated(X, by_table=True))
     return fork, {"rows": b - a, "seconds": time.perf_counter() - t0}
+
+
+UNREADABLE_HERE = (
+    "Source {url} cannot be read on the worker {worker} ({why}); the workers read a URL "
+    "source themselves, with the credentials in their own environment."
+)
+
+
+def worker_name() -> str:
+    """The address of the Dask worker running this (or "of this process")."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return "of this process"
 
 
 class BadInput:

@@ -7,6 +7,8 @@ The choice itself is :func:`fairpipe.neighbors.choose_lsh_parameters`.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from fairpipe.datasets import SourcePlan, read_source_sample
@@ -79,6 +81,40 @@ def new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *,
     the missing ones are chosen for ``recall`` (default 0.95) at ``radius`` (default: the
     sample's median nearest-neighbour distance)."""
     check_recall_options(lsh_k, lsh_tables, lsh_width, recall)
+    key = _choice_key(plan, seed, (lsh_k, lsh_tables, lsh_width, radius, recall))
+    if key is not None and key in _LAST:
+        return dict(_LAST[key])
+    chosen = _new_store_parameters(plan, ids, seed, lsh_k=lsh_k, lsh_tables=lsh_tables,
+                                   lsh_width=lsh_width, radius=radius, recall=recall)  # fmt: skip
+    if key is not None:
+        _LAST.clear()
+        _LAST[key] = dict(chosen)
+    return chosen
+
+
+# The last choice made in this process: the command line's early check and the ingest flow
+# after it choose for the same source (the sample read scans a Parquet or generated source
+# whole: 2 s at 1M rows), so the flow reuses the check's. A file's size and modification time
+# are part of the key.
+_LAST: dict[tuple, dict] = {}
+
+
+def _choice_key(plan: SourcePlan, seed: int, given: tuple) -> tuple | None:
+    if plan.kind == "memory":
+        return None  # points in memory may change in place
+    stat: tuple = ()
+    if plan.path is not None:
+        try:
+            st = os.stat(plan.path)
+        except OSError:
+            return None
+        stat = (st.st_size, st.st_mtime_ns, st.st_ino)
+    return (plan.kind, plan.where, plan.path, stat, plan.n, plan.d, repr(sorted(plan.params.items())),
+            seed, given)  # fmt: skip
+
+
+def _new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *, lsh_k,
+                          lsh_tables, lsh_width, radius, recall) -> dict:  # fmt: skip
     if None not in (lsh_k, lsh_tables, lsh_width):
         r = float(radius) if radius is not None else float(lsh_width) / WIDTH_PER_RADIUS
         return {"k": int(lsh_k), "n_tables": int(lsh_tables), "width": float(lsh_width),

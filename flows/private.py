@@ -163,10 +163,14 @@ def _call_redacting(fn: Callable, carry: bool, name: str | None, args: tuple, kw
 
 def flow(*, private: tuple[str, ...] = (), **options: Any) -> Callable[[F], Any]:
     """Prefect's ``@flow(**options)``, recording errors as references (see the module), never
-    persisting results; ``private``: the parameters :func:`flows.runtime.run_flow` conceals."""
+    persisting results, its runs named after the command and the store (:func:`run_name`);
+    ``private``: the parameters :func:`flows.runtime.run_flow` conceals."""
     import prefect
 
     options.setdefault("persist_result", False)
+    command = str(options.get("name", "")).removeprefix("fairpipe-")
+    if command:
+        options.setdefault("flow_run_name", functools.partial(run_name, command))
 
     def decorate(fn: F) -> Any:
         run = _redacting(fn, carry=False, name=options.get("name", fn.__name__))
@@ -174,6 +178,23 @@ def flow(*, private: tuple[str, ...] = (), **options: Any) -> Callable[[F], Any]
         return prefect.flow(**options)(run)
 
     return decorate
+
+
+# The parameter naming what a flow works on, in order of preference: its store, else its input.
+NAMED_PARAMETERS = ("store_url", "candidates", "source")
+
+
+def run_name(command: str) -> str:
+    """The name of a flow run of ``command``: ``forget people`` (the store's last path part, or
+    the input file's name), or the command alone. Called by Prefect as the run starts."""
+    from prefect.runtime import flow_run
+
+    parameters = flow_run.parameters or {}
+    for name in NAMED_PARAMETERS:
+        value = reveal(parameters.get(name))
+        if isinstance(value, str) and value.strip("/"):
+            return f"{command} {value.rstrip('/').rsplit('/', 1)[-1]}"
+    return command
 
 
 def task(**options: Any) -> Callable[[F], Any]:

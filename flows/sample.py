@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from fairpipe.neighbors import FairNN
+from fairpipe.neighbors import FairNN, lsh_recall
 from storage.reader import open_store
 
 
@@ -75,8 +75,12 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
                 },
             }
         )
+    lsh = reader.attrs["lsh"]
     result = {
         "radius": radius,
+        # the probability that a point at distance r from the query is in M(q): the share of
+        # the people within r the samples can reach (nearer ones have more)
+        "expected_recall": float(lsh_recall(radius, lsh["k"], lsh["n_tables"], lsh["width"])),
         "method": sampling["sampler"],
         "mode": sampling["mode"],
         "seed": sampling["seed"],

@@ -52,13 +52,8 @@ from __future__ import annotations
 
 import ctypes
 import math
-import re
-import shutil
 import sys
-import tempfile
-import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -83,6 +78,7 @@ from fairpipe.neighbors import (
     unmix,
 )
 from fairpipe.validation import IdLookup
+from storage.staging import STAGING_MARK, Staging, stale_staging  # noqa: F401 (re-exported)
 from storage.store import (
     FORMAT,
     create_array,
@@ -469,71 +465,6 @@ def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: 
     }
     root.attrs.update(meta)
     return meta
-
-
-# -- staging: the keys of new rows, between the hashing jobs and the index jobs -------------------
-STAGING_MARK = ".fairpipe-staging."  # a local store's staging folder: <store>/<mark><random>
-
-
-def stale_staging(local_dir: Path) -> list[Path]:
-    """Staging folders of the local store ``local_dir`` (any there while its writer lock is held
-    were left by a killed ingest: only an ingest holding the lock makes one): inside the store's
-    folder, and beside it (``.<store><mark><random>``, where stores kept them before)."""
-    inside = re.compile(re.escape(STAGING_MARK) + r"[a-z0-9_]+")
-    beside = re.compile(re.escape(f".{local_dir.name}{STAGING_MARK}") + r"[a-z0-9_]+")
-    found = []
-    for folder, name in ((local_dir, inside), (local_dir.parent, beside)):
-        if folder.is_dir():
-            found += [p for p in folder.iterdir() if name.fullmatch(p.name) and p.is_dir()]
-    return found
-
-
-class Staging:
-    """The new rows' keys, between the hashing jobs and the index jobs, outside the repository's
-    objects (so none of them outlives the ingest): in a folder inside a local store's folder,
-    else in the temporary folder (which the workers must share). Each chunk job writes one
-    ``.npy`` file of its rows' keys, transposed (L, rows), so an index job reads each of its
-    tables as one contiguous run of every file (memory-mapped; one file write per chunk instead
-    of a Zarr chunk per table)."""
-
-    def __init__(self, local_dir: Path | None, base: int, n_total: int):
-        """Made by an ingest holding the store's writer lock, so the staging folders of earlier
-        ingests of the same store, killed before they could remove their own (8 bytes a row and
-        table: 8 GB at 10M rows and L = 100), are found and removed first: :attr:`swept` counts
-        them."""
-        self.swept = 0
-        if local_dir is None:
-            self.path = Path(tempfile.mkdtemp(prefix=f".fairpipe-staging-{uuid.uuid4().hex[:6]}-"))
-        else:
-            stale = stale_staging(local_dir)
-            for old in stale:
-                shutil.rmtree(old, ignore_errors=True)
-            self.swept = len(stale)
-            self.path = Path(tempfile.mkdtemp(prefix=STAGING_MARK, dir=local_dir))
-        self.base, self.n_total = base, n_total
-
-    def write(self, start: int, keys: np.ndarray) -> None:
-        """The keys (L, rows), a table per row, of rows [start, start + rows)."""
-        tmp = self.path / f".{start:012d}.{uuid.uuid4().hex[:6]}.tmp"
-        with open(tmp, "wb") as f:
-            np.save(f, np.ascontiguousarray(keys))
-        tmp.rename(self.path / f"{start:012d}.npy")  # whole or absent: a dead job wrote nothing
-
-    def read(self, t0: int, t1: int) -> np.ndarray:
-        """Keys of tables [t0, t1) of every new row: (t1 - t0, rows), a table per row."""
-        files = sorted(self.path.glob("*.npy"))
-        out = np.empty((t1 - t0, self.n_total - self.base), dtype=np.uint64)
-        at = 0
-        for path in files:
-            part = np.load(path, mmap_mode="r")
-            out[:, at : at + part.shape[1]] = part[t0:t1]
-            at += part.shape[1]
-        if at != out.shape[1] or int(files[0].stem if files else -1) != self.base:
-            raise RuntimeError(f"staged keys cover {at} of {out.shape[1]} new rows ({self.path})")
-        return out
-
-    def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
 
 
 # -- the bucket index -----------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from fairpipe.datasets._remote import object_store as remote_store
+from fairpipe.datasets._remote import s3_endpoint
 from fairpipe.errors import FairpipeInputError
 
 OBJECT_SCHEMES = ("s3", "gs", "gcs", "az", "r2", "tigris")
@@ -70,29 +72,19 @@ def parse_store_url(url: str) -> StorageSpec:
 _MEMORY: dict[str, object] = {}
 
 
-def s3_endpoint() -> str | None:
-    """The S3-compatible server named in the environment (MinIO, moto, Ceph...), if any."""
-    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
-
-
-def object_store(spec: StorageSpec, *under: str):
+def object_store(spec: StorageSpec, *under: str, endpoint: str | None = None):
     """An obstore store rooted at the store's prefix (joined with ``under``), for the objects
-    Icechunk does not manage (the deletion queue) or that a failed creation leaves; None for a
-    scheme obstore is not used with here (local folders, memory://, r2://, tigris://)."""
+    Icechunk does not manage (the deletion queue, an ingest's staging area) or that a failed
+    creation leaves; None for a local folder, memory://, r2:// and tigris://. Its settings are the environment's,
+    as Icechunk's (:func:`fairpipe.datasets._remote.object_store`; ``endpoint``: an S3
+    endpoint to use instead of the environment's)."""
     if spec.scheme not in ("s3", "gcs", "azure"):
         return None
-    from obstore.store import AzureStore, GCSStore, S3Store
-
     k = spec.kwargs
     prefix = "/".join(p for p in (k.get("prefix", ""), *under) if p)
-    if spec.scheme == "s3":
-        endpoint = s3_endpoint()
-        plain_http = bool(endpoint and endpoint.startswith("http://"))
-        return S3Store(k["bucket"], prefix=prefix or None,
-                       client_options={"allow_http": plain_http})  # fmt: skip
-    if spec.scheme == "gcs":
-        return GCSStore(k["bucket"], prefix=prefix or None)
-    return AzureStore(k["container"], prefix=prefix or None, account_name=k["account"])
+    if spec.scheme == "azure":
+        return remote_store("azure", k["container"], prefix, account=k["account"])
+    return remote_store(spec.scheme, k["bucket"], prefix, endpoint=endpoint)
 
 
 def list_objects(url: str, spec: StorageSpec) -> set[str]:

@@ -262,6 +262,19 @@ def test_constructor_is_keyword_only_and_get_params_round_trips(spec):
     assert repr(model).startswith(f"{spec.name}(") and "seed=7" in repr(model)
 
 
+@each
+def test_scikit_learn_clone_gives_an_unfitted_copy_with_the_same_parameters(spec):
+    from sklearn.base import clone
+
+    model = spec.make().set_params(seed=3)
+    copy = clone(model)
+    assert type(copy) is type(model) and copy is not model
+    assert copy.get_params() == model.get_params() == model.get_params(deep=False)
+    fitted = spec.fit(spec.make(), *data())
+    again = clone(fitted)
+    assert not hasattr(again, "n_features_in_") and again.get_params() == fitted.get_params()
+
+
 @each_deleting
 def test_delete_equals_a_refit_on_the_remaining_rows(spec):
     X, ids, groups = data(4)

@@ -3,7 +3,7 @@
 The DC-k-means tree (:mod:`fairpipe.cluster._dc_kmeans`) has many small problems: each leaf clusters its
 points, each parent clusters its children's centroids weighted by their masses. A deletion
 re-solves one leaf and its ancestors, a few hundred points each, so the cost of a solve is its
-fixed overhead: in numpy that was ~400 calls on tiny arrays (~3 ms). Here a batch of problems laid
+fixed overhead: in numpy it is ~400 calls on tiny arrays (~3 ms). Here a batch of problems laid
 end to end is solved by one compiled (numba) loop over the problems, ~50 us for a leaf of 100
 points.
 
@@ -57,8 +57,7 @@ def n_trials(k: int) -> int:
 @lru_cache(maxsize=64)
 def _salts(seed: int, k: int) -> np.ndarray:
     """The 64-bit salt of every random step of a solve: step 0 draws the first seed, step
-    ``64 * j + t`` the t-th candidate for seed j (the same numbering as before the kernel was
-    compiled, so each step's stream is fixed by the seed)."""
+    ``64 * j + t`` the t-th candidate for seed j (so each step's stream is fixed by the seed)."""
     trials = n_trials(k)
     steps = [0] + [64 * j + t for j in range(1, k) for t in range(trials)]
     return np.array([seed_key(seed, 0x6B6D + s) for s in steps], dtype=np.uint64)
@@ -365,10 +364,40 @@ def kmeans_plus_plus(X: np.ndarray, k: int, key: int, seed: int):
 class KMeansParameters(BaseEstimator):
     """The parameters DC-k-means and Q-k-means share: k, the Lloyd steps, restarts, the seed."""
 
+    _estimator_type = "clusterer"
+
     n_clusters: int = 8
     max_iter: int = 10
     n_init: int = 10
     seed: int = 0
+
+    # scikit-learn's KMeans attributes, over the rows the model holds (forgotten rows: label -1)
+    @property
+    def cluster_centers_(self) -> np.ndarray:
+        """The model's centroids, (n_clusters, n_features) (scikit-learn's name)."""
+        return self.centroids_  # type: ignore[attr-defined]
+
+    @property
+    def labels_(self) -> np.ndarray:
+        """Each held row's nearest centroid (:meth:`predict`); -1 for a forgotten row."""
+        self._check_fitted()
+        labels = np.full(self.ids_.shape[0], -1, dtype=np.int64)  # type: ignore[attr-defined]
+        alive = self.alive_  # type: ignore[attr-defined]
+        if alive.any():
+            labels[alive] = self.predict(self.points_[alive])  # type: ignore[attr-defined]
+        return labels
+
+    @property
+    def inertia_(self) -> float:
+        """The k-means loss of the live rows: the sum of their squared distances to the
+        nearest centroid."""
+        self._check_fitted()
+        alive = self.alive_  # type: ignore[attr-defined]
+        return self.loss(self.points_[alive]) if alive.any() else 0.0  # type: ignore[attr-defined]
+
+    def fit_predict(self, X: np.ndarray, y=None, *, ids: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`fit`, then each row's nearest centroid."""
+        return self.fit(X, ids=ids).predict(X)  # type: ignore[attr-defined]
 
     def _check_kmeans_params(self) -> None:
         owner = type(self).__name__

@@ -168,7 +168,9 @@ class DCKMeans(KMeansParameters):
         self._check_kmeans_params()
         return check_tree(self.fanout, self.height, "DCKMeans", needs_root_above_leaves=True)
 
-    def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> DCKMeans:
+    def fit(self, X: np.ndarray, y=None, *, ids: np.ndarray | None = None) -> DCKMeans:
+        """Build the tree on the rows of ``X`` (``ids``: one per row, default the row numbers;
+        ``y`` is ignored, as by scikit-learn's clustering estimators)."""
         n_leaves = self._check_params()
         X, ids = check_points_and_ids(X, ids, "DCKMeans")
         if self.n_clusters > X.shape[0]:

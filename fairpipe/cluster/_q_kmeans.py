@@ -115,7 +115,9 @@ class QKMeans(KMeansParameters):
         check_positive_float(self.epsilon, "epsilon", "QKMeans")
         check_open_unit(self.balance, "balance", "QKMeans")
 
-    def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> QKMeans:
+    def fit(self, X: np.ndarray, y=None, *, ids: np.ndarray | None = None) -> QKMeans:
+        """Train on the rows of ``X`` (``ids``: one per row, default the row numbers; ``y`` is
+        ignored, as by scikit-learn's clustering estimators)."""
         self._check_params()
         X, ids = check_points_and_ids(X, ids, "QKMeans")
         self._set_rows(X, ids)

@@ -29,23 +29,26 @@ from fairpipe.datasets._loaders import (
     load_mnist_csv,
     load_word2vec_bin,
 )
+from fairpipe.datasets._remote import is_url
 from fairpipe.datasets._sources import (
     BUILTINS,
     SourcePlan,
     check_source_options,
+    check_url_source,
     chunk_plan,
     plan_source,
     read_source_rows,
     read_source_sample,
     remap_groups,
+    rows_plan,
     source_groups,
 )
 
 __all__ = [
     "AGE_NAMES", "BUILTINS", "GAUSSIAN_BLOCK", "NO_IDS", "PROTECTED", "AuditData", "Dataset", "SourcePlan",
-    "check_source_options", "chunk_plan", "gaussian_block", "load_adult", "load_audit_adult", "load_audit_bank", "load_audit_csv",
+    "check_source_options", "check_url_source", "chunk_plan", "gaussian_block", "load_adult", "load_audit_adult", "load_audit_bank", "load_audit_csv",
     "load_audit_data", "load_audit_german", "load_bank", "load_census_kdd", "load_digits",
     "load_gaussian", "load_mnist_csv", "load_word2vec_bin", "plan_source", "read_ids",
     "read_source_rows",
-    "read_source_sample", "remap_groups", "source_groups",
+    "read_source_sample", "remap_groups", "rows_plan", "source_groups", "is_url",
 ]  # fmt: skip

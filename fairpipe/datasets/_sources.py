@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from fairpipe.datasets import _loaders as loaders
+from fairpipe.datasets._remote import UrlPath, is_url, list_url, open_url, url_size
 from fairpipe.errors import FairpipeInputError, check_positive_int, plain
 from fairpipe.validation import (
     EMPTY,
@@ -27,6 +28,7 @@ from fairpipe.validation import (
     row_name,
 )
 
+SourcePath = Path | UrlPath  # a local file or folder, or an object's URL
 BUILTINS = ("digits", "gaussian")
 NAMED_LOADERS = ("mnist", "word2vec", "adult", "bank", "census-kdd")
 MISSING_COLUMN = "Column {col!r} ({role}) is not in {where}; its columns are {columns}."
@@ -46,7 +48,7 @@ CSV_FIRST_LINE = 2
 
 @dataclass
 class SourcePlan:
-    kind: str  # npy | csv | parquet | gaussian | memory
+    kind: str  # npy | csv | parquet | gaussian | memory | rows (read already: rows_plan)
     where: str  # how error messages name the source
     n: int
     d: int
@@ -62,13 +64,15 @@ class SourcePlan:
     # A plain CSV: the byte offset of every OFFSET_STRIDE-th data row, so that a chunk job seeks
     # to its rows instead of parsing the file from the top (each byte is parsed once).
     row_offsets: np.ndarray | None = None
+    # A Parquet data set (a folder, or a prefix of objects): its files in order, and their rows.
+    files: list[tuple[str, int]] = field(default_factory=list)
 
 
 OFFSET_STRIDE = 4096
 SCAN_BYTES = 64 << 20
 
 
-def csv_row_offsets(path: Path, n_rows: int, n_fields: int | None = None) -> np.ndarray:
+def csv_row_offsets(path: SourcePath, n_rows: int, n_fields: int | None = None) -> np.ndarray:
     """Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV of ``n_rows`` rows as
     pandas reads it, checked by :func:`scan_csv`."""
     offsets, rows = scan_csv(path, n_fields)
@@ -77,7 +81,7 @@ def csv_row_offsets(path: Path, n_rows: int, n_fields: int | None = None) -> np.
     return offsets[: -(-n_rows // OFFSET_STRIDE)]
 
 
-def scan_csv(path: Path, n_fields: int | None = None) -> tuple[np.ndarray, int]:
+def scan_csv(path: SourcePath, n_fields: int | None = None) -> tuple[np.ndarray, int]:
     """(Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV (one pass over its
     bytes looking for line ends). A row is found by its position, so the file's lines after the
     header must be its ``n_rows`` rows (what pandas reads): an empty or blank line before the
@@ -95,7 +99,7 @@ def scan_csv(path: Path, n_fields: int | None = None) -> tuple[np.ndarray, int]:
     quoted = False  # a quote anywhere: commas may be inside fields, the fields are not counted
     blank: int | None = None  # the first blank line after the header (0 = the header)
     rows = 0  # lines after the header with content
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         while block := f.read(SCAN_BYTES):
             if not (block.isascii() and utf8.getstate()[0] == b""):  # ASCII: 30x faster
                 _check_utf8(utf8, block, pos, path)
@@ -117,7 +121,7 @@ def scan_csv(path: Path, n_fields: int | None = None) -> tuple[np.ndarray, int]:
                 last = int(numbers[np.flatnonzero(data)[-1]]) if data.any() else -1
                 if blank is not None and last > blank:
                     raise FairpipeInputError(BLANK_LINE.format(where=path.name, line=blank + 1))
-                if commas is not None:  # (a sum over bytes: flatnonzero took 1.5x as long)
+                if commas is not None:  # (a sum over bytes: flatnonzero takes 1.5x as long)
                     fields = np.add.reduceat(commas[: nl[-1] + 1], starts, dtype=np.int64) + 1
                     fields[0] += carry_commas
                     wrong = np.flatnonzero(has & (fields != n_fields))
@@ -147,14 +151,14 @@ def scan_csv(path: Path, n_fields: int | None = None) -> tuple[np.ndarray, int]:
     return (np.concatenate(offsets) if offsets else np.zeros(0, np.int64)), rows
 
 
-def _check_utf8(decoder, block: bytes, pos: int, path: Path, final: bool = False) -> None:
+def _check_utf8(decoder, block: bytes, pos: int, path: SourcePath, final: bool = False) -> None:
     """Decode ``block`` (the file's bytes from ``pos``) as UTF-8, or raise naming the line of
     the first byte that is not."""
     try:
         decoder.decode(block, final)
     except UnicodeDecodeError as e:
         at = pos + e.start - (len(e.object) - len(block))  # the decoder kept a partial character
-        with open(path, "rb") as again:
+        with open_binary(path) as again:
             before = again.read(at)
             byte = again.read(1)
         raise FairpipeInputError(NOT_UTF8.format(
@@ -269,7 +273,11 @@ def plan_source(
             group_names=ds.group_names,
             points=ds.points,
         )
+    if is_url(source):
+        return _plan_url(UrlPath(source), group_column, id_column)
     path = Path(source)
+    if path.is_dir():
+        return _plan_table(path, "parquet", group_column, id_column, _parquet_files(path))
     if not path.exists():
         raise FairpipeInputError(
             f"Source {source!r} is neither an existing file nor a built-in data set "
@@ -298,7 +306,11 @@ def check_source_options(source: str, group_column=None, id_column=None, groups_
     elif suffixes.endswith(".npy"):
         what = "a .npy matrix (ids and groups come in .npy files of their own)"
         where, unused = Path(source).name, table
-    elif suffixes.endswith((".csv", ".csv.gz", ".parquet", ".pq")):
+    elif (
+        suffixes.endswith((".csv", ".csv.gz", ".parquet", ".pq"))
+        or is_url(source)
+        or (Path(source).is_dir())
+    ):
         what = "a table (ids and groups are its columns: --id-column, --group-column)"
         where, unused = Path(source).name, npy
     else:
@@ -339,8 +351,8 @@ def _load_column(path: str, what: str, n: int) -> np.ndarray:
     return values
 
 
-def _read_table(path: Path, kind: str, columns=None, skip: int = 0, nrows: int | None = None,
-                dtype=None):  # fmt: skip
+def _read_table(path: SourcePath, kind: str, columns=None, skip: int = 0, nrows: int | None = None,
+                dtype=None, files: list[tuple[str, int]] | None = None):  # fmt: skip
     """Rows [skip, skip + nrows) of a table's ``columns``, or an error naming what is wrong with
     the file (not Parquet; not CSV, or not UTF-8, as pandas reads it)."""
     import pandas as pd
@@ -349,13 +361,18 @@ def _read_table(path: Path, kind: str, columns=None, skip: int = 0, nrows: int |
         import pyarrow as pa
 
         try:
-            return _read_parquet(path, columns, skip, nrows)
+            return _read_parquet(path, columns, skip, nrows, files)
         except (OSError, pa.ArrowException) as why:  # not Parquet, cut short, unreadable
             raise FairpipeInputError(
                 NOT_PARQUET.format(where=path.name, why=_first_line(why))
             ) from None
     skiprows = range(1, skip + 1) if skip else None
     try:
+        if isinstance(path, UrlPath):  # pandas infers the compression from a name only
+            gz = "gzip" if path.suffix.lower() == ".gz" else None
+            with open_binary(path) as f:
+                return pd.read_csv(f, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype,
+                                   compression=gz)  # fmt: skip
         return pd.read_csv(path, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype)
     except pd.errors.EmptyDataError:
         raise FairpipeInputError(EMPTY.format(where=path.name)) from None
@@ -371,41 +388,147 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
 
 
-def _read_parquet(path: Path, columns, skip: int, nrows: int | None):
+def _read_parquet(path: SourcePath, columns, skip: int, nrows: int | None,
+                  files: list[tuple[str, int]] | None = None):  # fmt: skip
+    """Rows [skip, skip + nrows) of a Parquet file, or of a data set's ``files`` (path, rows)
+    taken one after the other: only the row groups holding them are read."""
     import pandas as pd
-    import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
-    if nrows is None and skip == 0:
-        return pf.read(columns=columns).to_pandas()
-    stop = skip + (nrows if nrows is not None else pf.metadata.num_rows)
-    parts, base = [], 0
-    for rg in range(pf.metadata.num_row_groups):
-        size = pf.metadata.row_group(rg).num_rows
+    if not files:
+        return _read_parquet_file(path, columns, skip, nrows)
+    stop = skip + (nrows if nrows is not None else sum(rows for _, rows in files))
+    parts: list = []
+    base = 0
+    for name, size in files:
         if base < stop and base + size > skip:
-            part = pf.read_row_group(rg, columns=columns).to_pandas()
-            parts.append(part.iloc[max(skip - base, 0) : stop - base])
+            a = max(skip - base, 0)
+            part = _read_parquet_file(_source_path(name), columns, a, min(stop - base, size) - a)
+            if list(part.columns) != list(parts[0].columns if parts else part.columns):
+                raise FairpipeInputError(NOT_SAME_COLUMNS.format(file=name, where=path.name))
+            parts.append(part)
         base += size
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
-def _header_fields(path: Path) -> int | None:
+def _read_parquet_file(path: SourcePath, columns, skip: int, nrows: int | None):
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    with open_binary(path) as f:
+        pf = pq.ParquetFile(f)
+        if nrows is None and skip == 0:
+            return pf.read(columns=columns).to_pandas()
+        stop = skip + (nrows if nrows is not None else pf.metadata.num_rows)
+        parts, base = [], 0
+        for rg in range(pf.metadata.num_row_groups):
+            size = pf.metadata.row_group(rg).num_rows
+            if base < stop and base + size > skip:
+                part = pf.read_row_group(rg, columns=columns).to_pandas()
+                parts.append(part.iloc[max(skip - base, 0) : stop - base])
+            base += size
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+def _parquet_files(folder: Path | UrlPath) -> list[tuple[str, int]]:
+    """The Parquet files (``.parquet``, ``.pq``) of a folder or an object prefix, sorted by
+    name, with their rows (read from their footers)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if isinstance(folder, UrlPath):
+        try:
+            names = [url for url, _ in list_url(str(folder))]
+        except OSError as why:
+            raise FairpipeInputError(
+                URL_UNREADABLE.format(url=folder, why=_first_line(why))
+            ) from None
+    else:
+        names = sorted(str(p) for p in folder.iterdir() if p.is_file())
+    names = [n for n in names if n.lower().endswith((".parquet", ".pq"))]
+    if not names:
+        raise FairpipeInputError(NO_PARQUET_FILES.format(where=folder.name))
+    files = []
+    for name in names:
+        try:
+            with open_binary(_source_path(name)) as f:
+                files.append((name, pq.ParquetFile(f).metadata.num_rows))
+        except (OSError, pa.ArrowException) as why:
+            raise FairpipeInputError(NOT_PARQUET.format(where=name, why=_first_line(why))) from None
+    return files
+
+
+def _source_path(path: str) -> SourcePath:
+    """A source's path as the readers take it: a URL named by its whole self."""
+    return UrlPath(path) if is_url(path) else Path(path)
+
+
+def open_binary(path):
+    """A local file or a URL (:func:`fairpipe.datasets._remote.open_url`), opened to read bytes."""
+    return open_url(str(path)) if is_url(str(path)) else open(path, "rb")
+
+
+def check_url_source(source: str) -> None:
+    """Raise naming the URL ``source`` if there is nothing there or it cannot be read from here
+    (one request: a quick check before a command starts its work; :func:`plan_source` reads the
+    source's metadata)."""
+    url = UrlPath(source)
+    if url.endswith("/") or not url.suffix:
+        try:
+            found = list_url(str(url))
+        except OSError as why:
+            raise FairpipeInputError(URL_UNREADABLE.format(url=url, why=_first_line(why))) from None
+        if not any(name.lower().endswith((".parquet", ".pq")) for name, _ in found):
+            raise FairpipeInputError(NO_PARQUET_FILES.format(where=url))
+        return
+    suffixes = "".join(url.suffixes[-2:]).lower()
+    if not suffixes.endswith((".csv", ".csv.gz", ".parquet", ".pq")):
+        raise FairpipeInputError(URL_KIND.format(url=url))
+    try:
+        url_size(str(url))
+    except FileNotFoundError:
+        raise FairpipeInputError(URL_MISSING.format(url=url)) from None
+    except OSError as why:
+        raise FairpipeInputError(URL_UNREADABLE.format(url=url, why=_first_line(why))) from None
+
+
+def _plan_url(url: UrlPath, group_column: str | None, id_column: str | None) -> SourcePlan:
+    """The plan of a source at a URL: a Parquet file, a CSV (``.csv``, ``.csv.gz``), or a Parquet
+    data set (a prefix: a URL ending in ``/``, or with no suffix); or an error naming the URL
+    (nothing there, or it cannot be read from here)."""
+    check_url_source(url)
+    if url.endswith("/") or not url.suffix:
+        return _plan_table(url, "parquet", group_column, id_column, _parquet_files(url))
+    suffixes = "".join(url.suffixes[-2:]).lower()
+    kind = "parquet" if suffixes.endswith((".parquet", ".pq")) else "csv"
+    return _plan_table(url, kind, group_column, id_column)
+
+
+URL_MISSING = "Source {url} does not exist: there is no object at that URL."
+URL_UNREADABLE = "Source {url} cannot be read ({why})."
+URL_KIND = (
+    "Source {url}: expected a .parquet, .csv or .csv.gz object, or a prefix of Parquet files "
+    "(a URL ending in /)."
+)
+NO_PARQUET_FILES = "Source {where} holds no Parquet files (.parquet, .pq)."
+NOT_SAME_COLUMNS = "{file} has other columns than the first file of {where}."
+
+
+def _header_fields(path: SourcePath) -> int | None:
     """The number of fields of a plain CSV's header line (None where it holds a quote: a comma
     may then be inside a field)."""
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         header = f.readline()
     return None if b'"' in header else header.count(b",") + 1
 
 
-def _plan_table(
-    path: Path, kind: str, group_column: str | None, id_column: str | None
-) -> SourcePlan:
+def _plan_table(path: SourcePath, kind: str, group_column: str | None, id_column: str | None,
+                files: list[tuple[str, int]] | None = None) -> SourcePlan:  # fmt: skip
     where = path.name
     plain_csv = kind == "csv" and path.suffix.lower() != ".gz"
     first_line = CSV_FIRST_LINE if kind == "csv" else None
     if plain_csv:  # its bytes checked before pandas reads it: errors name their line
         offsets, rows = scan_csv(path, _header_fields(path))
-    head = _read_table(path, kind, nrows=100)
+    head = _read_table(path, kind, nrows=100, files=files)
     columns = [str(c) for c in head.columns]
     for col, role in ((group_column, "--group-column"), (id_column, "--id-column")):
         if col is not None and col not in columns:
@@ -418,13 +541,13 @@ def _plan_table(
             f"{where} has no feature columns besides the id and group columns."
         )
     meta_cols = [c for c in (id_column, group_column) if c is not None]
-    meta = _read_table(path, kind, columns=meta_cols or [features[0]])
+    meta = _read_table(path, kind, columns=meta_cols or [features[0]], files=files)
     n = len(meta)
     if n == 0:
         raise FairpipeInputError(EMPTY.format(where=where))
     plan = SourcePlan(
         kind=kind, where=where, n=n, d=len(features), path=str(path), feature_columns=features,
-        columns=columns,
+        columns=columns, files=files or [],
     )  # fmt: skip
     if plain_csv:
         if rows != n:
@@ -455,10 +578,19 @@ def chunk_plan(plan: SourcePlan, a: int, b: int) -> SourcePlan:
     return replace(plan, ids=None, groups=None, points=points, points_start=a)
 
 
+def rows_plan(plan: SourcePlan, a: int, b: int, rows: np.ndarray) -> SourcePlan:
+    """The plan of rows [a, b) of the source, read and validated already (``rows``, from
+    :func:`read_source_rows`): what a job on a machine that cannot open the source gets."""
+    return replace(chunk_plan(plan, a, b), kind="rows", points=rows, path=None, row_offsets=None)
+
+
 def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
     """Validated float32 rows [a, b) of the source; errors name rows of the whole source."""
     names: list[str] | None = None  # a table's feature columns, named in errors
     first_line = CSV_FIRST_LINE if plan.kind == "csv" else None
+    if plan.kind == "rows":  # read and validated where the source is (rows_plan)
+        assert plan.points is not None
+        return plan.points[a - plan.points_start : b - plan.points_start]
     if plan.kind == "memory":
         assert plan.points is not None
         X = plan.points[a - plan.points_start : b - plan.points_start]
@@ -472,9 +604,8 @@ def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
         if plan.row_offsets is not None and a // OFFSET_STRIDE < plan.row_offsets.shape[0]:
             frame = _read_csv_at(plan, a, b)
         else:
-            frame = _read_table(
-                Path(plan.path), plan.kind, columns=plan.feature_columns, skip=a, nrows=b - a
-            )
+            frame = _read_table(_source_path(plan.path), plan.kind, columns=plan.feature_columns,
+                                skip=a, nrows=b - a, files=plan.files)  # fmt: skip
         if len(frame) != b - a:
             raise FairpipeInputError(
                 f"{plan.where} changed while it was read: rows {a + 1}..{b} missing."
@@ -502,7 +633,7 @@ def _read_csv_at(plan: SourcePlan, a: int, b: int):
 
     assert plan.path is not None and plan.row_offsets is not None
     j = a // OFFSET_STRIDE
-    with open(plan.path, "rb") as f:
+    with open_binary(plan.path) as f:
         f.seek(int(plan.row_offsets[j]))
         try:
             return pd.read_csv(f, header=None, names=plan.columns, usecols=plan.feature_columns,
@@ -598,7 +729,7 @@ def _csv_lines(plan: SourcePlan, rows: np.ndarray) -> np.ndarray | None:
     assert plan.path is not None and plan.row_offsets is not None
     offsets = plan.row_offsets
     lines: list[bytes] = []
-    with open(plan.path, "rb") as f:
+    with open_binary(plan.path) as f:
         for j in np.unique(rows // OFFSET_STRIDE).tolist():
             if j >= offsets.shape[0]:
                 return None

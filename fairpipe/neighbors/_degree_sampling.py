@@ -292,8 +292,9 @@ def sample_query(
     and continues from that state: never more than about twice the cheaper of the two costs.
     The ``exact`` sampler enumerates M(q) instead of flattening (:func:`enumerate_neighbourhood`)
     and draws uniformly from it, with no rejection: at once when the draws it expects to need
-    (2.2 per sample before any is made, then from its acceptance so far) would take its draws
-    past the entries of its buckets, m. ``path`` forces one way (``lazy``, ``flat``, or, for
+    (2.2 per sample before any is made, then from its acceptance so far) would cost more than
+    enumerating, a draw counted as :data:`DRAW_ENTRIES` of the m entries of its buckets.
+    ``path`` forces one way (``lazy``, ``flat``, or, for
     the ``exact`` sampler, ``enumerate``; ``auto`` by default). ``complete``: see
     :func:`query_buckets`. ``degrees`` (each index row's degree in the query's buckets) and
     ``hood`` (M(q), sorted) are what the caller may know already (the store's reader builds an
@@ -321,7 +322,8 @@ def sample_query(
     while filled < n_samples:
         need = n_samples - filled
         if enumerable and (
-            path == "enumerate" or stats.draws + _expected_draws(need, filled, stats.draws) > total
+            path == "enumerate"
+            or (stats.draws + _expected_draws(need, filled, stats.draws)) * DRAW_ENTRIES > total
         ):
             if hood is None:
                 hood = enumerate_neighbourhood(index, qb, points, query, mode, radius, c)
@@ -443,6 +445,11 @@ def acceptance(flat: FlatBuckets, g: int, sampler: str, failure_prob: float) -> 
 
 SCALAR_SAMPLES = 4
 SCALAR_DRAWS = 64
+# What a rejection draw costs in entries of the query's buckets enumerated (a draw: a member, its
+# distance and its degree among L buckets; an entry: a copy, and a share of a unique row's
+# distance): about 300 ns against 15-40 ns at 1M x 128, L = 67; 8 leaves the lazy path to
+# a few thousand samples or fewer.
+DRAW_ENTRIES = 8
 SCALAR_SAMPLERS = ("exact", "weighted", "uniform")
 
 
@@ -549,7 +556,7 @@ def _draw_lazy(
 
 def unique_ints(values: np.ndarray) -> np.ndarray:
     """``np.unique`` of non-negative integers: by a mask over 0..max where that is cheaper
-    (numpy's hashing unique took 0.14 s for 500k rows below 1M on this machine; the mask 1 ms),
+    (numpy's hashing unique takes 0.14 s for 500k rows below 1M on this machine; the mask 1 ms),
     else by a sort. The same sorted values and dtype."""
     if values.size < 1024:
         return np.unique(values)

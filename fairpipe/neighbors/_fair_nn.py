@@ -160,7 +160,9 @@ class FairNN(LSHParameters):
     def _lsh(self) -> E2LSH:
         return E2LSH(**self.get_params())
 
-    def fit(self, X: np.ndarray, ids: np.ndarray | None = None) -> FairNN:
+    def fit(self, X: np.ndarray, y=None, *, ids: np.ndarray | None = None) -> FairNN:
+        """Index the rows of ``X`` (``ids``: one per row, default the row numbers; ``y`` is
+        ignored, scikit-learn's convention for estimators without a target)."""
         self._check_params()
         X, ids = check_points_and_ids(X, ids, "FairNN")
         lsh = self._lsh().fit(X)
@@ -232,7 +234,7 @@ class FairNN(LSHParameters):
     def keys_(self) -> np.ndarray:
         """(n, L) uint64 bucket key of every row in each table. Made from the index on first use
         where the sampler was given none (a row in no bucket, forgotten, has all ones)."""
-        keys = self.__dict__.get("_keys", self.__dict__.get("keys_"))  # (pickled before: keys_)
+        keys = self.__dict__.get("_keys", self.__dict__.get("keys_"))  # (older pickles hold keys_)
         if keys is None:
             keys = self.index_.row_keys(self.points_.shape[0])
         self._keys = keys

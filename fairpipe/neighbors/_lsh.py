@@ -129,9 +129,9 @@ class E2LSH(LSHParameters):
 
     _fitted_attribute = "projections_"
 
-    def fit(self, X: np.ndarray | int, ids: np.ndarray | None = None) -> E2LSH:
+    def fit(self, X: np.ndarray | int, y=None, *, ids: np.ndarray | None = None) -> E2LSH:
         """Draw the hash functions for the dimension of ``X`` (a matrix or an int dimension);
-        ``ids`` are accepted for the common signature and not used (the functions depend on the
+        ``y`` and ``ids`` are accepted for the common signature and not used (the functions depend on the
         seed and the dimension only)."""
         d = int(X) if isinstance(X, int | np.integer) else int(np.asarray(X).shape[1])
         check_positive_int(d, "d", "E2LSH.fit")
@@ -240,8 +240,8 @@ class E2LSH(LSHParameters):
                     block[:] = src
                     src = block
             elif self.projection == "exact":
-                # A short block is multiplied alone (a query's one row: 0.1 ms, where the
-                # padded block took 4-12 ms): its keys do not depend on the product's order.
+                # A short block is multiplied alone (a query's one row: 0.1 ms, against 4-12 ms
+                # for the padded block): its keys do not depend on the product's order.
                 block[:rows] = X[start:stop]
                 src = block[:rows]
             else:

@@ -21,7 +21,7 @@ def stable_key_order(h):
     """(order, h[order]): a stable argsort of the uint64 keys ``h``: two stable counting-sort
     passes by 16-bit digits (bits 32-47, then 48-63), then an insertion pass that orders, by
     the whole key, the few neighbours equal in their top 32 bits (hashed keys: about m^2 / 2^33
-    pairs of distinct keys). A 16-bit pass and a mergesort of each range took 0.42 s for 10M
+    pairs of distinct keys). A 16-bit pass and a mergesort of each range take 0.42 s for 10M
     entries, this 0.29 s (the same order)."""
     m = h.shape[0]
     keys = h.copy()

@@ -356,9 +356,10 @@ class FairSummary(BaseEstimator):
         first); the flows build the same tree on Dask with them."""
         return self._check_params()[0]
 
-    def fit(self, X, ids=None, groups=None) -> FairSummary:
+    def fit(self, X, y=None, *, ids=None, groups=None) -> FairSummary:
         """Select the summary of the rows of ``X``; ``groups`` (one integer per row, 0 to
-        len(lower) - 1) defaults to one group for every row."""
+        len(lower) - 1) defaults to one group for every row; ``ids`` to the row numbers; ``y``
+        is ignored (scikit-learn's convention for estimators without a target)."""
         params, n_leaves = self._check_params()
         X, ids = check_points_and_ids(X, ids, "FairSummary")
         n_groups = len(params.lower)

@@ -71,6 +71,7 @@ from flows.cli import (  # noqa: E402
     requests,
     rerank,
     sample,
+    server,
     summarize,
     verify,
 )
@@ -101,12 +102,14 @@ for _command in (
     demo.demo,
 ):
     app.command()(_command)
+app.add_typer(server.app, name="server")
 
 
 def main() -> None:
     """The ``fairpipe`` program (its console script and ``python -m flows.cli``)."""
     import logging
     import signal
+    import threading
     import warnings
 
     from flows.cli._runner import PROGRAM
@@ -118,6 +121,11 @@ def main() -> None:
     # removed, the local cluster and Prefect server are stopped; then exit 130.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    # A Ctrl-C reaches every process of the terminal's process group: the local cluster's worker
+    # processes too, which printed tracebacks of their own while the command stopped them. Every
+    # thread but the main one blocks SIGINT, and so do the processes they start (a blocked
+    # signal stays blocked across exec): only the command sees a Ctrl-C, and it stops them.
+    threading.settrace(_block_sigint_in_thread)
     # Python's warnings and logs too (Icechunk's, Dask's, a library logging before Prefect sets
     # up logging), here and in the processes the command starts: by the program only, so that
     # tests running commands keep their own warning filters.
@@ -128,6 +136,14 @@ def main() -> None:
         warnings.simplefilter("ignore")
     logging.getLogger().setLevel(logging.CRITICAL)
     app(prog_name="fairpipe")
+
+
+def _block_sigint_in_thread(frame, event, arg) -> None:
+    """Run once at the start of every thread (threading.settrace), then removed: block SIGINT."""
+    import signal
+
+    sys.settrace(None)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 def _interrupt(signum, frame) -> None:

@@ -202,7 +202,8 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             shared: tuple[str, ...] = ("as_json",),
             render: Callable[[dict], None] | None = None,
             read_only: bool = False,
-            check: Callable[..., None] | None = None) -> Callable[[F], F]:  # fmt: skip
+            check: Callable[..., None] | None = None,
+            name: str | None = None) -> Callable[[F], F]:  # fmt: skip
     """A command: run under the one exception handler (see the module's docstring), with the
     ``shared`` options (and ``--verbose``) added after its own and given to it as
     ``shared: Shared``; the dict it returns is printed as one JSON object (``--json``) or by
@@ -216,6 +217,8 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
 
     ``check`` is called with the command's own options before anything starts (the early Prefect
     server, a cluster, a flow), as the shared options are checked (:func:`check_shared`).
+
+    ``name``: how messages name the command (``server start``; default: the function's name).
     """
     flags = dict(parameter_flags or {})
     shared = (*shared, "verbose")
@@ -236,9 +239,9 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
 
                 loud_libraries()
             try:
-                with errors_reported(fn.__name__, flags, dict(kwargs)):
+                with errors_reported(name or fn.__name__, flags, dict(kwargs)):
                     options = Shared(**{name: kwargs.pop(name) for name in shared})
-                    check_shared(options, fn.__name__, kwargs)
+                    check_shared(options, name or fn.__name__, kwargs)
                     if check is not None:
                         check(**kwargs)
                     if "dask_address" in shared:  # runs a flow: its Prefect server starts now,

@@ -36,6 +36,12 @@ def _check(**o) -> None:
     from storage.queue import MAX_REQUEST_IDS  # what one request (a part) may hold
 
     check_int_range(o["batch_size"], "--batch-size", "fairpipe backfill", 1, MAX_REQUEST_IDS)
+    from fairpipe.datasets import read_ids
+    from flows.checks import existing_store
+
+    # Bad input before anything starts (the flow checks again: deployments call it directly).
+    existing_store(o["store"])
+    read_ids(path=o["ids_file"])
 
 
 @command({"batch_size": "--batch-size"}, shared=WRITES_STORES, render=_render, check=_check)
@@ -58,13 +64,8 @@ def backfill(
     shared: Shared,
 ) -> dict:
     """Forget a large backlog of ids in batches; rerun with the same file to resume."""
-    from fairpipe.datasets import read_ids
     from flows.backfill import BackfillOptions, run_backfill
-    from storage.store import FairpipeStore
 
-    # Bad input before a cluster starts (the flow checks again: deployments call it directly).
-    FairpipeStore.open(store).require_data()
-    read_ids(path=ids_file)
     options = BackfillOptions(batch_size=batch_size, reason=reason,
                               lock_timeout=shared.lock_timeout,
                               progress=not shared.as_json)  # fmt: skip

@@ -49,6 +49,9 @@ def _check(**o) -> None:
     if o["n_init"] is not None:
         check_int_range(o["n_init"], "--n-init", "fairpipe fit", 1, MAX_N_INIT)
     check_tree(o["tree_width"], o["tree_height"], "fairpipe fit", needs_root_above_leaves=True)
+    from flows.checks import check_fit
+
+    check_fit(o["store"], o["k"], o["model"])
 
 
 @command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)

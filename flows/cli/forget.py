@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Ids, IdsFile, Store, check_ids_given, check_options
+from flows.cli._options import Ids, IdsFile, Store, check_options
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
 ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
@@ -53,7 +53,14 @@ def _render(r: dict) -> None:
 
 def _check(**o) -> None:
     check_options("fairpipe forget", max_batch=("positive", o["max_batch"]))
-    check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=False)
+    from fairpipe.datasets import read_ids
+    from flows.checks import check_forget
+
+    given = (o["ids"] is not None) + (o["ids_file"] is not None)
+    if given > 1:
+        raise FairpipeInputError(ONE_SOURCE)
+    # The store, and the ids against it (a list of people to forget is small: read twice).
+    check_forget(o["store"], read_ids(text=o["ids"], path=o["ids_file"]) if given else None)
 
 
 @command(shared=WRITES_STORES, render=_render, check=_check)

@@ -77,7 +77,26 @@ def _check(**o) -> None:
     source = Path(o["source"])
     name = o["source"].partition(":")[0]
     if name in ("digits", "gaussian", "mnist", "word2vec", "adult", "bank", "census-kdd"):
-        return  # built-in: loaded by the flow
+        if o["source"] in ("digits", "gaussian") and _new_local_store(o["store"]):
+            # The generated and bundled data sets plan at once: the parameters' errors come
+            # before anything starts (the flow reuses the choice: flows.parameters).
+            from fairpipe.datasets import plan_source
+            from flows.parameters import new_store_parameters
+
+            gaussian = {"n": o["gaussian_n"], "d": o["gaussian_d"],
+                        "clusters": o["gaussian_clusters"], "groups": o["gaussian_groups"]}  # fmt: skip
+            plan = plan_source(o["source"], group_column=o["group_column"],
+                               id_column=o["id_column"], gaussian=gaussian,
+                               seed=o["seed"] or 0)  # fmt: skip
+            new_store_parameters(plan, plan.ids, o["seed"] or 0, lsh_k=o["lsh_k"],
+                                 lsh_tables=o["lsh_tables"], lsh_width=o["lsh_width"],
+                                 radius=o["radius"], recall=o["recall"])  # fmt: skip
+        return  # the others: loaded by the flow
+    from fairpipe.datasets import check_url_source, is_url
+
+    if is_url(o["source"]):  # its rows are read by the workers: here, that it is there
+        check_url_source(o["source"])
+        return
     size = source.stat().st_size if source.is_file() else 0
     if size > PLAN_AHEAD_BYTES and source.suffix.lower() != ".npy":
         return
@@ -109,8 +128,10 @@ def ingest(
     source: Annotated[
         str,
         typer.Argument(
-            help="A .npy, .csv(.gz) or .parquet file, 'digits', 'gaussian', or mnist:PATH / "
-            "word2vec:PATH / adult:PATH / bank:PATH / census-kdd:PATH.",
+            help="A .npy, .csv(.gz) or .parquet file, or a folder of .parquet files; a "
+            ".csv(.gz) or .parquet at an s3://, gs://, az:// or https:// URL, or a prefix of "
+            ".parquet files (ending in /), read by the workers; 'digits', 'gaussian', or "
+            "mnist:PATH / word2vec:PATH / adult:PATH / bank:PATH / census-kdd:PATH.",
             show_default=False,
         ),
     ],

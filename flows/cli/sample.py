@@ -12,6 +12,10 @@ from flows.cli._options import QueryFile, QueryRow, Seed, Store, check_options, 
 from flows.cli._runner import Shared, command, result_console
 
 ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
+RECALL = (
+    "expected recall {recall:.3f} at r={radius:.4g}: a point within r is among the points the "
+    "samples come from, M(q), with probability at least {recall:.3f}"
+)
 # FairNN.sample's parameters, as its error messages name them.
 PARAMETER_FLAGS = {"sampler": "--method", "n_samples": "--samples"}
 
@@ -36,6 +40,7 @@ def short_line(i: int, q: dict, method: str) -> str | None:
 
 def _render(r: dict) -> None:
     out = result_console()
+    out.print(RECALL.format(recall=r["expected_recall"], radius=r["radius"]), markup=False)
     for i, q in enumerate(r["queries"]):
         out.print(
             f"query {i}: |M(q)| = {q['neighbourhood_size']} within r={r['radius']:.4g} "

@@ -40,6 +40,13 @@ def _check(**o) -> None:
     )  # fmt: skip
     check_tree(o["tree_width"], o["tree_height"], "fairpipe summarize")
     check_int_range(o["eval_size"], "--eval-size", "fairpipe summarize", 1, 1 << 16)
+    from flows.checks import check_summarize
+
+    check_summarize(
+        o["store"], o["k"], o["lower"], o["upper"], o["bounds"], utility=o["utility"],
+        fanout=o["tree_width"], height=o["tree_height"], eval_size=o["eval_size"],
+        rule=o["rule"], seed=o["seed"],
+    )  # fmt: skip
 
 
 @command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)

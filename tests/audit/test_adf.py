@@ -430,6 +430,6 @@ def test_named_data_sets_are_found_beside_the_repository_by_default():
     from fairpipe.datasets._audit_data import DEFAULT_DATA_DIR
     from tests.conftest import SHARED_DATA
 
-    assert DEFAULT_DATA_DIR == SHARED_DATA.resolve()
+    assert DEFAULT_DATA_DIR.resolve() == SHARED_DATA.resolve()  # a symlinked shared too
     data = load_audit_data("german")
     assert data.X.shape == (1000, 20)

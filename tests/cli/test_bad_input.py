@@ -147,6 +147,18 @@ CASES = [
     ("fit --store {store} --k 3 --gamma 1", r"The --gamma option of fairpipe fit must be in \(0, 1\). Got 1.0 instead\."),
     ("fit --store {store} --k 3 --seed -1", r"--seed .* Got -1 instead\."),
     ("fit --store {store} --k 3 --workers 100000", r"--workers .* from 1 to 64. Got 100000 instead\."),
+    # checked against the store before anything starts (flows/checks.py)
+    ("forget --store {new} --ids 3", r"There is no fairpipe store at .*new-store\. Run 'fairpipe ingest SOURCE"),
+    ("forget --store {store} --ids 5000000,5000001", r"None of the 2 ids to forget is in the store .* \(first: 5000000\)\."),
+    ("fit --store {new} --k 3", r"There is no fairpipe store at"),
+    ("fit --store {store} --k 3 --model kmeans", r"The 'model' parameter of fit must be one of 'dc', 'q', 'auto'\. Got 'kmeans' instead\."),
+    ("fit --store {store} --k 100000", r"k = 100000 is larger than the 1797 live points of the store"),
+    ("summarize --store {store} --k 3", r"No fairness bounds: give --lower and --upper \(fractions of k\) or --bounds FILE\.json\."),
+    ("summarize --store {store} --k 100000 --lower 0", r"k = 100000 is larger than the 1797 elements of the store"),
+    ("summarize --store {store} --k 3 --lower 0 --utility median", r"The 'utility' parameter of FairSummary must be one of 'exemplar', 'facility'"),
+    ("summarize --store {new} --k 3 --lower 0", r"There is no fairpipe store at"),
+    ("backfill --store {new} --ids-file {d}/ids_neg.csv", r"There is no fairpipe store at"),
+    ("backfill --store {store} --ids-file {d}/missing.txt", r"The ids file .*missing.txt does not exist\."),
     # summarize, predict, rerank, audit, demo
     ("summarize --store {store} --k 3 --lower 0.1 --tree-width 1", r"The --tree-width option of fairpipe summarize must be an integer >= 2"),
     ("summarize --store {store} --k 3 --lower 0 --tree-height 50", r"16 \*\* 50 leaves; at most 16777216"),

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from fairpipe.neighbors import lsh_recall
 from flows.cli import app
 from storage import open_store
 
@@ -213,9 +214,15 @@ def test_sample_prints_its_result_on_stdout(digits_store):
     path, _ = digits_store
     out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--samples", 7)
     assert out.exit_code == 0 and out.stderr == ""
-    header, ids = out.stdout.splitlines()
+    promise, header, ids = out.stdout.splitlines()
+    recall = json.loads(invoke("info", "--store", path, "--json").stdout)["lsh"]
+    expected = lsh_recall(25, recall["k"], recall["n_tables"], recall["width"])
+    assert promise.startswith(f"expected recall {expected:.3f} at r=25: ")
     assert header.startswith("query 0: |M(q)| = ") and "(exact mode, exact sampler)" in header
     assert len(ids.split()) == 7
+    as_json = json.loads(invoke("sample", "--store", path, "--query-id", 42, "--radius", 25,
+                                "--json").stdout)  # fmt: skip
+    assert as_json["expected_recall"] == pytest.approx(expected)
 
 
 def test_rerank_command(dask_address, tmp_path):

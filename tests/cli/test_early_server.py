@@ -44,12 +44,6 @@ def test_an_early_server_no_flow_adopted_is_stopped(no_api):
     assert early.process.poll() is not None and _server._early is None
 
 
-def test_no_early_server_when_an_api_is_configured(monkeypatch):
-    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
-    _server.launch_early()
-    assert _server._early is None
-
-
 def test_a_command_with_bad_input_leaves_no_server_behind(tmp_path):
     """Through the installed command, without PREFECT_API_URL: it launches its server early,
     fails on bad input (exit 2), and no server process it started is left running."""

@@ -110,3 +110,25 @@ def test_interruptions_pass_unredacted():
 
     with pytest.raises(KeyboardInterrupt):
         flow(name="i")(interrupted).fn()
+
+
+@flow(name="fairpipe-probe", log_prints=False)
+def named_probe(store_url: str, ids=None) -> str:
+    from prefect.runtime import flow_run
+
+    return flow_run.name
+
+
+@flow(name="fairpipe-probe-alone", log_prints=False)
+def unnamed_probe(k: int) -> str:
+    from prefect.runtime import flow_run
+
+    return flow_run.name
+
+
+def test_flow_runs_are_named_after_the_command_and_the_store(prefect_server):
+    from flows.runtime import run_flow
+
+    assert run_flow(named_probe, "/data/stores/people/", [AN_ID], processes=False) == "probe people"
+    assert run_flow(named_probe, "s3://bucket/prefix/people") == "probe people"
+    assert run_flow(unnamed_probe, 3) == "probe-alone"

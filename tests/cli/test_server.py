@@ -1,0 +1,84 @@
+"""The Prefect API a command uses: the user's (PREFECT_API_URL, which must answer), the server of
+``fairpipe server start`` (found through its pid file under PREFECT_HOME), or its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from flows import _server
+from flows.cli import app
+
+runner = CliRunner()
+FAIRPIPE = sys.executable.replace("python", "fairpipe")
+
+
+def test_a_prefect_api_url_that_does_not_answer_is_one_line_and_exit_2(
+    digits_store, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    started = time.perf_counter()
+    out = runner.invoke(app, ["forget", "--store", str(digits_store[0]), "--ids", "1"])
+    assert out.exit_code == 2, out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(
+        "error: PREFECT_API_URL is http://127.0.0.1:9/api, which does not answer"
+    )
+    assert time.perf_counter() - started < _server.API_TIMEOUT_SECONDS + 2
+    with pytest.raises(_server.FairpipeInputError, match="PREFECT_API_URL is notaurl"):
+        _server.check_api("notaurl")
+
+
+def test_an_answering_api_is_used_as_it_is(prefect_server, monkeypatch):
+    monkeypatch.setenv("PREFECT_API_URL", prefect_server)
+    _server.launch_early()
+    try:
+        assert _server._early is None and os.environ["PREFECT_API_URL"] == prefect_server
+    finally:
+        _server.stop_early()
+    assert os.environ["PREFECT_API_URL"] == prefect_server  # the user's, left as it was
+
+
+def fairpipe(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([FAIRPIPE, *args], env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_server_start_status_stop_and_commands_use_it(prefect_server, monkeypatch):
+    """``fairpipe server start`` keeps Prefect's own server running (in PREFECT_HOME: the
+    session's, whose database is made); a command finds it through the pid file; ``stop`` ends it,
+    and a second ``stop`` is one line, exit 2."""
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_UI_ENABLED"] = "0"
+    out = fairpipe("server", "start", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    kept = json.loads(out.stdout)
+    try:
+        again = fairpipe("server", "start", env=env)
+        assert again.returncode == 2 and "already runs at " + kept["url"] in again.stderr
+        status = json.loads(fairpipe("server", "status", "--json", env=env).stdout)
+        assert status["running"] and status["url"] == kept["url"]
+        monkeypatch.delenv("PREFECT_API_URL", raising=False)
+        _server.launch_early()  # what a command does before importing its flow
+        try:
+            assert _server._early is None  # no server of its own
+            assert os.environ["PREFECT_API_URL"] == kept["url"]
+        finally:
+            _server.stop_early()
+        assert "PREFECT_API_URL" not in os.environ
+    finally:
+        stopped = fairpipe("server", "stop", env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not psutil.pid_exists(kept["pid"]) or psutil.Process(kept["pid"]).status() == "zombie"
+    assert not _server.pid_file().exists()
+    out = fairpipe("server", "stop", env=env)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("error: No Prefect server of 'fairpipe server start' runs")
+    assert len(out.stderr.splitlines()) == 1
