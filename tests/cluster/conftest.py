@@ -207,22 +207,52 @@ def s3_env(second_host, monkeypatch):
     return second_host
 
 
+def people_parquet(folder: Path) -> Path:
+    """3,000 points of 4 features in two groups (``people.parquet``, with ids and groups), in
+    ``folder``: on the client only, when the folder is pytest's."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(35)
+    centres = rng.normal(scale=4.0, size=(3, 4))
+    X = centres[rng.integers(0, 3, 3000)] + rng.normal(size=(3000, 4))
+    frame = pd.DataFrame(X.astype(np.float32), columns=[f"x{j}" for j in range(4)])
+    frame["group"] = rng.choice(["f", "m"], 3000)
+    frame.insert(0, "id", np.arange(3000))
+    path = folder / "people.parquet"
+    frame.to_parquet(path, index=False)
+    return path
+
+
+# How the people store is ingested (its source's path aside).
+PEOPLE = ["--id-column", "id", "--group-column", "group", "--lsh-k", "4", "--lsh-tables", "6",
+          "--chunk-rows", "1000"]  # fmt: skip
+
+
 @pytest.fixture(scope="session")
-def s3_store(second_host, prefect_server):
-    """The people store (INGEST) in the second host's bucket: made by the
-    client on its own embedded cluster (an ingest on the second host's workers needs its
-    staging area in the store's own storage, not in the client's temporary folder)."""
+def people_source(tmp_path_factory) -> Path:
+    return people_parquet(tmp_path_factory.mktemp("client-only"))
+
+
+@pytest.fixture(scope="session")
+def s3_store(second_host, prefect_server, people_source):
+    """The people store in the second host's bucket, ingested on its workers from a Parquet file
+    only the client has (it reads the file and sends its blocks to the workers)."""
     from typer.testing import CliRunner
 
     from flows.cli import app
 
     url = f"s3://{BUCKET}/people"
+    before = second_host.task_counts()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AWS_ENDPOINT_URL", second_host.endpoint)
         for name, value in CREDENTIALS.items():
             mp.setenv(name, value)
-        made = CliRunner().invoke(app, [*INGEST, "--store", url])
+        made = CliRunner().invoke(app, ["ingest", str(people_source), "--store", url, *PEOPLE,
+                                        "--dask-address", second_host.scheduler])  # fmt: skip
     assert made.exit_code == 0, made.output
+    after = second_host.task_counts()
+    assert after.get("ingest_chunk", 0) > before.get("ingest_chunk", 0), after
     return url
 
 

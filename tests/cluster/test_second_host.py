@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from typer.testing import CliRunner
 
-from tests.cluster.conftest import INGEST
+from tests.cluster.conftest import PEOPLE
 
 runner = CliRunner()
 
@@ -70,7 +70,7 @@ def store_arrays(url: str) -> dict:
 
 
 def test_every_command_runs_its_heavy_work_on_workers_that_cannot_reach_prefect(
-    s3_store, s3_env, tmp_path, monkeypatch
+    s3_store, s3_env, people_source, tmp_path, monkeypatch
 ):
     host, store = s3_env, s3_store
     cluster = ["--dask-address", host.scheduler]
@@ -97,11 +97,12 @@ def test_every_command_runs_its_heavy_work_on_workers_that_cannot_reach_prefect(
         assert ran.get(job, 0) > 0, (job, ran)
     assert all(n > 0 for n in host.executed_per_worker().values())
 
-    # The store built locally by the same commands, on a cluster of threads in this process
-    # (one worker: the results do not depend on the workers), is the same, array by array.
+    # The store built locally from the same file by the same commands (the ingest on the
+    # embedded default cluster, the others on a cluster of threads in this process: the results
+    # do not depend on the workers) is the same, array by array.
     remote = store_arrays(store)
     local = str(tmp_path / "local")
-    ok(invoke(*INGEST, "--store", local, "--json"))
+    ok(invoke("ingest", people_source, "--store", local, *PEOPLE, "--json"))
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
