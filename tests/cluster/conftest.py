@@ -103,9 +103,10 @@ def _wait_for(path: Path, proc: subprocess.Popen, log: Path, seconds: float = 60
         time.sleep(0.05)
 
 
-def worker_environment() -> dict[str, str]:
-    """What a worker on another machine would have: the code, the store's credentials, Dask's
-    and fairpipe's defaults; no Prefect setting and none of the client's other variables."""
+def worker_environment(endpoint: str = "") -> dict[str, str]:
+    """What a worker on another machine would have: the code, the S3 settings (``endpoint``:
+    the S3 server as the workers reach it), Dask's and fairpipe's defaults; no Prefect setting
+    and none of the client's other variables."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": str(CODE),
@@ -115,6 +116,8 @@ def worker_environment() -> dict[str, str]:
         "DASK_LOGGING__DISTRIBUTED": "error",
         **CREDENTIALS,
     }
+    if endpoint:
+        env["AWS_ENDPOINT_URL"] = endpoint
     return env
 
 
@@ -181,11 +184,11 @@ def second_host(tmp_path_factory):
                     "scheduler", {**worker_environment(), "HOME": str(logs)})  # fmt: skip
         _wait_for(scheduler_file, procs[-1], log)
         scheduler = json.loads(scheduler_file.read_text())["address"]
+        endpoint = f"http://{host_ip}:{moto_port}"
         names = [f"worker-{i}" for i in range(N_WORKERS)]
         for name in names:
             start(worker_command(scheduler, namespace, worker_ip, name), name,
-                  worker_environment())  # fmt: skip
-        endpoint = f"http://{host_ip}:{moto_port}"
+                  worker_environment(endpoint))  # fmt: skip
         host = SecondHost(scheduler, endpoint, host_ip, worker_ip, namespace,
                           _s3_client(endpoint), names)  # fmt: skip
         with host.client() as client:
