@@ -402,10 +402,9 @@ def _read_parquet(path: SourcePath, columns, skip: int, nrows: int | None,
     for name, size in files:
         if base < stop and base + size > skip:
             a = max(skip - base, 0)
-            part = _read_parquet_file(_source_path(name), columns, a, min(stop - base, size) - a)
-            if list(part.columns) != list(parts[0].columns if parts else part.columns):
-                raise FairpipeInputError(NOT_SAME_COLUMNS.format(file=name, where=path.name))
-            parts.append(part)
+            parts.append(
+                _read_parquet_file(_source_path(name), columns, a, min(stop - base, size) - a)
+            )
         base += size
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
@@ -448,12 +447,19 @@ def _parquet_files(folder: Path | UrlPath) -> list[tuple[str, int]]:
     if not names:
         raise FairpipeInputError(NO_PARQUET_FILES.format(where=folder.name))
     files = []
+    first: list[str] | None = None
     for name in names:
         try:
             with open_binary(_source_path(name)) as f:
-                files.append((name, pq.ParquetFile(f).metadata.num_rows))
+                meta = pq.ParquetFile(f).metadata
         except (OSError, pa.ArrowException) as why:
             raise FairpipeInputError(NOT_PARQUET.format(where=name, why=_first_line(why))) from None
+        columns = meta.schema.to_arrow_schema().names
+        first = columns if first is None else first
+        if columns != first:
+            raise FairpipeInputError(NOT_SAME_COLUMNS.format(
+                file=name, where=folder.name, columns=columns, first=first))  # fmt: skip
+        files.append((name, meta.num_rows))
     return files
 
 
@@ -510,7 +516,10 @@ URL_KIND = (
     "(a URL ending in /)."
 )
 NO_PARQUET_FILES = "Source {where} holds no Parquet files (.parquet, .pq)."
-NOT_SAME_COLUMNS = "{file} has other columns than the first file of {where}."
+NOT_SAME_COLUMNS = (
+    "{file} has the columns {columns}; the first file of {where} has {first}. The files of a "
+    "Parquet data set must have the same columns."
+)
 
 
 def _header_fields(path: SourcePath) -> int | None:
@@ -581,7 +590,8 @@ def chunk_plan(plan: SourcePlan, a: int, b: int) -> SourcePlan:
 def rows_plan(plan: SourcePlan, a: int, b: int, rows: np.ndarray) -> SourcePlan:
     """The plan of rows [a, b) of the source, read and validated already (``rows``, from
     :func:`read_source_rows`): what a job on a machine that cannot open the source gets."""
-    return replace(chunk_plan(plan, a, b), kind="rows", points=rows, path=None, row_offsets=None)
+    return replace(chunk_plan(plan, a, b), kind="rows", points=rows, path=None, row_offsets=None,
+                   files=[])  # fmt: skip
 
 
 def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:

@@ -349,17 +349,28 @@ def web(table):
 
 
 def test_a_url_that_is_no_table_is_named_and_nothing_is_written(
-    cluster, s3_server, in_bucket, tmp_path
+    cluster, s3_server, in_bucket, table, tmp_path
 ):
     from fairpipe.errors import FairpipeInputError
 
     s3_server.put_object(Bucket=BUCKET, Key="src/junk.parquet", Body=b"not parquet at all")
     s3_server.put_object(Bucket=BUCKET, Key="src/mixed/a.parquet", Body=b"PAR1 nor this")
-    for source in ("junk.parquet", "mixed/"):
-        url = f"{in_bucket}/{source}"
-        where = url if source == "junk.parquet" else f"{in_bucket}/mixed/a.parquet"
-        with pytest.raises(FairpipeInputError, match=f"{where} is not a readable Parquet file"):
-            run_ingest(url, f"s3://{BUCKET}/junk", IngestOptions(), **cluster)
+    s3_server.copy_object(
+        Bucket=BUCKET,
+        Key="src/other/a.parquet",
+        CopySource={"Bucket": BUCKET, "Key": "src/parts/part-0.parquet"},
+    )
+    _, frame = table
+    frame[["a", "b"]].to_parquet(tmp_path / "b.parquet")
+    s3_server.upload_file(str(tmp_path / "b.parquet"), BUCKET, "src/other/b.parquet")
+    cases = {
+        "junk.parquet": f"{in_bucket}/junk.parquet is not a readable Parquet file",
+        "mixed/": f"{in_bucket}/mixed/a.parquet is not a readable Parquet file",
+        "other/": rf"{in_bucket}/other/b.parquet has the columns \['a', 'b'\]; the first file",
+    }
+    for source, message in cases.items():
+        with pytest.raises(FairpipeInputError, match=message):
+            run_ingest(f"{in_bucket}/{source}", f"s3://{BUCKET}/junk", IngestOptions(), **cluster)
     assert keys_under(s3_server, "junk") == []
 
 
