@@ -91,7 +91,8 @@ def test_an_ingest_into_a_bucket_stages_nothing_in_the_client_temp_folder(
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    """A table of 3,000 rows with ids and groups, as Parquet (several row groups) and CSV."""
+    """A table of 3,000 rows with ids and groups, as Parquet (several row groups), as CSV, and
+    as a folder of three Parquet files."""
     import pandas as pd
 
     rng = np.random.default_rng(5)
@@ -101,6 +102,10 @@ def table(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sources")
     frame.to_parquet(folder / "people.parquet", row_group_size=700)
     frame.to_csv(folder / "people.csv", index=False)
+    (folder / "parts").mkdir()
+    for i, (a, b) in enumerate([(0, 1000), (1000, 1100), (1100, 3000)]):  # a Parquet data set
+        frame.iloc[a:b].to_parquet(folder / "parts" / f"part-{i}.parquet", row_group_size=400,
+                                   index=False)  # fmt: skip
     return folder, frame
 
 
@@ -145,6 +150,10 @@ def test_a_local_table_reaches_the_workers_as_blocks_and_gives_the_same_store(
     run_ingest(str(folder / name), str(local), opts, **THREADS)
     assert set(jobs_never_open_a_path) == {str(folder / name)}  # the embedded cluster's do
     same_store(url, str(local))
+    if name == "people.parquet":  # the same rows as a folder of files, sent as blocks
+        res = run_ingest(str(folder / "parts"), str(tmp_path / "parts"), opts, **cluster)
+        assert res["n"] == 3000 and set(jobs_never_open_a_path) == {str(folder / name)}
+        same_store(str(tmp_path / "parts"), str(local))
 
 
 def test_bad_rows_found_by_the_client_and_a_failed_first_ingest_leaves_no_object(
@@ -188,10 +197,9 @@ def in_bucket(s3_server, table):
     folder, frame = table
     for name in ("people.parquet", "people.csv"):
         s3_server.upload_file(str(folder / name), BUCKET, f"src/{name}")
-    for i, (a, b) in enumerate([(0, 1000), (1000, 1100), (1100, 3000)]):
-        part = folder / f"part-{i}.parquet"
-        frame.iloc[a:b].to_parquet(part, row_group_size=400, index=False)
-        s3_server.upload_file(str(part), BUCKET, f"src/parts/part-{i}.parquet")
+    for i in range(3):
+        s3_server.upload_file(str(folder / "parts" / f"part-{i}.parquet"), BUCKET,
+                              f"src/parts/part-{i}.parquet")  # fmt: skip
     s3_server.put_object(Bucket=BUCKET, Key="src/parts/_SUCCESS", Body=b"")
     return f"s3://{BUCKET}/src"
 
