@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from fairpipe.datasets import _loaders as loaders
-from fairpipe.datasets._remote import UrlPath, is_url, list_url, open_url, url_size
+from fairpipe.datasets._remote import (
+    UrlPath,
+    UrlUnreadable,
+    is_url,
+    list_url,
+    open_url,
+    url_size,
+)
 from fairpipe.errors import FairpipeInputError, check_positive_int, plain
 from fairpipe.validation import (
     EMPTY,
@@ -362,6 +369,8 @@ def _read_table(path: SourcePath, kind: str, columns=None, skip: int = 0, nrows:
 
         try:
             return _read_parquet(path, columns, skip, nrows, files)
+        except UrlUnreadable:
+            raise  # not the file's fault: the caller names the URL (and the worker)
         except (OSError, pa.ArrowException) as why:  # not Parquet, cut short, unreadable
             raise FairpipeInputError(
                 NOT_PARQUET.format(where=path.name, why=_first_line(why))
@@ -374,6 +383,8 @@ def _read_table(path: SourcePath, kind: str, columns=None, skip: int = 0, nrows:
                 return pd.read_csv(f, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype,
                                    compression=gz)  # fmt: skip
         return pd.read_csv(path, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype)
+    except UrlUnreadable:
+        raise  # not the file's fault: the caller names the URL (and the worker)
     except pd.errors.EmptyDataError:
         raise FairpipeInputError(EMPTY.format(where=path.name)) from None
     except UnicodeDecodeError as why:
@@ -452,6 +463,8 @@ def _parquet_files(folder: Path | UrlPath) -> list[tuple[str, int]]:
         try:
             with open_binary(_source_path(name)) as f:
                 meta = pq.ParquetFile(f).metadata
+        except UrlUnreadable:
+            raise
         except (OSError, pa.ArrowException) as why:
             raise FairpipeInputError(NOT_PARQUET.format(where=name, why=_first_line(why))) from None
         columns = meta.schema.to_arrow_schema().names
@@ -502,11 +515,14 @@ def _plan_url(url: UrlPath, group_column: str | None, id_column: str | None) -> 
     data set (a prefix: a URL ending in ``/``, or with no suffix); or an error naming the URL
     (nothing there, or it cannot be read from here)."""
     check_url_source(url)
-    if url.endswith("/") or not url.suffix:
-        return _plan_table(url, "parquet", group_column, id_column, _parquet_files(url))
-    suffixes = "".join(url.suffixes[-2:]).lower()
-    kind = "parquet" if suffixes.endswith((".parquet", ".pq")) else "csv"
-    return _plan_table(url, kind, group_column, id_column)
+    try:
+        if url.endswith("/") or not url.suffix:
+            return _plan_table(url, "parquet", group_column, id_column, _parquet_files(url))
+        suffixes = "".join(url.suffixes[-2:]).lower()
+        kind = "parquet" if suffixes.endswith((".parquet", ".pq")) else "csv"
+        return _plan_table(url, kind, group_column, id_column)
+    except OSError as why:  # gone, refused or unreachable while it was read
+        raise FairpipeInputError(URL_UNREADABLE.format(url=url, why=_first_line(why))) from None
 
 
 URL_MISSING = "Source {url} does not exist: there is no object at that URL."

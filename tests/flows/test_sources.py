@@ -391,3 +391,32 @@ def test_a_source_on_a_web_server_is_read_by_the_workers(cluster, web, local_sto
     with pytest.raises(FairpipeInputError, match=f"Source {web}/nope.csv does not exist"):
         run_ingest(f"{web}/nope.csv", str(tmp_path / "never"), IngestOptions(), **cluster)
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("source", ["people.parquet", "people.csv", "parts/"])
+def test_a_url_the_workers_cannot_read_names_the_url_and_the_worker(
+    cluster, s3_server, in_bucket, tmp_path, monkeypatch, source
+):
+    """Read by the client (planned), refused to the workers (their credentials, their network):
+    bad input naming both, and nothing left in the new store's place."""
+    import fairpipe.datasets._sources as sources
+    from fairpipe.datasets._remote import UrlUnreadable
+    from fairpipe.errors import FairpipeInputError
+
+    opened = sources.open_url
+
+    def refused_on_workers(url, size=None):
+        from distributed import get_worker
+
+        try:
+            worker = get_worker()
+        except ValueError:
+            return opened(url, size)
+        raise UrlUnreadable(f"access denied to {worker.address}")
+
+    monkeypatch.setattr(sources, "open_url", refused_on_workers)
+    url = f"{in_bucket}/{source}"
+    message = rf"Source {url} cannot be read on the worker inproc://\S+ \(access denied"
+    with pytest.raises(FairpipeInputError, match=message):
+        run_ingest(url, str(tmp_path / "store"), IngestOptions(**TABLE_OPTS), **cluster)
+    assert not (tmp_path / "store").exists()
