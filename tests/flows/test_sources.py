@@ -16,7 +16,8 @@ from flows.ingest import IngestOptions, run_ingest
 from storage.store import FairpipeStore
 from tests.storage.test_object_store import BUCKET, s3_server  # noqa: F401 (a fixture)
 
-THREADS = dict(n_workers=2, processes=False)
+# The reference stores: the embedded cluster, one worker (the cluster given by address has two).
+THREADS = dict(n_workers=1, processes=False)
 OPTS = dict(lsh_k=3, lsh_tables=6, chunk_rows=256, seed=2)
 ARRAYS = ("points", "ids", "groups", "alive", "lsh/segment_lengths", "lsh/bucket_counts",
           "lsh/projections")  # fmt: skip
