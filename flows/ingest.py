@@ -421,8 +421,9 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                     new_rows.result()
             else:
                 write_new_rows(txn.session, base, ids, codes)
-                results = write_rows_task(txn.fork(), plan, lsh, chunks, base,
-                                          staging, sketch)  # fmt: skip
+                # (the plan without its ids and groups: a task's inputs hold no one's id)
+                results = write_rows_task(txn.fork(), chunk_plan(plan, 0, plan.n), lsh, chunks,
+                                          base, staging, sketch)  # fmt: skip
                 raise_bad_input(results)
                 txn.merge([fork for fork, _ in results])
             timings["hash_and_write"] = time.perf_counter() - t0
