@@ -2,9 +2,10 @@
 
 Prefect tasks are coarse; the fine-grained work (one job per row chunk, one per block of tables)
 is mapped on the Dask cluster from inside them, and they are called in the flow's process (a trip
-to a worker delayed the first job by about 1.5 s: docs/architecture.md). The chunk jobs hash
-their rows and stage the keys in the store's own storage, outside its repository
-(:mod:`storage.staging`); the table jobs build their tables' segments from them. A small append patches only the segments its rows fall in; a larger
+to a worker delayed the first job by about 1.5 s: docs/architecture.md). The chunk jobs read
+their rows (or are sent them: :func:`write_rows_task`), hash them and stage the keys in the
+store's own storage, outside its repository (:mod:`storage.staging`); the table jobs build their
+tables' segments from them. A small append patches only the segments its rows fall in; a larger
 one rebuilds the tables from their entries and the staged keys. An append also brings the model
 and the summary up to date (:mod:`flows.update`). Everything is written inside one store
 transaction, published as one commit at the end: an error anywhere leaves the store as it was.
@@ -420,8 +421,9 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                     new_rows.result()
             else:
                 write_new_rows(txn.session, base, ids, codes)
-                results = write_rows_task(txn.fork(), plan, lsh, chunks, base,
-                                          staging, sketch)  # fmt: skip
+                # (the plan without its ids and groups: a task's inputs hold no one's id)
+                results = write_rows_task(txn.fork(), chunk_plan(plan, 0, plan.n), lsh, chunks,
+                                          base, staging, sketch)  # fmt: skip
                 raise_bad_input(results)
                 txn.merge([fork for fork, _ in results])
             timings["hash_and_write"] = time.perf_counter() - t0

@@ -104,20 +104,32 @@ def url_location(url: str):
     return object_store({"gs": "gcs"}.get(scheme, scheme), parsed.netloc), path
 
 
+class UrlUnreadable(OSError):
+    """An object that cannot be read from here: not found, refused, not reachable (its message
+    is obstore's first line). The table readers let it through, so that it is reported as the
+    URL that cannot be read (by the client, or by the worker named), not as a bad file."""
+
+
+class UrlMissing(UrlUnreadable, FileNotFoundError):
+    """No object at the URL."""
+
+
 @contextlib.contextmanager
 def _os_errors():
-    """obstore's errors as OSErrors (FileNotFoundError stays; a refused or unsupported request,
-    a network failure, become OSErrors with obstore's first line), so that a reader tells an
-    unreadable URL from a bug."""
+    """obstore's errors as :class:`UrlUnreadable` (:class:`UrlMissing`, a FileNotFoundError,
+    where there is no object)."""
     from obstore.exceptions import BaseError
 
     try:
         yield
-    except OSError:
-        raise
-    except BaseError as why:
-        first = (str(why).strip().splitlines() or [type(why).__name__])[0]
-        raise OSError(first) from None
+    except FileNotFoundError as why:
+        raise UrlMissing(_first(why)) from None
+    except (OSError, BaseError) as why:
+        raise UrlUnreadable(_first(why)) from None
+
+
+def _first(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def url_size(url: str) -> int:

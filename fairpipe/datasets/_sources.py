@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from fairpipe.datasets import _loaders as loaders
-from fairpipe.datasets._remote import UrlPath, is_url, list_url, open_url, url_size
+from fairpipe.datasets._remote import (
+    UrlPath,
+    UrlUnreadable,
+    is_url,
+    list_url,
+    open_url,
+    url_size,
+)
 from fairpipe.errors import FairpipeInputError, check_positive_int, plain
 from fairpipe.validation import (
     EMPTY,
@@ -362,6 +369,8 @@ def _read_table(path: SourcePath, kind: str, columns=None, skip: int = 0, nrows:
 
         try:
             return _read_parquet(path, columns, skip, nrows, files)
+        except UrlUnreadable:
+            raise  # not the file's fault: the caller names the URL (and the worker)
         except (OSError, pa.ArrowException) as why:  # not Parquet, cut short, unreadable
             raise FairpipeInputError(
                 NOT_PARQUET.format(where=path.name, why=_first_line(why))
@@ -374,6 +383,8 @@ def _read_table(path: SourcePath, kind: str, columns=None, skip: int = 0, nrows:
                 return pd.read_csv(f, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype,
                                    compression=gz)  # fmt: skip
         return pd.read_csv(path, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype)
+    except UrlUnreadable:
+        raise  # not the file's fault: the caller names the URL (and the worker)
     except pd.errors.EmptyDataError:
         raise FairpipeInputError(EMPTY.format(where=path.name)) from None
     except UnicodeDecodeError as why:
@@ -402,10 +413,9 @@ def _read_parquet(path: SourcePath, columns, skip: int, nrows: int | None,
     for name, size in files:
         if base < stop and base + size > skip:
             a = max(skip - base, 0)
-            part = _read_parquet_file(_source_path(name), columns, a, min(stop - base, size) - a)
-            if list(part.columns) != list(parts[0].columns if parts else part.columns):
-                raise FairpipeInputError(NOT_SAME_COLUMNS.format(file=name, where=path.name))
-            parts.append(part)
+            parts.append(
+                _read_parquet_file(_source_path(name), columns, a, min(stop - base, size) - a)
+            )
         base += size
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
@@ -448,12 +458,21 @@ def _parquet_files(folder: Path | UrlPath) -> list[tuple[str, int]]:
     if not names:
         raise FairpipeInputError(NO_PARQUET_FILES.format(where=folder.name))
     files = []
+    first: list[str] | None = None
     for name in names:
         try:
             with open_binary(_source_path(name)) as f:
-                files.append((name, pq.ParquetFile(f).metadata.num_rows))
+                meta = pq.ParquetFile(f).metadata
+        except UrlUnreadable:
+            raise
         except (OSError, pa.ArrowException) as why:
             raise FairpipeInputError(NOT_PARQUET.format(where=name, why=_first_line(why))) from None
+        columns = meta.schema.to_arrow_schema().names
+        first = columns if first is None else first
+        if columns != first:
+            raise FairpipeInputError(NOT_SAME_COLUMNS.format(
+                file=name, where=folder.name, columns=columns, first=first))  # fmt: skip
+        files.append((name, meta.num_rows))
     return files
 
 
@@ -496,11 +515,14 @@ def _plan_url(url: UrlPath, group_column: str | None, id_column: str | None) -> 
     data set (a prefix: a URL ending in ``/``, or with no suffix); or an error naming the URL
     (nothing there, or it cannot be read from here)."""
     check_url_source(url)
-    if url.endswith("/") or not url.suffix:
-        return _plan_table(url, "parquet", group_column, id_column, _parquet_files(url))
-    suffixes = "".join(url.suffixes[-2:]).lower()
-    kind = "parquet" if suffixes.endswith((".parquet", ".pq")) else "csv"
-    return _plan_table(url, kind, group_column, id_column)
+    try:
+        if url.endswith("/") or not url.suffix:
+            return _plan_table(url, "parquet", group_column, id_column, _parquet_files(url))
+        suffixes = "".join(url.suffixes[-2:]).lower()
+        kind = "parquet" if suffixes.endswith((".parquet", ".pq")) else "csv"
+        return _plan_table(url, kind, group_column, id_column)
+    except OSError as why:  # gone, refused or unreachable while it was read
+        raise FairpipeInputError(URL_UNREADABLE.format(url=url, why=_first_line(why))) from None
 
 
 URL_MISSING = "Source {url} does not exist: there is no object at that URL."
@@ -510,7 +532,10 @@ URL_KIND = (
     "(a URL ending in /)."
 )
 NO_PARQUET_FILES = "Source {where} holds no Parquet files (.parquet, .pq)."
-NOT_SAME_COLUMNS = "{file} has other columns than the first file of {where}."
+NOT_SAME_COLUMNS = (
+    "{file} has the columns {columns}; the first file of {where} has {first}. The files of a "
+    "Parquet data set must have the same columns."
+)
 
 
 def _header_fields(path: SourcePath) -> int | None:
@@ -581,7 +606,8 @@ def chunk_plan(plan: SourcePlan, a: int, b: int) -> SourcePlan:
 def rows_plan(plan: SourcePlan, a: int, b: int, rows: np.ndarray) -> SourcePlan:
     """The plan of rows [a, b) of the source, read and validated already (``rows``, from
     :func:`read_source_rows`): what a job on a machine that cannot open the source gets."""
-    return replace(chunk_plan(plan, a, b), kind="rows", points=rows, path=None, row_offsets=None)
+    return replace(chunk_plan(plan, a, b), kind="rows", points=rows, path=None, row_offsets=None,
+                   files=[])  # fmt: skip
 
 
 def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:

@@ -98,6 +98,8 @@ def _check(**o) -> None:
         check_url_source(o["source"])
         return
     size = source.stat().st_size if source.is_file() else 0
+    if source.is_dir():  # a Parquet data set: its files' bytes
+        size = sum(p.stat().st_size for p in source.iterdir() if p.is_file())
     if size > PLAN_AHEAD_BYTES and source.suffix.lower() != ".npy":
         return
     from fairpipe.datasets import plan_source, read_source_rows

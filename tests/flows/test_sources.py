@@ -16,7 +16,8 @@ from flows.ingest import IngestOptions, run_ingest
 from storage.store import FairpipeStore
 from tests.storage.test_object_store import BUCKET, s3_server  # noqa: F401 (a fixture)
 
-THREADS = dict(n_workers=2, processes=False)
+# The reference stores: the embedded cluster, one worker (the cluster given by address has two).
+THREADS = dict(n_workers=1, processes=False)
 OPTS = dict(lsh_k=3, lsh_tables=6, chunk_rows=256, seed=2)
 ARRAYS = ("points", "ids", "groups", "alive", "lsh/segment_lengths", "lsh/bucket_counts",
           "lsh/projections")  # fmt: skip
@@ -91,7 +92,8 @@ def test_an_ingest_into_a_bucket_stages_nothing_in_the_client_temp_folder(
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    """A table of 3,000 rows with ids and groups, as Parquet (several row groups) and CSV."""
+    """A table of 3,000 rows with ids and groups, as Parquet (several row groups), as CSV, and
+    as a folder of three Parquet files."""
     import pandas as pd
 
     rng = np.random.default_rng(5)
@@ -101,6 +103,10 @@ def table(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sources")
     frame.to_parquet(folder / "people.parquet", row_group_size=700)
     frame.to_csv(folder / "people.csv", index=False)
+    (folder / "parts").mkdir()
+    for i, (a, b) in enumerate([(0, 1000), (1000, 1100), (1100, 3000)]):  # a Parquet data set
+        frame.iloc[a:b].to_parquet(folder / "parts" / f"part-{i}.parquet", row_group_size=400,
+                                   index=False)  # fmt: skip
     return folder, frame
 
 
@@ -145,6 +151,10 @@ def test_a_local_table_reaches_the_workers_as_blocks_and_gives_the_same_store(
     run_ingest(str(folder / name), str(local), opts, **THREADS)
     assert set(jobs_never_open_a_path) == {str(folder / name)}  # the embedded cluster's do
     same_store(url, str(local))
+    if name == "people.parquet":  # the same rows as a folder of files, sent as blocks
+        res = run_ingest(str(folder / "parts"), str(tmp_path / "parts"), opts, **cluster)
+        assert res["n"] == 3000 and set(jobs_never_open_a_path) == {str(folder / name)}
+        same_store(str(tmp_path / "parts"), str(local))
 
 
 def test_bad_rows_found_by_the_client_and_a_failed_first_ingest_leaves_no_object(
@@ -188,10 +198,9 @@ def in_bucket(s3_server, table):
     folder, frame = table
     for name in ("people.parquet", "people.csv"):
         s3_server.upload_file(str(folder / name), BUCKET, f"src/{name}")
-    for i, (a, b) in enumerate([(0, 1000), (1000, 1100), (1100, 3000)]):
-        part = folder / f"part-{i}.parquet"
-        frame.iloc[a:b].to_parquet(part, row_group_size=400, index=False)
-        s3_server.upload_file(str(part), BUCKET, f"src/parts/part-{i}.parquet")
+    for i in range(3):
+        s3_server.upload_file(str(folder / "parts" / f"part-{i}.parquet"), BUCKET,
+                              f"src/parts/part-{i}.parquet")  # fmt: skip
     s3_server.put_object(Bucket=BUCKET, Key="src/parts/_SUCCESS", Body=b"")
     return f"s3://{BUCKET}/src"
 
@@ -349,17 +358,28 @@ def web(table):
 
 
 def test_a_url_that_is_no_table_is_named_and_nothing_is_written(
-    cluster, s3_server, in_bucket, tmp_path
+    cluster, s3_server, in_bucket, table, tmp_path
 ):
     from fairpipe.errors import FairpipeInputError
 
     s3_server.put_object(Bucket=BUCKET, Key="src/junk.parquet", Body=b"not parquet at all")
     s3_server.put_object(Bucket=BUCKET, Key="src/mixed/a.parquet", Body=b"PAR1 nor this")
-    for source in ("junk.parquet", "mixed/"):
-        url = f"{in_bucket}/{source}"
-        where = url if source == "junk.parquet" else f"{in_bucket}/mixed/a.parquet"
-        with pytest.raises(FairpipeInputError, match=f"{where} is not a readable Parquet file"):
-            run_ingest(url, f"s3://{BUCKET}/junk", IngestOptions(), **cluster)
+    s3_server.copy_object(
+        Bucket=BUCKET,
+        Key="src/other/a.parquet",
+        CopySource={"Bucket": BUCKET, "Key": "src/parts/part-0.parquet"},
+    )
+    _, frame = table
+    frame[["a", "b"]].to_parquet(tmp_path / "b.parquet")
+    s3_server.upload_file(str(tmp_path / "b.parquet"), BUCKET, "src/other/b.parquet")
+    cases = {
+        "junk.parquet": f"{in_bucket}/junk.parquet is not a readable Parquet file",
+        "mixed/": f"{in_bucket}/mixed/a.parquet is not a readable Parquet file",
+        "other/": rf"{in_bucket}/other/b.parquet has the columns \['a', 'b'\]; the first file",
+    }
+    for source, message in cases.items():
+        with pytest.raises(FairpipeInputError, match=message):
+            run_ingest(f"{in_bucket}/{source}", f"s3://{BUCKET}/junk", IngestOptions(), **cluster)
     assert keys_under(s3_server, "junk") == []
 
 
@@ -372,3 +392,32 @@ def test_a_source_on_a_web_server_is_read_by_the_workers(cluster, web, local_sto
     with pytest.raises(FairpipeInputError, match=f"Source {web}/nope.csv does not exist"):
         run_ingest(f"{web}/nope.csv", str(tmp_path / "never"), IngestOptions(), **cluster)
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize("source", ["people.parquet", "people.csv", "parts/"])
+def test_a_url_the_workers_cannot_read_names_the_url_and_the_worker(
+    cluster, s3_server, in_bucket, tmp_path, monkeypatch, source
+):
+    """Read by the client (planned), refused to the workers (their credentials, their network):
+    bad input naming both, and nothing left in the new store's place."""
+    import fairpipe.datasets._sources as sources
+    from fairpipe.datasets._remote import UrlUnreadable
+    from fairpipe.errors import FairpipeInputError
+
+    opened = sources.open_url
+
+    def refused_on_workers(url, size=None):
+        from distributed import get_worker
+
+        try:
+            worker = get_worker()
+        except ValueError:
+            return opened(url, size)
+        raise UrlUnreadable(f"access denied to {worker.address}")
+
+    monkeypatch.setattr(sources, "open_url", refused_on_workers)
+    url = f"{in_bucket}/{source}"
+    message = rf"Source {url} cannot be read on the worker inproc://\S+ \(access denied"
+    with pytest.raises(FairpipeInputError, match=message):
+        run_ingest(url, str(tmp_path / "store"), IngestOptions(**TABLE_OPTS), **cluster)
+    assert not (tmp_path / "store").exists()
