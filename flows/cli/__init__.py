@@ -8,6 +8,7 @@ of the store is damaged (it fails its checksum: ``fairpipe verify`` lists them a
 interrupted.
 """
 
+import contextlib
 import os
 import sys
 
@@ -135,7 +136,36 @@ def main() -> None:
         os.environ["PYTHONWARNINGS"] = "ignore"
         warnings.simplefilter("ignore")
     logging.getLogger().setLevel(logging.CRITICAL)
-    app(prog_name="fairpipe")
+    try:
+        app(prog_name="fairpipe")
+    except SystemExit as end:
+        if PROGRAM.interrupted or end.code == 130:
+            _end_interrupted()
+        raise
+
+
+def _end_interrupted() -> None:
+    """Exit 130 at once, the command's own clean-up done (its transaction dropped, its cluster
+    and server asked to stop): any process it started that still runs (a Dask worker caught
+    starting when the interrupt came) is terminated, then the program ends without the
+    interpreter's exit handlers, which would retry closing such a cluster and print its
+    errors (distributed's ``close_clusters``)."""
+    import psutil  # distributed's dependency
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        children = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, left = psutil.wait_procs(children, timeout=3)
+    for child in left:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    os._exit(130)
 
 
 def _block_sigint_in_thread(frame, event, arg) -> None:
