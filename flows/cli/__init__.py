@@ -122,6 +122,7 @@ def main() -> None:
     # removed, the local cluster and Prefect server are stopped; then exit 130.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    sys.unraisablehook = _unraisable
     # A Ctrl-C reaches every process of the terminal's process group: the local cluster's worker
     # processes too, which printed tracebacks of their own while the command stopped them. Every
     # thread but the main one blocks SIGINT, and so do the processes they start (a blocked
@@ -174,6 +175,18 @@ def _block_sigint_in_thread(frame, event, arg) -> None:
 
     sys.settrace(None)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _unraisable(info) -> None:
+    """An interrupt raised inside a callback from C (numba's compiler cache, a finalizer) cannot
+    propagate there: instead of Python printing it, it is raised again in the main thread at
+    its next step (so the command still stops). Anything else: Python's own report."""
+    if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+        import _thread
+
+        _thread.interrupt_main()
+        return
+    sys.__unraisablehook__(info)
 
 
 def _interrupt(signum, frame) -> None:
