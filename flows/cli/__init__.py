@@ -84,6 +84,29 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Fair and forgettable pipelines for large tables of people.",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import importlib.metadata
+
+        print(f"fairpipe {importlib.metadata.version('fairpipe')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _program(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print fairpipe's version and exit.",
+        callback=_print_version,
+        is_eager=True,
+    ),  # fmt: skip
+) -> None:
+    """Fair and forgettable pipelines for large tables of people."""
+
+
 for _command in (
     ingest.ingest,
     sample.sample,

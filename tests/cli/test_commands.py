@@ -390,3 +390,12 @@ def test_ingest_chooses_lsh_parameters_for_a_recall_and_info_shows_it(dask_addre
     assert partial.exit_code == 0, partial.output
     lsh = json.loads(partial.stdout)["lsh"]
     assert lsh["k"] == 3 and lsh["recall_target"] == 0.95 and lsh["expected_recall"] >= 0.95
+
+
+def test_version_prints_the_installed_version():
+    import importlib.metadata
+
+    out = invoke("--version")
+    assert (
+        out.exit_code == 0 and out.stdout == f"fairpipe {importlib.metadata.version('fairpipe')}\n"
+    )
