@@ -1,4 +1,4 @@
-"""A deployment's flow run on the second host's workers (tests/cluster/conftest.py): the
+"""A deployment's flow run on the second host's workers (tests/second_host/conftest.py): the
 forget-drain through ``prefect worker start --run-once``, FAIRPIPE_DASK_ADDRESS naming the
 second host's scheduler and the store in its bucket. The flow run's process talks to Prefect;
 the workers, which cannot reach it, run the drain's jobs."""
@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore
-from tests.cluster.conftest import BUCKET, INGEST
 from tests.flows.test_deploy import DEPLOY, ROOT, prefect
+from tests.second_host.conftest import BUCKET, INGEST
 
 
 def test_the_forget_drain_deployment_runs_on_the_second_host(s3_env, prefect_server, tmp_path):

@@ -1,6 +1,6 @@
 """A cluster the command cannot use is one line and exit 2, before any work: a malformed or
 unreachable scheduler address, workers running another fairpipe version, workers that cannot
-reach the store's endpoint (tests/cluster/conftest.py builds the second host)."""
+reach the store's endpoint (tests/second_host/conftest.py builds the second host)."""
 
 from __future__ import annotations
 

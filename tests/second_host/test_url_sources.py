@@ -1,4 +1,4 @@
-"""Ingest from a URL source on the second host (tests/cluster/conftest.py): its workers read the
+"""Ingest from a URL source on the second host (tests/second_host/conftest.py): its workers read the
 source themselves, with the credentials in their own environment."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from typer.testing import CliRunner
 
-from tests.cluster.conftest import BUCKET, PEOPLE
-from tests.cluster.test_second_host import store_arrays
+from tests.second_host.conftest import BUCKET, PEOPLE
+from tests.second_host.test_second_host import store_arrays
 
 runner = CliRunner()
 

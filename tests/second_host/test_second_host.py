@@ -1,5 +1,5 @@
 """Every command on a cluster whose workers share nothing with the client but the network
-(tests/cluster/conftest.py): no Prefect API, no /tmp, no working folder of the client's; the
+(tests/second_host/conftest.py): no Prefect API, no /tmp, no working folder of the client's; the
 store in a bucket of an S3 server both sides reach."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from typer.testing import CliRunner
 
-from tests.cluster.conftest import PEOPLE
+from tests.second_host.conftest import PEOPLE
 
 runner = CliRunner()
 
