@@ -16,6 +16,14 @@ from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
 
 ALL_UNKNOWN = "None of the {n} ids to forget is in the store {url} (first: {first})."
 MODELS = ("dc", "q", "auto")
+# Work this small runs on threads in the command's process, not on a cluster of worker
+# processes (which costs about 1.4 s to start and 0.5 s to close on 2 cores, more than the work):
+# a fit or summary of at most SMALL_ROWS live points, a forget of at most SMALL_IDS ids with no
+# other request pending (the flow itself rewrites the index of fewer than 256 rows).
+SMALL_ROWS = 200_000
+SMALL_IDS = 256
+
+_checked: dict[str, dict] = {}  # the attributes a check read, for the command's next question
 
 
 def existing_store(url: str):
@@ -24,7 +32,32 @@ def existing_store(url: str):
     from storage.store import FairpipeStore
 
     store = FairpipeStore.open(url)
-    return store, store.require_data()
+    attrs = store.require_data()
+    _checked[url] = attrs
+    return store, attrs
+
+
+def _attrs(url: str) -> dict:
+    """The attributes the command's check read just before (read again if it did not)."""
+    attrs = _checked.pop(url, None)
+    if attrs is None:
+        attrs = existing_store(url)[1]
+        _checked.pop(url, None)
+    return attrs
+
+
+def small_store(url: str) -> bool:
+    """Whether a fit or summary of the store at ``url`` is small work (see SMALL_ROWS)."""
+    return int(_attrs(url)["n_alive"]) <= SMALL_ROWS
+
+
+def small_forget(url: str, ids) -> bool:
+    """Whether a forget of ``ids`` (None: a drain) is small work (see SMALL_IDS)."""
+    from storage.queue import has_queue, pending
+
+    _checked.pop(url, None)
+    n_ids = 0 if ids is None else len(np.atleast_1d(ids))
+    return n_ids <= SMALL_IDS and not (has_queue(url) and pending(url))
 
 
 def check_forget(url: str, ids) -> None:
