@@ -26,24 +26,23 @@ SMALL_IDS = 256
 _checked: dict[str, dict] = {}  # the attributes a check read, for the command's next question
 
 
-def existing_store(url: str):
+def existing_store(url: str, remember: bool = False):
     """(the store at ``url``, its attributes); a FairpipeInputError if there is none, or it
-    holds no data."""
+    holds no data. ``remember``: keep the attributes for the command's next question
+    (:func:`small_store`, :func:`small_forget`), asked once."""
     from storage.store import FairpipeStore
 
     store = FairpipeStore.open(url)
     attrs = store.require_data()
-    _checked[url] = attrs
+    if remember:
+        _checked[url] = attrs
     return store, attrs
 
 
 def _attrs(url: str) -> dict:
     """The attributes the command's check read just before (read again if it did not)."""
     attrs = _checked.pop(url, None)
-    if attrs is None:
-        attrs = existing_store(url)[1]
-        _checked.pop(url, None)
-    return attrs
+    return attrs if attrs is not None else existing_store(url)[1]
 
 
 def small_store(url: str) -> bool:
@@ -65,7 +64,7 @@ def check_forget(url: str, ids) -> None:
     from fairpipe.datasets import NO_IDS
     from fairpipe.validation import IdLookup, as_id_array, check_ids
 
-    store, _ = existing_store(url)
+    store, _ = existing_store(url, remember=True)
     if ids is None:
         return
     ids = np.unique(check_ids(np.atleast_1d(as_id_array(ids)), "the ids to forget"))
@@ -79,7 +78,7 @@ def check_forget(url: str, ids) -> None:
 def check_fit(url: str, k: int, model: str) -> None:
     """The store of a fit: the model kind, and k against its live points."""
     check_one_of(model, MODELS, "model", "fit")
-    store, attrs = existing_store(url)
+    store, attrs = existing_store(url, remember=True)
     n_alive = int(attrs["n_alive"])
     if k > n_alive:
         what = f"live points of the store {store.url}"
@@ -94,7 +93,7 @@ def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
     from fairpipe.summary import FairSummary, check_bounds, resolve_bounds
     from storage.store import read_array
 
-    store, attrs = existing_store(url)
+    store, attrs = existing_store(url, remember=True)
     names = list(attrs.get("group_names") or ["all"])
     lo, up = resolve_bounds(k, names, lower, upper, bounds_file)
     FairSummary(k=k, lower=lo, upper=up, **summary).node_params()
