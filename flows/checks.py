@@ -16,15 +16,47 @@ from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
 
 ALL_UNKNOWN = "None of the {n} ids to forget is in the store {url} (first: {first})."
 MODELS = ("dc", "q", "auto")
+# Work this small runs on threads in the command's process, not on a cluster of worker
+# processes (which costs about 1.4 s to start and 0.5 s to close on 2 cores, more than the work):
+# a fit or summary of at most SMALL_ROWS live points, a forget of at most SMALL_IDS ids with no
+# other request pending (the flow itself rewrites the index of fewer than 256 rows).
+SMALL_ROWS = 200_000
+SMALL_IDS = 256
+
+_checked: dict[str, dict] = {}  # the attributes a check read, for the command's next question
 
 
-def existing_store(url: str):
+def existing_store(url: str, remember: bool = False):
     """(the store at ``url``, its attributes); a FairpipeInputError if there is none, or it
-    holds no data."""
+    holds no data. ``remember``: keep the attributes for the command's next question
+    (:func:`small_store`, :func:`small_forget`), asked once."""
     from storage.store import FairpipeStore
 
     store = FairpipeStore.open(url)
-    return store, store.require_data()
+    attrs = store.require_data()
+    if remember:
+        _checked[url] = attrs
+    return store, attrs
+
+
+def _attrs(url: str) -> dict:
+    """The attributes the command's check read just before (read again if it did not)."""
+    attrs = _checked.pop(url, None)
+    return attrs if attrs is not None else existing_store(url)[1]
+
+
+def small_store(url: str) -> bool:
+    """Whether a fit or summary of the store at ``url`` is small work (see SMALL_ROWS)."""
+    return int(_attrs(url)["n_alive"]) <= SMALL_ROWS
+
+
+def small_forget(url: str, ids) -> bool:
+    """Whether a forget of ``ids`` (None: a drain) is small work (see SMALL_IDS)."""
+    from storage.queue import has_queue, pending
+
+    _checked.pop(url, None)
+    n_ids = 0 if ids is None else len(np.atleast_1d(ids))
+    return n_ids <= SMALL_IDS and not (has_queue(url) and pending(url))
 
 
 def check_forget(url: str, ids) -> None:
@@ -32,7 +64,7 @@ def check_forget(url: str, ids) -> None:
     from fairpipe.datasets import NO_IDS
     from fairpipe.validation import IdLookup, as_id_array, check_ids
 
-    store, _ = existing_store(url)
+    store, _ = existing_store(url, remember=True)
     if ids is None:
         return
     ids = np.unique(check_ids(np.atleast_1d(as_id_array(ids)), "the ids to forget"))
@@ -46,7 +78,7 @@ def check_forget(url: str, ids) -> None:
 def check_fit(url: str, k: int, model: str) -> None:
     """The store of a fit: the model kind, and k against its live points."""
     check_one_of(model, MODELS, "model", "fit")
-    store, attrs = existing_store(url)
+    store, attrs = existing_store(url, remember=True)
     n_alive = int(attrs["n_alive"])
     if k > n_alive:
         what = f"live points of the store {store.url}"
@@ -61,7 +93,7 @@ def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
     from fairpipe.summary import FairSummary, check_bounds, resolve_bounds
     from storage.store import read_array
 
-    store, attrs = existing_store(url)
+    store, attrs = existing_store(url, remember=True)
     names = list(attrs.get("group_names") or ["all"])
     lo, up = resolve_bounds(k, names, lower, upper, bounds_file)
     FairSummary(k=k, lower=lo, upper=up, **summary).node_params()

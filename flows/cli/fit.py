@@ -98,5 +98,7 @@ def fit(
         k=k, model=model, width=tree_width, height=tree_height, iterations=iterations,
         n_init=n_init, seed=seed, epsilon=epsilon, gamma=gamma, lock_timeout=shared.lock_timeout,
     )  # fmt: skip
-    result = run_fit(store, options, **shared.cluster)
+    from flows.checks import small_store
+
+    result = run_fit(store, options, **shared.cluster, processes=not small_store(store))
     return result

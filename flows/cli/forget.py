@@ -95,5 +95,8 @@ def forget(
     wanted = None if ids is None and ids_file is None else read_ids(text=ids, path=ids_file)
     options = ForgetOptions(lock_timeout=shared.lock_timeout, purge_history=purge_history,
                             max_batch=max_batch, reason=reason)  # fmt: skip
-    result = run_forget(store, wanted, options, **shared.cluster)
+    from flows.checks import small_forget
+
+    processes = not small_forget(store, wanted)
+    result = run_forget(store, wanted, options, **shared.cluster, processes=processes)
     return result

@@ -95,5 +95,7 @@ def summarize(
         eval_size=eval_size, width=tree_width, height=tree_height, seed=seed,
         lock_timeout=shared.lock_timeout,
     )  # fmt: skip
-    result = run_summarize(store, options, **shared.cluster)
+    from flows.checks import small_store
+
+    result = run_summarize(store, options, **shared.cluster, processes=not small_store(store))
     return result

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 
 import psutil
 import pytest
@@ -47,14 +49,30 @@ def test_an_answering_api_is_used_as_it_is(prefect_server, monkeypatch):
     assert os.environ["PREFECT_API_URL"] == prefect_server  # the user's, left as it was
 
 
+def last_flow_run(api: str) -> tuple[dict, list[dict]]:
+    """The latest flow run the Prefect server at ``api`` holds, and its task runs."""
+
+    def post(path: str, body: dict):
+        request = urllib.request.Request(f"{api}/{path}", data=json.dumps(body).encode(),
+                                         headers={"content-type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    (run,) = post("flow_runs/filter", {"sort": "START_TIME_DESC", "limit": 1})
+    return run, post("task_runs/filter", {"flow_runs": {"id": {"any_": [run["id"]]}}})
+
+
 def fairpipe(*args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([FAIRPIPE, *args], env=env, capture_output=True, text=True, timeout=180)
 
 
-def test_server_start_status_stop_and_commands_use_it(prefect_server, monkeypatch):
+def test_server_start_status_stop_and_commands_use_it(
+    prefect_server, digits_store, monkeypatch, tmp_path
+):
     """``fairpipe server start`` keeps Prefect's own server running (in PREFECT_HOME: the
-    session's, whose database is made); a command finds it through the pid file; ``stop`` ends it,
-    and a second ``stop`` is one line, exit 2."""
+    session's, whose database is made); a command finds it through the pid file and records its
+    flow run there (named after it and the store, with its task runs: delivered before the
+    program's quick exit); ``stop`` ends it, and a second ``stop`` is one line, exit 2."""
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env["PREFECT_UI_ENABLED"] = "0"
     out = fairpipe("server", "start", "--json", env=env)
@@ -73,6 +91,16 @@ def test_server_start_status_stop_and_commands_use_it(prefect_server, monkeypatc
         finally:
             _server.stop_early()
         assert "PREFECT_API_URL" not in os.environ
+        store = tmp_path / "people"
+        shutil.copytree(digits_store[0], store)
+        fitted = fairpipe("fit", "--store", str(store), "--k", "3", env=env)
+        assert fitted.returncode == 0, fitted.stderr
+        deadline = time.monotonic() + 20  # the server records task runs from their events
+        while not (found := last_flow_run(kept["url"]))[1] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        run, tasks = found
+        assert (run["name"], run["state_type"]) == ("fit people", "COMPLETED")
+        assert tasks and {t["state_type"] for t in tasks} == {"COMPLETED"}
     finally:
         stopped = fairpipe("server", "stop", env=env)
     assert stopped.returncode == 0, stopped.stderr
