@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore
 from tests.flows.test_deploy import DEPLOY, ROOT, prefect
-from tests.second_host.conftest import BUCKET, INGEST
+from tests.second_host.conftest import BUCKET, INGEST, PEOPLE
 
 
 def test_the_forget_drain_deployment_runs_on_the_second_host(s3_env, prefect_server, tmp_path):
@@ -32,27 +32,8 @@ def test_the_forget_drain_deployment_runs_on_the_second_host(s3_env, prefect_ser
         assert out.exit_code == 0, out.output
     before = host.task_counts()
 
-    env = {**os.environ, "PREFECT_API_URL": prefect_server, "FAIRPIPE_HOME": str(ROOT)}
-    env.pop("FAIRPIPE_DASK_ADDRESS", None)
-    prefect("work-pool", "create", "fairpipe", "--type", "process", "--overwrite", env=env)
-    prefect("deploy", "--prefect-file", DEPLOY, "--name", "forget-drain", env=env)
-    job_env = json.dumps({"FAIRPIPE_DASK_ADDRESS": host.scheduler})
-    started = prefect("deployment", "run", "fairpipe-forget/forget-drain", "--params",
-                      json.dumps({"store_url": store}), "--job-variable", f"env={job_env}",
-                      env=env)  # fmt: skip
-    run_id = started.split("UUID:")[1].split()[0]
-    prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env)
-
-    import asyncio
-
-    from prefect.client.orchestration import get_client
-
-    async def state():
-        async with get_client() as client:
-            return (await client.read_flow_run(run_id)).state
-
-    final = asyncio.run(state())
-    assert final.is_completed(), final
+    run_deployment("fairpipe-forget/forget-drain", {"store_url": store}, host.scheduler,
+                   prefect_server)  # fmt: skip
     counts = host.task_counts()
     for job in ("remove_job", "forget_q"):
         assert counts.get(job, 0) > before.get(job, 0), (job, counts)
@@ -61,3 +42,52 @@ def test_the_forget_drain_deployment_runs_on_the_second_host(s3_env, prefect_ser
     receipts = read_receipts(st.readonly_session())
     assert alive.size == 2700 and not np.isin(np.arange(0, 600, 2), alive).any()
     assert len(receipts) == 1
+
+
+def run_deployment(name: str, parameters: dict, scheduler: str, prefect_server: str) -> None:
+    """One run of the deployment ``name`` through ``prefect worker start --run-once``, its jobs
+    on ``scheduler``; it must complete."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    env = {**os.environ, "PREFECT_API_URL": prefect_server, "FAIRPIPE_HOME": str(ROOT)}
+    env.pop("FAIRPIPE_DASK_ADDRESS", None)
+    prefect("work-pool", "create", "fairpipe", "--type", "process", "--overwrite", env=env)
+    prefect("deploy", "--prefect-file", DEPLOY, "--name", name.split("/")[1], env=env)
+    job_env = json.dumps({"FAIRPIPE_DASK_ADDRESS": scheduler})
+    started = prefect("deployment", "run", name, "--params", json.dumps(parameters),
+                      "--job-variable", f"env={job_env}", env=env)  # fmt: skip
+    run_id = started.split("UUID:")[1].split()[0]
+    prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env)
+
+    async def state():
+        async with get_client() as client:
+            return (await client.read_flow_run(run_id)).state
+
+    final = asyncio.run(state())
+    assert final.is_completed(), final
+
+
+def test_the_nightly_ingest_deployment_reads_an_object_store_source_on_the_second_host(
+    s3_env, prefect_server, people_source
+):
+    """The day's export at an s3:// URL: the flow run's process plans it, the second host's
+    workers read its rows; the store in the bucket holds them."""
+    host = s3_env
+    host.s3.upload_file(str(people_source), BUCKET, "exports/day.parquet")
+    store = f"s3://{BUCKET}/nightly"
+    flags = dict(zip(PEOPLE[::2], PEOPLE[1::2]))
+    options = {"seed": 0, "id_column": flags["--id-column"], "group_column": flags["--group-column"],
+               "lsh_k": int(flags["--lsh-k"]), "lsh_tables": int(flags["--lsh-tables"]),
+               "chunk_rows": int(flags["--chunk-rows"])}  # fmt: skip
+    before = host.task_counts()
+    run_deployment("fairpipe-ingest/nightly-ingest",
+                   {"source": f"s3://{BUCKET}/exports/day.parquet", "store_url": store,
+                    "options": options}, host.scheduler, prefect_server)  # fmt: skip
+    assert host.task_counts().get("ingest_chunk", 0) > before.get("ingest_chunk", 0)
+    import pandas as pd
+
+    st = FairpipeStore.open(store)
+    expected = pd.read_parquet(people_source)["id"].to_numpy()
+    assert np.array_equal(np.sort(st.read("ids")), np.sort(expected))
