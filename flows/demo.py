@@ -52,12 +52,12 @@ RADIUS_FACTOR = 1.5  # the demo's radius, in suggested radii
 def demo_radius(source: str, seed: int) -> float:
     """1.5 x the suggested radius of ``source`` (the median nearest-neighbour distance in the
     width sample ingest reads: :class:`fairpipe.neighbors.DistanceProfile`)."""
-    from fairpipe.datasets import plan_source, read_source_sample
-    from fairpipe.neighbors import DistanceProfile, width_sample_rows
+    from fairpipe.datasets import plan_source
+    from fairpipe.neighbors import DistanceProfile
+    from flows.parameters import width_sample
 
     plan = plan_source(source, seed=seed)
-    ids = np.arange(plan.n, dtype=np.int64) if plan.ids is None else plan.ids
-    sample = read_source_sample(plan, width_sample_rows(ids, seed))
+    sample = width_sample(plan, plan.ids, seed)
     return RADIUS_FACTOR * DistanceProfile.of(sample).suggested_radius
 
 

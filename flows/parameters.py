@@ -121,8 +121,7 @@ def _new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *
                 "radius": r, "recall_target": None,
                 "expected_recall": lsh_recall(r, lsh_k, lsh_tables, lsh_width),
                 "expected_candidates": None}  # fmt: skip
-    row_ids = np.arange(plan.n, dtype=np.int64) if ids is None else ids
-    sample = read_source_sample(plan, width_sample_rows(row_ids, seed))
+    sample = width_sample(plan, ids, seed)
     try:
         choice = choose_lsh_parameters(
             sample, radius, DEFAULT_RECALL if recall is None else recall, n_rows=plan.n,
@@ -134,6 +133,13 @@ def _new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *
             "radius": choice.radius, "recall_target": choice.recall_target,
             "expected_recall": choice.expected_recall,
             "expected_candidates": choice.expected_candidates}  # fmt: skip
+
+
+def width_sample(plan: SourcePlan, ids: np.ndarray | None, seed: int) -> np.ndarray:
+    """The rows of ``plan`` ingest samples for its parameters (2,000 by a hash of (seed, id);
+    ``ids``: the source's ids, None for the row numbers)."""
+    row_ids = np.arange(plan.n, dtype=np.int64) if ids is None else ids
+    return read_source_sample(plan, width_sample_rows(row_ids, seed))
 
 
 def recall_line(lsh: dict, radius: float) -> str:

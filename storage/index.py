@@ -1071,7 +1071,7 @@ def live_group_counts(session, n_groups: int) -> list[int]:
 
 def counts_of(attrs: dict) -> np.ndarray | None:
     """The live rows per group the root attributes keep (``live_per_group``: the counts and the
-    ``n`` they were kept at, by every ingest and forget since the thirteenth session), or None
+    ``n`` they were kept at, by every ingest and forget of stores made with them), or None
     where they keep none, or another version wrote since (``n`` moved: it appended; the counts
     no longer sum to ``n_alive``: it forgot): then they are counted from every row
     (:func:`live_group_counts`)."""

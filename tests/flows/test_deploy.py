@@ -135,24 +135,9 @@ def test_the_drain_deployment_runs_on_an_external_scheduler(external_dask, prefe
 
     prefect("work-pool", "create", "fairpipe", "--type", "process", "--overwrite", env=env)
     prefect("deploy", "--prefect-file", DEPLOY, "--all", env=env)
-    job_env = json.dumps({"FAIRPIPE_DASK_ADDRESS": external_dask})
 
     def run(deployment: str, parameters: dict) -> None:
-        """One run of ``deployment`` through a process worker; it must complete."""
-        started = prefect("deployment", "run", deployment, "--params", json.dumps(parameters),
-                          "--job-variable", f"env={job_env}", env=env)  # fmt: skip
-        run_id = started.split("UUID:")[1].split()[0]
-        prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env)
-        from prefect.client.orchestration import get_client
-
-        async def state():
-            async with get_client() as client:
-                return (await client.read_flow_run(run_id)).state
-
-        import asyncio
-
-        final = asyncio.run(state())
-        assert final.is_completed(), (deployment, final)
+        run_once(deployment, parameters, external_dask, env)
 
     run("fairpipe-forget/forget-drain", {"store_url": str(store)})
     assert "forget_q" in task_prefixes(external_dask)  # the drain's Q update ran on the cluster
@@ -187,6 +172,27 @@ def test_the_drain_deployment_runs_on_an_external_scheduler(external_dask, prefe
     alive = st.read("ids")[st.read("alive")]
     assert alive.size == 895 + day.shape[0] - 60 and not np.isin(np.arange(100, 160), alive).any()
     assert len(fairpipe("receipts", "--store", store, "--json", env=env)["receipts"]) == 3 + 3
+
+
+def run_once(deployment: str, parameters: dict, scheduler: str, env: dict) -> None:
+    """One run of ``deployment`` through a process worker (``prefect worker start --run-once``),
+    its jobs on ``scheduler``; it must complete."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    job_env = json.dumps({"FAIRPIPE_DASK_ADDRESS": scheduler})
+    started = prefect("deployment", "run", deployment, "--params", json.dumps(parameters),
+                      "--job-variable", f"env={job_env}", env=env)  # fmt: skip
+    run_id = started.split("UUID:")[1].split()[0]
+    prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env)
+
+    async def state():
+        async with get_client() as client:
+            return (await client.read_flow_run(run_id)).state
+
+    final = asyncio.run(state())
+    assert final.is_completed(), (deployment, final)
 
 
 def stored_objects(url) -> dict[str, bytes]:

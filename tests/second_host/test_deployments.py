@@ -5,7 +5,6 @@ the workers, which cannot reach it, run the drain's jobs."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -13,7 +12,7 @@ from typer.testing import CliRunner
 
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore
-from tests.flows.test_deploy import DEPLOY, ROOT, prefect
+from tests.flows.test_deploy import DEPLOY, ROOT, prefect, run_once
 from tests.second_host.conftest import BUCKET, INGEST, PEOPLE
 
 
@@ -45,28 +44,12 @@ def test_the_forget_drain_deployment_runs_on_the_second_host(s3_env, prefect_ser
 
 
 def run_deployment(name: str, parameters: dict, scheduler: str, prefect_server: str) -> None:
-    """One run of the deployment ``name`` through ``prefect worker start --run-once``, its jobs
-    on ``scheduler``; it must complete."""
-    import asyncio
-
-    from prefect.client.orchestration import get_client
-
+    """Deploy ``name`` and run it once through a process worker, its jobs on ``scheduler``."""
     env = {**os.environ, "PREFECT_API_URL": prefect_server, "FAIRPIPE_HOME": str(ROOT)}
     env.pop("FAIRPIPE_DASK_ADDRESS", None)
     prefect("work-pool", "create", "fairpipe", "--type", "process", "--overwrite", env=env)
     prefect("deploy", "--prefect-file", DEPLOY, "--name", name.split("/")[1], env=env)
-    job_env = json.dumps({"FAIRPIPE_DASK_ADDRESS": scheduler})
-    started = prefect("deployment", "run", name, "--params", json.dumps(parameters),
-                      "--job-variable", f"env={job_env}", env=env)  # fmt: skip
-    run_id = started.split("UUID:")[1].split()[0]
-    prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env)
-
-    async def state():
-        async with get_client() as client:
-            return (await client.read_flow_run(run_id)).state
-
-    final = asyncio.run(state())
-    assert final.is_completed(), final
+    run_once(name, parameters, scheduler, env)
 
 
 def test_the_nightly_ingest_deployment_reads_an_object_store_source_on_the_second_host(
