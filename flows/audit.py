@@ -301,12 +301,19 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
     return metrics
 
 
-def run_audit(options: AuditOptions, out=None, dask_address=None, n_workers=2, processes=True):
+def run_audit(
+    options: AuditOptions,
+    out=None,
+    dask_address=None,
+    n_workers=2,
+    processes=True,
+    dask_cluster=None,
+):
     if out is not None:
         check_output_folder(str(out), "--out")
     check_request(options)  # bad input fails here, before a cluster starts
     return run_flow(audit_flow, options, None if out is None else str(out),
-                    dask_address=dask_address, n_workers=n_workers, processes=processes)  # fmt: skip
+                    dask_address=dask_address, n_workers=n_workers, processes=processes, dask_cluster=dask_cluster)  # fmt: skip
 
 
 if __name__ == "__main__":

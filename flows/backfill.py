@@ -214,6 +214,6 @@ def _progress(enabled: bool):
 
 
 def run_backfill(store_url, ids_file, options=None, dask_address=None, n_workers=2,
-                 processes=True):  # fmt: skip
+                 processes=True, dask_cluster=None):  # fmt: skip
     return run_flow(backfill_flow, str(store_url), str(ids_file), options or BackfillOptions(),
-                    dask_address=dask_address, n_workers=n_workers, processes=processes)  # fmt: skip
+                    dask_address=dask_address, n_workers=n_workers, processes=processes, dask_cluster=dask_cluster)  # fmt: skip

@@ -255,8 +255,10 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
     }
 
 
-def run_fit(store_url, options=None, dask_address=None, n_workers=2, processes=True) -> dict:
+def run_fit(
+    store_url, options=None, dask_address=None, n_workers=2, processes=True, dask_cluster=None
+) -> dict:
     o = options or FitOptions()
     check_request(str(store_url), o)  # bad input fails here, before a cluster starts
     return run_flow(fit_flow, str(store_url), o, dask_address=dask_address, n_workers=n_workers,
-                    processes=processes)  # fmt: skip
+                    processes=processes, dask_cluster=dask_cluster)  # fmt: skip

@@ -341,6 +341,6 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
 
 
 def run_forget(store_url, ids=None, options=None, dask_address=None, n_workers=2,
-               processes=True):  # fmt: skip
+               processes=True, dask_cluster=None):  # fmt: skip
     return run_flow(forget_flow, str(store_url), ids, options or ForgetOptions(),
-                    dask_address=dask_address, n_workers=n_workers, processes=processes)  # fmt: skip
+                    dask_address=dask_address, n_workers=n_workers, processes=processes, dask_cluster=dask_cluster)  # fmt: skip

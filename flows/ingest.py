@@ -527,11 +527,11 @@ def check_append_groups(plan: SourcePlan, stored: list[str], url: str, summary: 
 
 def run_ingest(source: str, store_url: str, options: IngestOptions | None = None,
                dask_address: str | None = None, n_workers: int = 2,
-               processes: bool = True) -> dict:  # fmt: skip
+               processes: bool = True, dask_cluster: str | None = None) -> dict:  # fmt: skip
     """Run the ingest flow on an embedded LocalCluster (or ``dask_address``); a command line
     with its own Prefect server loads the compiled kernels while the server starts."""
     return run_flow(ingest_flow, source, str(store_url), options or IngestOptions(),
-                    dask_address=dask_address, n_workers=n_workers, processes=processes,
+                    dask_address=dask_address, n_workers=n_workers, processes=processes, dask_cluster=dask_cluster,
                     warm_kernels=True)  # fmt: skip
 
 

@@ -137,14 +137,16 @@ def rerank_flow(candidates: str, out: str, options: RerankOptions | None = None)
     }
 
 
-def run_rerank(candidates, out, options=None, dask_address=None, n_workers=2, processes=True):
+def run_rerank(
+    candidates, out, options=None, dask_address=None, n_workers=2, processes=True, dask_cluster=None
+):
     o = options or RerankOptions()
     check_output_file(str(out), "--out")  # before a cluster starts (the flow checks again)
     path = Path(str(candidates))
     if not path.is_file() or path.stat().st_size < PRECHECK_BYTES:
         prepare(str(candidates), o)  # bad input fails here, before a cluster starts
     return run_flow(rerank_flow, str(candidates), str(out), o, dask_address=dask_address,
-                    n_workers=n_workers, processes=processes)  # fmt: skip
+                    n_workers=n_workers, processes=processes, dask_cluster=dask_cluster)  # fmt: skip
 
 
 if __name__ == "__main__":

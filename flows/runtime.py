@@ -114,6 +114,12 @@ NOT_DASK = (
     "The server at {address} does not answer as a Dask scheduler. Give the scheduler's address "
     "(its log says 'Scheduler at: tcp://...')."
 )
+NO_TLS_CREDENTIALS = (
+    "The scheduler at {address} takes TLS, and Dask's configuration names no certificates. "
+    "Set distributed.comm.tls.ca-file, .client.cert and .client.key (or "
+    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, __CLIENT__CERT, __CLIENT__KEY), or give "
+    "'--dask-cluster' a callable that returns the cluster with its credentials."
+)
 NOT_A_SCHEDULER = (
     "The server at {address} is a Dask {kind}, not a scheduler. Give the scheduler's address "
     "(its log says 'Scheduler at: tcp://...')."
@@ -195,9 +201,17 @@ def probe_scheduler(address: str) -> None:
     import asyncio
 
     from distributed.core import rpc
+    from distributed.security import Security
+
+    # A tls:// scheduler is asked with the credentials Dask's configuration names
+    # (distributed.comm.tls.*), as a Client of it would be.
+    connection_args = Security().get_connection_args("client")
+    if address.startswith("tls://") and connection_args.get("ssl_context") is None:
+        raise FairpipeInputError(NO_TLS_CREDENTIALS.format(address=address))
 
     async def ask() -> dict:
-        async with rpc(address, timeout=CONNECT_SECONDS) as scheduler:
+        async with rpc(address, timeout=CONNECT_SECONDS,
+                       connection_args=connection_args) as scheduler:  # fmt: skip
             return await scheduler.identity()
 
     scheme, _, location = address.rpartition("://")
@@ -315,14 +329,106 @@ def reach(host: str, port: int, timeout: float = 5.0) -> str | None:
     return None
 
 
+# -- a cluster made by the user's own code (Coiled, dask-jobqueue, dask-kubernetes, ...) ----------
+BAD_CLUSTER_SPEC = (
+    "The '--dask-cluster' option must name a Python callable as 'module:name' (for example "
+    "mycluster:make_cluster, with mycluster.py in the current folder). Got {spec!r} instead."
+)
+CLUSTER_NOT_IMPORTED = "The '--dask-cluster' callable {spec!r} cannot be imported: {why}."
+CLUSTER_FAILED = "The '--dask-cluster' callable {spec!r} failed: {why}."
+CLUSTER_NOT_A_CLUSTER = (
+    "The '--dask-cluster' callable {spec!r} returned {kind}, not a Dask cluster or client."
+)
+BOTH_CLUSTERS = "Give '--dask-address' or '--dask-cluster', not both."
+
+
+def cluster_factory(spec: str):
+    """The callable ``spec`` names (``module:name``, ``name`` may be dotted), imported with the
+    current folder on the module path, as ``python -m`` would."""
+    import importlib
+    import re
+    import sys
+
+    ident = r"[A-Za-z_][A-Za-z0-9_]*"
+    if not re.fullmatch(rf"{ident}(\.{ident})*:{ident}(\.{ident})*", spec or ""):
+        raise FairpipeInputError(BAD_CLUSTER_SPEC.format(spec=spec))
+    module_name, _, attribute = spec.partition(":")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as why:
+        raise FairpipeInputError(
+            CLUSTER_NOT_IMPORTED.format(spec=spec, why=f"{type(why).__name__}: {why}")
+        ) from None
+    if not callable(found):
+        raise FairpipeInputError(
+            CLUSTER_NOT_A_CLUSTER.format(spec=spec, kind=type(found).__name__)
+        )  # fmt: skip
+    return found
+
+
+def connect_cluster(spec: str, store_url: str | None = None):
+    """(client, cluster): a client of the cluster the user's callable ``spec`` makes, its
+    workers checked as :func:`connect` checks them. The callable returns a Dask ``Client``
+    (fairpipe closes that client at the end, the cluster stays up: a Coiled cluster by name, a
+    scheduler the user keeps) or a cluster object (``LocalCluster``, ``SLURMCluster``,
+    ``KubeCluster``, ``coiled.Cluster``: fairpipe closes it at the end, a cluster per command as
+    prefect-dask's ``cluster_class``). A cluster object brings its own credentials (a TLS
+    scheduler's certificates), which a bare address cannot."""
+    from distributed import Client
+
+    factory = cluster_factory(spec)
+    try:
+        made = factory()
+    except Exception as why:
+        raise FairpipeInputError(
+            CLUSTER_FAILED.format(spec=spec, why=f"{type(why).__name__}: {why}")
+        ) from None
+    if isinstance(made, Client):
+        client, cluster = made, None
+    elif hasattr(made, "scheduler_address"):
+        cluster = made
+        try:
+            client = Client(cluster, timeout=CONNECT_SECONDS, set_as_default=False)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                cluster.close()
+            raise
+    else:
+        raise FairpipeInputError(
+            CLUSTER_NOT_A_CLUSTER.format(spec=spec, kind=type(made).__name__)
+        )  # fmt: skip
+    try:
+        check_workers(client, str(getattr(client.scheduler, "address", None) or spec), store_url)
+    except BaseException:
+        close_client(client, cluster)
+        raise
+    return client, cluster
+
+
+def close_client(client, cluster) -> None:
+    """Close ``client`` and then ``cluster`` (if any), whatever fails."""
+    with contextlib.suppress(Exception):
+        client.close()
+    if cluster is not None:
+        with contextlib.suppress(Exception):
+            cluster.close()
+
+
 def open_client(address: str | None, n_workers: int = 2, processes: bool = True,
-                store_url: str | None = None):  # fmt: skip
+                store_url: str | None = None, cluster_spec: str | None = None):  # fmt: skip
     """(client, cluster): a client of the scheduler at ``address`` (checked, :func:`connect`;
-    cluster None), or of an embedded LocalCluster of ``n_workers``."""
+    cluster None), of the cluster the callable ``cluster_spec`` makes
+    (:func:`connect_cluster`), or of an embedded LocalCluster of ``n_workers``."""
     from distributed import Client, LocalCluster
 
     if address:
         return connect(address, store_url), None
+    if cluster_spec:
+        return connect_cluster(cluster_spec, store_url)
     keep_malloc_defaults()
     cluster = LocalCluster(**local_cluster_kwargs(n_workers, processes))
     try:
@@ -363,9 +469,11 @@ def _runner_class() -> type:
 
     class ClusterTaskRunner(ThreadPoolTaskRunner):
         def __init__(self, address: str | None = None, n_workers: int = 2,
-                     processes: bool = True, client=None, store_url: str | None = None):  # fmt: skip
+                     processes: bool = True, client=None, store_url: str | None = None,
+                     cluster_spec: str | None = None):  # fmt: skip
             super().__init__()
             self.address, self.n_workers, self.processes = address, n_workers, processes
+            self.cluster_spec = cluster_spec
             self.store_url = store_url
             self._given = client  # a client its caller opened and closes (run_flow)
             self._dask = client
@@ -375,7 +483,7 @@ def _runner_class() -> type:
 
         def duplicate(self):
             return type(self)(self.address, self.n_workers, self.processes, self._given,
-                              self.store_url)  # fmt: skip
+                              self.store_url, self.cluster_spec)  # fmt: skip
 
         @property
         def dask_client(self):
@@ -384,13 +492,13 @@ def _runner_class() -> type:
                 if self._dask is None:
                     self._dask, self._cluster = open_client(
                         self.address, self.n_workers, self.processes,
-                        self.store_url or _run_store_url(),
+                        self.store_url or _run_store_url(), self.cluster_spec,
                     )  # fmt: skip
                 return self._dask
 
         @property
         def cluster_running(self) -> bool:
-            return self._dask is not None or bool(self.address)
+            return self._dask is not None or bool(self.address or self.cluster_spec)
 
         def start_early(self) -> None:
             if self._dask is None and self._warming is None:
@@ -427,10 +535,12 @@ def _runner_class() -> type:
 
 
 def task_runner(dask_address: str | None = None, n_workers: int = 2, processes: bool = True,
-                client=None, store_url: str | None = None):  # fmt: skip
+                client=None, store_url: str | None = None,
+                cluster_spec: str | None = None):  # fmt: skip
     """The flows' task runner: Prefect tasks on threads of the flow's process, heavy work on
-    the Dask cluster at ``dask_address`` (or ``client``'s), or on an embedded LocalCluster."""
-    return _runner_class()(dask_address, n_workers, processes, client, store_url)
+    the Dask cluster at ``dask_address`` (or ``client``'s, or the one the callable
+    ``cluster_spec`` makes), or on an embedded LocalCluster."""
+    return _runner_class()(dask_address, n_workers, processes, client, store_url, cluster_spec)
 
 
 def start_cluster_early() -> None:
@@ -461,16 +571,20 @@ def local_cluster_kwargs(n_workers: int = 2, processes: bool = True) -> dict:
 
 def default_task_runner():
     """The task runner a flow is declared with (deployments run the flow as is): Dask at
-    ``FAIRPIPE_DASK_ADDRESS``, else a LocalCluster started inside the flow run."""
-    return task_runner(os.environ.get("FAIRPIPE_DASK_ADDRESS") or None)
+    ``FAIRPIPE_DASK_ADDRESS``, or on the cluster the callable ``FAIRPIPE_DASK_CLUSTER`` names
+    makes, else a LocalCluster started inside the flow run."""
+    return task_runner(os.environ.get("FAIRPIPE_DASK_ADDRESS") or None,
+                       cluster_spec=os.environ.get("FAIRPIPE_DASK_CLUSTER") or None)  # fmt: skip
 
 
 def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
-             processes: bool = True, warm_kernels: bool = False, **kwargs):  # fmt: skip
+             processes: bool = True, warm_kernels: bool = False,
+             dask_cluster: str | None = None, **kwargs):  # fmt: skip
     """Run ``flow(*args, **kwargs)`` with one Prefect API, its Prefect tasks in this process and
     its heavy work on Dask: the cluster at ``dask_address`` (reached, and its workers checked
     against the store the flow's ``store_url`` names, before Prefect starts:
-    :func:`connect`), or an embedded LocalCluster of ``n_workers`` (processes or threads),
+    :func:`connect`), on the cluster the callable ``dask_cluster`` makes
+    (:func:`connect_cluster`), or an embedded LocalCluster of ``n_workers`` (processes or threads),
     started at the flow's first Dask job. (Starting it while the Prefect server starts was
     measured: on 2 cores the two compete, and a command took as long.) ``warm_kernels``: see
     :func:`prefect_api`.
@@ -478,9 +592,15 @@ def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
     Prefect records no person's ids: the arguments the flow declares private are given to it
     concealed, and its error is recorded as a reference (:mod:`flows.private`); the error itself
     is raised here."""
+    if dask_address and dask_cluster:
+        raise FairpipeInputError(BOTH_CLUSTERS)
     store_url = _store_url(flow, args, kwargs)
     args, kwargs = _concealed(flow, args, kwargs)
-    client = connect(dask_address, store_url) if dask_address else None
+    client, made = None, None
+    if dask_address:
+        client = connect(dask_address, store_url)
+    elif dask_cluster:
+        client, made = connect_cluster(dask_cluster, store_url)
     token = CALLER_REPORTS.set(True)
     try:
         with prefect_api(warm_kernels), no_exit_heartbeat_wait():
@@ -494,8 +614,7 @@ def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
     finally:
         CALLER_REPORTS.reset(token)
         if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
+            close_client(client, made)
     raise original
 
 
@@ -583,13 +702,12 @@ def dask_client():
     if client is not None:
         yield client
         return
-    client, cluster = open_client(os.environ.get("FAIRPIPE_DASK_ADDRESS") or None)
+    client, cluster = open_client(os.environ.get("FAIRPIPE_DASK_ADDRESS") or None,
+                                  cluster_spec=os.environ.get("FAIRPIPE_DASK_CLUSTER") or None)  # fmt: skip
     try:
         yield client
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        close_client(client, cluster)
 
 
 def _flow_task_runner():

@@ -179,11 +179,13 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
     }
 
 
-def run_summarize(store_url, options=None, dask_address=None, n_workers=2, processes=True):
+def run_summarize(
+    store_url, options=None, dask_address=None, n_workers=2, processes=True, dask_cluster=None
+):
     o = options or SummarizeOptions()
     check_request(str(store_url), o)  # bad input: no cluster started
     return run_flow(summarize_flow, str(store_url), o, dask_address=dask_address,
-                    n_workers=n_workers, processes=processes)  # fmt: skip
+                    n_workers=n_workers, processes=processes, dask_cluster=dask_cluster)  # fmt: skip
 
 
 if __name__ == "__main__":

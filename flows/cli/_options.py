@@ -38,6 +38,15 @@ DaskAddress = Annotated[
         show_default=False,
     ),
 ]
+DaskCluster = Annotated[
+    str | None,
+    typer.Option(
+        "--dask-cluster",
+        help="A Python callable, as module:name, that returns a Dask cluster or client (Coiled, "
+        "dask-jobqueue, dask-kubernetes; see deploy/README.md). Excludes --dask-address.",
+        show_default=False,
+    ),
+]
 Verbose = Annotated[
     bool,
     typer.Option(

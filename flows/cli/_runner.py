@@ -53,6 +53,7 @@ from flows._server import launch_early, stop_early
 from flows.cli._options import (
     AsJson,
     DaskAddress,
+    DaskCluster,
     LockTimeout,
     Verbose,
     Workers,
@@ -195,6 +196,7 @@ class Shared:
 
     as_json: bool = False
     dask_address: str | None = None
+    dask_cluster: str | None = None
     workers: int = 2
     lock_timeout: float = 0.0
     verbose: bool = False
@@ -202,19 +204,24 @@ class Shared:
     @property
     def cluster(self) -> dict[str, Any]:
         """The keyword arguments of a ``run_*`` flow entry point that pick its Dask cluster."""
-        return {"dask_address": self.dask_address, "n_workers": self.workers}
+        return {
+            "dask_address": self.dask_address,
+            "dask_cluster": self.dask_cluster,
+            "n_workers": self.workers,
+        }
 
 
 # Each shared option once: its annotation (flag and help) and its default.
 SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "dask_address": (DaskAddress, None),
+    "dask_cluster": (DaskCluster, None),
     "workers": (Workers, 2),
     "lock_timeout": (LockTimeout, 0.0),
     "as_json": (AsJson, False),
     "verbose": (Verbose, False),
 }
-RUNS_FLOWS = ("dask_address", "workers", "as_json")
-WRITES_STORES = ("dask_address", "workers", "lock_timeout", "as_json")
+RUNS_FLOWS = ("dask_address", "dask_cluster", "workers", "as_json")
+WRITES_STORES = ("dask_address", "dask_cluster", "workers", "lock_timeout", "as_json")
 
 
 # -- errors ----------------------------------------------------------------------------------------
