@@ -5,7 +5,8 @@ Commands run against a Prefect server of their own (its own PREFECT_HOME) and th
 folder: ids are forgotten with a reason, commands fail on purpose with errors that name ids
 (a clashing id, unknown ids, a bug carrying an id, in a flow and in a task), then every file under
 PREFECT_HOME (the database's bytes and its text) and the cache folder is searched for the ids
-and the reason.
+and the reason. The same search follows a drain through the forget-drain deployment (``prefect
+deploy``, ``prefect worker start --run-once``), its worker's output searched too.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ CLASHING = BASE + 645  # a row of the store, ingested again
 FORGOTTEN = (BASE + 7, BASE + 11)
 UNKNOWN = 564_738_291  # never in the store
 IN_A_BUG = 736_251_849  # carried by an internal error's message
+DRAINED = (BASE + 51, BASE + 53)  # forgotten through the forget-drain deployment
 REASON = "Erasure asked by Zorblax Quuxington"
 NASTY_REASON = "first line\nsecond\x1b[2J line [bold]marked[/bold] \u202eevil"
-SECRETS = [str(i) for i in (CLASHING, *FORGOTTEN, UNKNOWN, IN_A_BUG)] + [REASON, "Zorblax"]
+SECRETS = [str(i) for i in (CLASHING, *FORGOTTEN, *DRAINED, UNKNOWN, IN_A_BUG)]
+SECRETS += [REASON, "Zorblax"]
 
 
 def invoke(*args: object):
@@ -154,6 +157,33 @@ def test_no_id_or_reason_reaches_prefect_or_a_bug_report(own_prefect, store, das
     # The search finds what is there: the store's own path, a flow parameter Prefect keeps.
     assert found_in(home, [path.name])
     leaks = found_in(home, SECRETS) + found_in(cache, SECRETS)
+    assert not leaks, leaks
+
+
+def test_no_id_or_reason_reaches_prefect_through_the_drain_deployment(own_prefect, store,
+                                                                      dask_address):  # fmt: skip
+    import os
+
+    from tests.flows.test_deploy import DEPLOY, ROOT, prefect, run_once
+
+    home, cache = own_prefect
+    _, path = store
+    ids = ",".join(map(str, DRAINED))
+    filed = invoke("request-deletion", "--store", path, "--ids", ids, "--reason", REASON)
+    assert filed.exit_code == 0, filed.output
+    env = {**os.environ, "FAIRPIPE_HOME": str(ROOT)}  # PREFECT_API_URL and _HOME: own_prefect's
+    env.pop("FAIRPIPE_DASK_ADDRESS", None)
+    prefect("work-pool", "create", "fairpipe", "--type", "process", "--overwrite", env=env)
+    prefect("deploy", "--prefect-file", DEPLOY, "--name", "forget-drain", env=env)
+    output = run_once("fairpipe-forget/forget-drain", {"store_url": str(path)}, dask_address, env)
+    status = json.loads(invoke("status", "--store", path, "--json").stdout)
+    assert status["pending_requests"]["count"] == 0  # the drain ran
+    receipt = json.loads(invoke("receipts", "--store", path, "--json").stdout)["receipts"][-1]
+    assert receipt["reason"] == REASON and receipt["n_ids"] == len(DRAINED), receipt
+    assert receipt["not_found"] == [] and receipt["applied_at"], receipt
+    assert "ProcessWorker" in output, output  # the worker's output, searched below
+    leaks = found_in(home, SECRETS) + found_in(cache, SECRETS)
+    leaks += [secret for secret in SECRETS if secret in output]
     assert not leaks, leaks
 
 

@@ -104,11 +104,11 @@ def computed_seconds(address: str, prefix: str) -> float:
         return client.run_on_scheduler(total)
 
 
-def prefect(*args, env, cwd=ROOT, timeout=300):
+def prefect(*args, env, cwd=ROOT, timeout=300, with_stderr=False):
     out = subprocess.run([BIN / "prefect", *map(str, args)], env=env, cwd=cwd, timeout=timeout,
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
+    return out.stdout + out.stderr if with_stderr else out.stdout
 
 
 def fairpipe(*args, env):
@@ -174,9 +174,10 @@ def test_the_drain_deployment_runs_on_an_external_scheduler(external_dask, prefe
     assert len(fairpipe("receipts", "--store", store, "--json", env=env)["receipts"]) == 3 + 3
 
 
-def run_once(deployment: str, parameters: dict, scheduler: str, env: dict) -> None:
+def run_once(deployment: str, parameters: dict, scheduler: str, env: dict) -> str:
     """One run of ``deployment`` through a process worker (``prefect worker start --run-once``),
-    its jobs on ``scheduler``; it must complete."""
+    its jobs on ``scheduler``; it must complete. The worker's output (the flow run's own
+    included)."""
     import asyncio
 
     from prefect.client.orchestration import get_client
@@ -185,14 +186,16 @@ def run_once(deployment: str, parameters: dict, scheduler: str, env: dict) -> No
     started = prefect("deployment", "run", deployment, "--params", json.dumps(parameters),
                       "--job-variable", f"env={job_env}", env=env)  # fmt: skip
     run_id = started.split("UUID:")[1].split()[0]
-    prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env)
+    output = prefect("worker", "start", "--pool", "fairpipe", "--run-once", env=env,
+                     with_stderr=True)  # fmt: skip
 
     async def state():
         async with get_client() as client:
             return (await client.read_flow_run(run_id)).state
 
     final = asyncio.run(state())
-    assert final.is_completed(), (deployment, final)
+    assert final.is_completed(), (deployment, final, output)
+    return output
 
 
 def stored_objects(url) -> dict[str, bytes]:
