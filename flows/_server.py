@@ -215,6 +215,7 @@ def check_api(url: str, message: str = API_SILENT, timeout: float = API_TIMEOUT_
 # -- the server the user keeps running: fairpipe server start | stop | status ---------------------
 PID_FILE = "fairpipe-server.pid"
 LOG_FILE = "fairpipe-server.log"
+LOCK_FILE = "fairpipe-server.lock"
 NOT_RUNNING = "No Prefect server of 'fairpipe server start' runs (no live pid file at {path})."
 ALREADY_RUNNING = (
     "A Prefect server of 'fairpipe server start' already runs at {url} (pid {pid}); "
@@ -280,6 +281,28 @@ def start_kept_server(port: int | None = None) -> KeptServer:
     """Start ``prefect server start`` in its own session on ``port`` (default: a free one) of
     127.0.0.1, record it in the pid file and wait until it answers. It outlives this process:
     :func:`stop_kept_server` stops it."""
+    with _start_stop_lock():
+        return _start_kept_server(port)
+
+
+@contextlib.contextmanager
+def _start_stop_lock():
+    """One ``fairpipe server start`` or ``stop`` at a time per PREFECT_HOME: a second start at
+    the same moment waits for the first, then finds its server running (the pid file is written
+    only once the server answers)."""
+    import fcntl
+
+    home = prefect_home()
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _start_kept_server(port: int | None) -> KeptServer:
     import json
 
     running = kept_server()
@@ -288,7 +311,6 @@ def start_kept_server(port: int | None = None) -> KeptServer:
     if port is not None and not _port_free(port):
         raise FairpipeInputError(PORT_IN_USE.format(port=port))
     home = prefect_home()
-    home.mkdir(parents=True, exist_ok=True)
     record = pid_file()
     record.unlink(missing_ok=True)  # a stale one: its server is gone
     port = port or free_port()
@@ -337,6 +359,11 @@ def _wait_started(server: KeptServer) -> None:
 
 def stop_kept_server() -> KeptServer:
     """Stop the server of ``fairpipe server start`` and remove its pid file."""
+    with _start_stop_lock():
+        return _stop_kept_server()
+
+
+def _stop_kept_server() -> KeptServer:
     server = kept_server()
     record = pid_file()
     if server is None:
