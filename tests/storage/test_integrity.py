@@ -13,6 +13,7 @@ few bytes is such a file rather than a part of a manifest.
 
 from __future__ import annotations
 
+import gc
 import json
 import pickle
 import shutil
@@ -57,6 +58,10 @@ runner = CliRunner()
 
 
 def invoke(*args):
+    # Garbage of earlier tests (an asyncio transport of a closed loop, whose finaliser reports
+    # "Event loop is closed") is collected here, not while the runner captures stderr, whose
+    # lines these tests count.
+    gc.collect()
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
