@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +39,38 @@ DATA_ARRAYS = ("points", "ids", "alive", "groups")
 class NotFittedError(FairpipeInputError, AttributeError):
     """A method that needs a fitted estimator was called before ``fit`` or ``from_arrays``.
 
-    An ``AttributeError`` too, so ``hasattr(model, "centroids_")`` is False before fitting.
+    An ``AttributeError`` too, so ``hasattr(model, "centroids_")`` is False before fitting; and
+    scikit-learn's ``NotFittedError`` when scikit-learn is imported (see :func:`not_fitted`).
     """
+
+
+def not_fitted(message: str) -> NotFittedError:
+    """The error to raise: a :class:`NotFittedError`, and also scikit-learn's ``NotFittedError``
+    once scikit-learn is imported. Whoever catches scikit-learn's error has imported it; fairpipe
+    itself never imports scikit-learn to raise (importing it costs 0.65 s, more than a whole
+    cold command's budget)."""
+    if "sklearn.exceptions" in sys.modules:
+        return _sklearn_not_fitted_error()(message)
+    return NotFittedError(message)
+
+
+def _sklearn_not_fitted_error() -> type[NotFittedError]:
+    """The subclass that is scikit-learn's error too, made once, on first use."""
+    cls = globals().get("_SklearnNotFittedError")
+    if cls is None:
+        from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
+        cls = type("_SklearnNotFittedError", (NotFittedError, SklearnNotFittedError),
+                   {"__module__": __name__, "__doc__": NotFittedError.__doc__})  # fmt: skip
+        globals()["_SklearnNotFittedError"] = cls
+    return cls
+
+
+def __getattr__(name: str):
+    # pickle finds the subclass by name, in a process that has not raised it yet
+    if name == "_SklearnNotFittedError":
+        return _sklearn_not_fitted_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -138,7 +169,7 @@ class BaseEstimator:
 
     def _check_fitted(self) -> None:
         if self._fitted_attribute not in self.__dict__:
-            raise NotFittedError(NOT_FITTED.format(owner=type(self).__name__))
+            raise not_fitted(NOT_FITTED.format(owner=type(self).__name__))
 
     # -- the rows a deletable estimator keeps -----------------------------------------------------
     def _set_rows(self, points: np.ndarray, ids: np.ndarray, alive: np.ndarray | None = None):
@@ -162,7 +193,7 @@ class BaseEstimator:
         """The report of a deletion request and the rows it removes (still alive), marked dead."""
         self._check_fitted()
         if "points_" not in self.__dict__:
-            raise NotFittedError(NO_DATA.format(owner=type(self).__name__, action="delete"))
+            raise not_fitted(NO_DATA.format(owner=type(self).__name__, action="delete"))
         ids, known, rows, live = deletion_request(ids, self._lookup, self.alive_)
         report = DeletionReport(
             deleted=ids[known][live], unknown=ids[~known], already_deleted=ids[known][~live]

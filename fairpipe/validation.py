@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -278,9 +279,63 @@ def check_unique_ids(ids, where: str, locate: Callable[[int], str] | None = None
     return ids
 
 
+# -- the points an estimator's method is given ----------------------------------------------------
+# scikit-learn's check_estimator matches parts of these messages ("sparse", "Complex data not
+# supported", "Reshape your data", "0 feature(s)", "X has 1 features, but"): each keeps its words.
+SPARSE = (
+    "{where} does not accept sparse input (a {kind}); give a dense array, for example X.toarray()."
+)
+COMPLEX = "Complex data not supported: {where} must hold real numbers. Got values of type {dtype}."
+NOT_NUMBERS = "{where} must hold real numbers: {problem}."
+ONE_DIMENSIONAL = (
+    "{where} expects a 2-dimensional matrix of points. Got a 1-dimensional array of shape {shape} "
+    "instead. Reshape your data with X.reshape(-1, 1) if it holds one feature, or "
+    "X.reshape(1, -1) if it holds one point."
+)
+NO_FEATURES = "{where} got 0 feature(s) (shape={shape}) while a minimum of 1 is required."
+N_FEATURES = (
+    "X has {got} features, but {owner} is expecting {expected} features as input ({where})."
+)
+
+
+class NotNumbersError(FairpipeInputError, TypeError):
+    """Values that are not numbers at all (a dict in an object array): a TypeError too, as
+    numpy's and scikit-learn's are."""
+
+
+def check_estimator_points(X, owner: str, method: str, n_features: int | None = None):
+    """``X`` given to ``owner.method`` (fit, predict, ...) as :func:`check_points` returns it, after
+    the checks scikit-learn's estimator contract asks for: sparse input refused (fairpipe's
+    kernels are dense), complex values refused, an object array of numbers converted, 1-D input
+    and 0 features refused with a hint, and the feature count a fitted estimator expects."""
+    where = f"{owner}.{method}"
+    sparse = sys.modules.get("scipy.sparse")
+    if sparse is not None and sparse.issparse(X):
+        raise FairpipeInputError(SPARSE.format(where=where, kind=type(X).__name__))
+    X = np.asarray(X)
+    if X.dtype.kind == "c":
+        raise FairpipeInputError(COMPLEX.format(where=where, dtype=X.dtype))
+    if X.dtype.kind == "O":
+        try:
+            X = X.astype(np.float64)
+        except TypeError as exc:
+            raise NotNumbersError(NOT_NUMBERS.format(where=where, problem=exc)) from None
+        except ValueError as exc:
+            raise FairpipeInputError(NOT_NUMBERS.format(where=where, problem=exc)) from None
+    if X.ndim == 1:
+        raise FairpipeInputError(ONE_DIMENSIONAL.format(where=where, shape=X.shape))
+    if X.ndim == 2 and X.shape[1] == 0:
+        raise FairpipeInputError(NO_FEATURES.format(where=where, shape=X.shape))
+    if X.ndim == 2 and n_features is not None and X.shape[1] != n_features:
+        raise FairpipeInputError(
+            N_FEATURES.format(got=X.shape[1], owner=owner, expected=n_features, where=where)
+        )
+    return check_points(X, where=where, n_features=n_features)
+
+
 def check_points_and_ids(X, ids, owner: str) -> tuple[np.ndarray, np.ndarray]:
     """Validated points and their ids (row numbers when ``ids`` is None), for ``owner.fit``."""
-    X = check_points(X, where=f"{owner}.fit")
+    X = check_estimator_points(X, owner, "fit")
     ids = np.arange(X.shape[0], dtype=np.int64) if ids is None else np.asarray(ids)
     if ids.shape != (X.shape[0],):
         raise FairpipeInputError(

@@ -96,8 +96,8 @@ def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
     store, attrs = existing_store(url, remember=True)
     names = list(attrs.get("group_names") or ["all"])
     lo, up = resolve_bounds(k, names, lower, upper, bounds_file)
+    check_bounds(k, lo, up, names=names)  # first: its errors name the groups
     FairSummary(k=k, lower=lo, upper=up, **summary).node_params()
-    check_bounds(k, lo, up, names=names)
     n_alive = int(attrs["n_alive"])
     if k > n_alive:
         what = f"elements of the store {store.url}"

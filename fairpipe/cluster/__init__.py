@@ -7,6 +7,7 @@
 - The tree's pieces, used by the flows to run it on Dask with the same bits:
   :func:`solve_leaves`, :func:`solve_parents` and :func:`recompute_ancestors` (leaves given ->
   their ancestors, the one recomputation rule).
+- :func:`expected_failed_checks`: the scikit-learn estimator checks a model cannot pass, and why.
 - The batched compiled kernels: :func:`solve_batch`, :func:`nearest`, :func:`kmeans_plus_plus`,
   :func:`cluster_sums`.
 """
@@ -29,9 +30,10 @@ from fairpipe.cluster._dc_kmeans import (
     tree_arrays,
 )
 from fairpipe.cluster._q_kmeans import Q_STATE, QKMeans, choose_model, quantise
+from fairpipe.cluster._sklearn_checks import expected_failed_checks
 
 __all__ = [
     "LEAF_BATCH_POINTS", "Q_STATE", "BatchResult", "DCKMeans", "QKMeans", "choose_model",
-    "cluster_sums", "kmeans_plus_plus", "n_trials", "nearest", "node_keys", "quantise",
+    "cluster_sums", "expected_failed_checks", "kmeans_plus_plus", "n_trials", "nearest", "node_keys", "quantise",
     "recompute_ancestors", "solve_batch", "solve_leaves", "solve_parents", "tree_arrays",
 ]  # fmt: skip

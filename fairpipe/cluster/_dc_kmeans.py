@@ -41,7 +41,7 @@ from fairpipe.base import DeletionReport, rows_from_arrays
 from fairpipe.cluster._batched_kmeans import KMeansParameters, nearest, solve_batch
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
 from fairpipe.tree import check_tree, children, leaf_of, nodes_per_level, walk_up
-from fairpipe.validation import check_points, check_points_and_ids
+from fairpipe.validation import check_estimator_points, check_points_and_ids
 
 # Points per kernel call when solving leaves (bounds memory, not results: see _batched_kmeans).
 LEAF_BATCH_POINTS = 200_000
@@ -286,11 +286,11 @@ class DCKMeans(KMeansParameters):
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Index of the nearest root centroid (among those with positive mass) for each row."""
         self._check_fitted()
-        X = check_points(X, where="DCKMeans.predict", n_features=self.n_features_in_)
+        X = check_estimator_points(X, "DCKMeans", "predict", self.n_features_in_)
         return nearest(X, self.centroids_, self.masses_ > 0)[0]
 
     def loss(self, X: np.ndarray) -> float:
         """k-means loss of ``X`` against the root centroids (sum of squared distances)."""
         self._check_fitted()
-        X = check_points(X, where="DCKMeans.loss", n_features=self.n_features_in_)
+        X = check_estimator_points(X, "DCKMeans", "loss", self.n_features_in_)
         return float(nearest(X, self.centroids_, self.masses_ > 0)[1].sum())

@@ -53,7 +53,7 @@ from fairpipe.errors import (
     check_positive_float,
     check_positive_int,
 )
-from fairpipe.validation import check_points, check_points_and_ids
+from fairpipe.validation import check_estimator_points, check_points_and_ids
 
 # Arrays of a fitted model's state (per run, padded to the longest run; see QKMeans.to_arrays).
 Q_STATE = (
@@ -191,6 +191,12 @@ class QKMeans(KMeansParameters):
     sizes_ = property(lambda self: self.runs_[self.best_].sizes)
     losses_ = property(lambda self: self.runs_[self.best_].losses)
     stop_loss_ = property(lambda self: self.runs_[self.best_].stop_loss)
+
+    @property
+    def n_iter_(self) -> int:
+        """The Lloyd steps the model's run kept (scikit-learn's name)."""
+        self._check_fitted()
+        return int(self.runs_[self.best_].c_out.shape[0])
 
     def to_arrays(self, data: bool = True) -> dict[str, np.ndarray]:
         """Every run's metadata (a leading run axis, padded with zeros to the longest run;
@@ -346,12 +352,12 @@ class QKMeans(KMeansParameters):
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         self._check_fitted()
-        X = check_points(X, where="QKMeans.predict", n_features=self.n_features_in_)
+        X = check_estimator_points(X, "QKMeans", "predict", self.n_features_in_)
         return nearest(X, self.centroids_)[0]
 
     def loss(self, X: np.ndarray) -> float:
         self._check_fitted()
-        X = check_points(X, where="QKMeans.loss", n_features=self.n_features_in_)
+        X = check_estimator_points(X, "QKMeans", "loss", self.n_features_in_)
         return float(nearest(X, self.centroids_)[1].sum())
 
 
