@@ -37,11 +37,15 @@ def current_names(root_attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 def upgrade_names(root) -> None:
-    """Rewrite the attributes of an open, writable store root that still hold old names."""
+    """Rewrite the attributes of an open, writable store root that still hold old names. Every
+    store written before holds them in its ``lsh`` attribute, and this rewrites them all in one
+    commit: a store whose ``lsh`` holds the current names holds them everywhere (its groups are
+    then not even opened)."""
     attrs = dict(root.attrs)
     upgraded = current_names(attrs)
-    if upgraded is not attrs:
-        root.attrs["lsh"] = upgraded["lsh"]
+    if upgraded is attrs:
+        return
+    root.attrs["lsh"] = upgraded["lsh"]
     for place in GROUPS:
         if place not in root:
             continue

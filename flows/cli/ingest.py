@@ -150,22 +150,34 @@ def ingest(
     group_column: Annotated[
         str | None,
         typer.Option(
-            "--group-column", help="The column of group labels.", show_default="one group"
+            "--group-column",
+            help="A table's column of group labels (a .npy source: --groups-file).",
+            show_default="one group",
         ),
     ] = None,
     id_column: Annotated[
         str | None,
-        typer.Option("--id-column", help="The column of ids.", show_default="row numbers"),
+        typer.Option(
+            "--id-column",
+            help="A table's column of ids (a .npy source: --ids-file).",
+            show_default="row numbers",
+        ),
     ] = None,
     groups_file: Annotated[
         str | None,
         typer.Option(
-            "--groups-file", help="Group labels (.npy) for a .npy source.", show_default="none"
+            "--groups-file",
+            help="Group labels (.npy) for a .npy source (a table: --group-column).",
+            show_default="none",
         ),
     ] = None,
     ids_file: Annotated[
         str | None,
-        typer.Option("--ids-file", help="Ids (.npy) for a .npy source.", show_default="none"),
+        typer.Option(
+            "--ids-file",
+            help="Ids (.npy) for a .npy source (a table: --id-column).",
+            show_default="row numbers",
+        ),
     ] = None,
     radius: Annotated[
         float | None,
