@@ -100,6 +100,7 @@ app = typer.Typer(
     cls=_WorkflowOrder,
     # Help text is plain text, never read as markup: '[lower, upper]' is shown as written.
     rich_markup_mode=None,
+    context_settings={"max_content_width": 100},  # a wide terminal wraps fewer option texts
     add_completion=False,
     no_args_is_help=True,
     help="Fair and forgettable pipelines for large tables of people.",

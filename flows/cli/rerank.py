@@ -47,7 +47,11 @@ def _check(**o) -> None:
 def rerank(
     candidates: Annotated[
         str,
-        typer.Argument(help="CSV or Parquet: one row per (list, candidate).", show_default=False),
+        typer.Argument(
+            metavar="CANDIDATES",
+            help="CSV or Parquet: one row per (list, candidate).",
+            show_default=False,
+        ),
     ],
     out: Annotated[
         str,
