@@ -96,6 +96,18 @@ def test_the_flows_defaults_are_the_librarys():
         assert getattr(options, name) == summary[name], name
 
 
+def test_samples_defaults_are_fairnns():
+    """sample's sampler, mode and c are FairNN.sample's defaults (its n_samples, 10, and seed, 0,
+    are the command line's own: a library call draws one sample from fresh entropy)."""
+    from fairpipe import FairNN
+    from flows.cli.sample import sample
+
+    library = inspect.signature(FairNN.sample).parameters
+    for p in inspect.signature(sample).parameters.values():
+        if p.name in ("sampler", "mode", "c"):
+            assert p.default == library[p.name].default, p.name
+
+
 def test_the_command_lines_defaults_are_the_flows():
     from flows.cli.fit import fit
     from flows.cli.summarize import summarize
