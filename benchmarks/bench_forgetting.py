@@ -69,12 +69,12 @@ def main() -> None:
         at = cluster.scheduler_address
         gaussian = {"n": a.n, "d": a.d, "clusters": 8, "groups": 4, "seed": 1}
         t0 = time.perf_counter()
-        run_ingest("gaussian", store, IngestOptions(seed=1, lsh_tables=a.tables, gaussian=gaussian),
+        run_ingest("gaussian", store, IngestOptions(seed=1, n_tables=a.tables, gaussian=gaussian),
                    dask_address=at)  # fmt: skip
         t_ingest = time.perf_counter() - t0
-        run_fit(store, FitOptions(k=8, width=8, height=2, seed=1), dask_address=at)
+        run_fit(store, FitOptions(n_clusters=8, fanout=8, height=2, seed=1), dask_address=at)
         t_fit = time.perf_counter() - t0 - t_ingest
-        run_summarize(store, SummarizeOptions(k=20, lower=0.15, upper=0.35, seed=1),
+        run_summarize(store, SummarizeOptions(k=20, lower=0.15, upper=0.35, fanout=16, height=2, seed=1),
                       dask_address=at)  # fmt: skip
         build = time.perf_counter() - t0
         rows.append(("fresh build (ingest + fit + summarize)", build,

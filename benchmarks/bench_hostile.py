@@ -53,10 +53,10 @@ def life(work: Path) -> list[tuple[str, list[str]]]:
     """The steps of a store's life: (name, the command's arguments after the store)."""
     return [
         ("ingest", ["ingest", str(work / "people.csv"), "--id-column", "id", "--group-column",
-                    "group", "--lsh-tables", "10", "--chunk-rows", "512", "--seed", "4"]),
+                    "group", "--n-tables", "10", "--chunk-rows", "512", "--seed", "4"]),
         ("append", ["ingest", str(work / "more.csv"), "--id-column", "id", "--group-column",
                     "group"]),
-        ("fit", ["fit", "--k", "6"]),
+        ("fit", ["fit", "--n-clusters", "6"]),
         ("summarize", ["summarize", "--k", "8", "--lower", "0.1", "--upper", "0.6"]),
         ("forget", ["forget", "--max-batch", "3"]),
         ("backfill", ["backfill", "--ids-file", str(work / "backlog.txt"), "--batch-size", "20"]),

@@ -54,7 +54,7 @@ def main() -> None:
     from flows.ingest import IngestOptions, run_ingest
     from flows.runtime import prefect_api
 
-    options = IngestOptions(lsh_k=15, lsh_tables=100, lsh_width=40.0,  # numpy's k and L
+    options = IngestOptions(n_hashes=15, n_tables=100, bucket_width=40.0,  # numpy's k and L
                             gaussian={"n": args.n, "d": 128, "clusters": 16, "groups": 4})  # fmt: skip
     with prefect_api() as url:
         env = dict(os.environ, PREFECT_API_URL=url)

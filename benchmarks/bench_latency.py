@@ -68,10 +68,11 @@ def commands(big: str, small: str, ids: Iterator[int]) -> dict:
         "fairpipe --help": (lambda r: ["--help"], False, (0,)),
         "forget one id": (lambda r: ["forget", "--store", big, "--ids", str(next(ids)), "--json"],
                           False, (0,)),
-        "fit": (lambda r: ["fit", "--store", small, "--k", "8", "--seed", str(r), "--json"], True,
-                (0,)),
+        "fit": (lambda r: ["fit", "--store", small, "--n-clusters", "8", "--height", "2",
+                           "--seed", str(r), "--json"], True, (0,)),
         "summarize": (lambda r: ["summarize", "--store", small, "--k", "20", "--lower", "0",
-                                 "--seed", str(r), "--json"], True, (0,)),
+                                 "--fanout", "16", "--height", "2", "--seed", str(r), "--json"],
+                      True, (0,)),
         "status": (lambda r: ["status", "--store", big, "--json"], False, (0,)),
         "receipts": (lambda r: ["receipts", "--store", big, "--json"], False, (0,)),
         "request-deletion": (lambda r: ["request-deletion", "--store", big, "--ids",
@@ -135,8 +136,22 @@ def main() -> None:
                          "--store", store)  # fmt: skip
                 print(f"ingested {n:,} x {a.d} in {time.perf_counter() - t0:.0f} s",
                       file=sys.stderr)  # fmt: skip
-            this.run("fit", "--store", small, "--k", "8")  # the models the forgets update
-            this.run("summarize", "--store", small, "--k", "20", "--lower", "0")
+            this.run(
+                "fit", "--store", small, "--n-clusters", "8", "--height", "2"
+            )  # the models the forgets update
+            this.run(
+                "summarize",
+                "--store",
+                small,
+                "--k",
+                "20",
+                "--lower",
+                "0",
+                "--fanout",
+                "16",
+                "--height",
+                "2",
+            )
             ids = iter(range(1, a.n, 7))
             kept = measure({"kept server": this}, commands(big, small, ids), a.runs)
         finally:

@@ -59,8 +59,8 @@ def main() -> None:
     from storage.store import FairpipeStore, read_array
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
-    fit = FitOptions(k=8, width=8, height=2, iterations=10, seed=1)
-    summ = SummarizeOptions(k=20, lower=0.15, upper=0.35, width=16, height=2, seed=1)
+    fit = FitOptions(n_clusters=8, fanout=8, height=2, max_iter=10, seed=1)
+    summ = SummarizeOptions(k=20, lower=0.15, upper=0.35, fanout=16, height=2, seed=1)
     rows: list[tuple[str, float, str]] = []
 
     def gaussian(n, seed):
@@ -80,7 +80,7 @@ def main() -> None:
     with prefect_api(), LocalCluster(**local_cluster_kwargs()) as cluster:
         at = cluster.scheduler_address
         store = tmp / "store"
-        opts = IngestOptions(seed=1, lsh_tables=a.tables, gaussian=gaussian(a.n, 1))
+        opts = IngestOptions(seed=1, n_tables=a.tables, gaussian=gaussian(a.n, 1))
         t0 = time.perf_counter()
         built = run_ingest("gaussian", str(store), opts, dask_address=at)
         t_ingest = time.perf_counter() - t0
@@ -138,8 +138,8 @@ def main() -> None:
         fresh = tmp / "fresh"
         t0 = time.perf_counter()
         run_ingest(str(tmp / "live.npy"), str(fresh),
-                   IngestOptions(seed=1, lsh_k=attrs["lsh"]["k"], lsh_tables=a.tables,
-                                 lsh_width=attrs["lsh"]["width"],
+                   IngestOptions(seed=1, n_hashes=attrs["lsh"]["n_hashes"], n_tables=a.tables,
+                                 bucket_width=attrs["lsh"]["bucket_width"],
                                  chunk_rows=attrs["chunk_rows"],
                                  ids_file=str(tmp / "live_ids.npy"),
                                  groups_file=str(tmp / "live_groups.npy")),
@@ -152,7 +152,7 @@ def main() -> None:
         equal = sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
         small = tmp / "small"
         run_ingest("gaussian", str(small),
-                   IngestOptions(seed=1, lsh_tables=a.tables, gaussian=gaussian(a.n // 10, 1)),
+                   IngestOptions(seed=1, n_tables=a.tables, gaussian=gaussian(a.n // 10, 1)),
                    dask_address=at)  # fmt: skip
         t0 = time.perf_counter()
         small_one = run_forget(str(small), [12345 % (a.n // 10)], dask_address=at)

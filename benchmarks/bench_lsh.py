@@ -333,7 +333,7 @@ def cold_queries(exe: str, env: dict, store: str, n: int, label: str = "") -> No
     for i in range(COLD_RUNS):
         helps.append(wall_of([exe, "--help"], env))
         query = [exe, "sample", "--store", store, "--query-row", str(12345 + i),
-                 "--samples", "10", "--json"]  # fmt: skip
+                 "--n-samples", "10", "--json"]  # fmt: skip
         walls.append(wall_of(query, env))
         res, rss, _ = run_peak(query, env)
         assert res is not None
@@ -381,7 +381,7 @@ def bench_scale(sizes: list[int], chunk_rows: int) -> None:
             store = f"{tmp}/store"
             res, rss, wall = run_peak(
                 [exe, "ingest", "gaussian", "--gaussian-n", str(n), "--gaussian-d", "128",
-                 "--gaussian-clusters", "16", "--chunk-rows", str(chunk_rows), "--lsh-width", "40",
+                 "--gaussian-clusters", "16", "--chunk-rows", str(chunk_rows), "--bucket-width", "40",
                  "--store", store, "--json"], env)  # fmt: skip
             assert res is not None
             hashing = numpy_hash_seconds(n, 128, 0)

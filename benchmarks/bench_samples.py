@@ -14,7 +14,7 @@
 3. ``preload()`` in a fresh process: seconds, and its peak RSS above the process's before it,
    against the bytes of the arrays it loads (points, ids, alive, the index: target <= 1.5x)
    and against those it holds afterwards (also the row-bucket matrix it builds);
-4. a cold one-query ``fairpipe sample --samples 10`` (a fresh process each): median wall
+4. a cold one-query ``fairpipe sample --n-samples 10`` (a fresh process each): median wall
    seconds of five rows against ``fairpipe --help``.
 
 Without ``--store`` it ingests ``--n`` Gaussian points (d = 128, 16 clusters, every other
@@ -169,7 +169,7 @@ def bench_cold(store: str, n: int, runs: int = 5) -> None:
     for r in rows:
         helps.append(wall([EXE, "--help"]))
         walls.append(wall([EXE, "sample", "--store", store, "--query-row", str(int(r)),
-                           "--samples", "10", "--json"]))  # fmt: skip
+                           "--n-samples", "10", "--json"]))  # fmt: skip
     w, h = float(np.median(walls)), float(np.median(helps))
     print(f"\n[4] a cold one-query fairpipe sample (n={n:,}, {runs} rows)")
     report("median wall s (baseline: fairpipe --help)", f"{w:.2f}", f"{h:.2f}", f"{w / h:.2f}x")

@@ -57,7 +57,7 @@ def build_base(base: Path, n: int, env: dict) -> None:
 
     threads = dict(n_workers=1, processes=False)
     with prefect_api():
-        run_ingest("gaussian", str(base), IngestOptions(gaussian={"n": n, "d": 8}, lsh_tables=10,
+        run_ingest("gaussian", str(base), IngestOptions(gaussian={"n": n, "d": 8}, n_tables=10,
                                                         chunk_rows=2048), **threads)  # fmt: skip
         run_fit(str(base), FitOptions(k=8), **threads)
         run_summarize(str(base), SummarizeOptions(k=10, lower=0.1, upper=0.6), **threads)

@@ -130,9 +130,9 @@ def flow_benchmark(X, groups, names) -> dict:
     with prefect_api(), LocalCluster(**local_cluster_kwargs()) as cluster:
         at = cluster.scheduler_address
         run_ingest(str(tmp / "X.npy"), store,
-                   IngestOptions(lsh_k=4, lsh_tables=2, groups_file=str(tmp / "groups.npy")),
+                   IngestOptions(n_hashes=4, n_tables=2, groups_file=str(tmp / "groups.npy")),
                    dask_address=at)  # fmt: skip
-        opts = SummarizeOptions(k=30, lower=0.1, upper=0.2)
+        opts = SummarizeOptions(k=30, lower=0.1, upper=0.2, fanout=16, height=2)
         runs = [run_summarize(store, opts, dask_address=at) for _ in range(3)]
         out["summarize"] = [r["timings"] for r in runs]
         out["elements_per_s"] = [r["elements_per_second"] for r in runs]

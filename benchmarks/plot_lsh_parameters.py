@@ -151,7 +151,7 @@ def measure(a) -> None:
     try:
         stores, r = {}, None
         for name in ("chosen", "paper"):
-            extra = [] if r is None else ["--lsh-k", "15", "--lsh-tables", "100", "--lsh-width",
+            extra = [] if r is None else ["--n-hashes", "15", "--n-tables", "100", "--bucket-width",
                                           repr(3.2 * r), "--radius", repr(r)]  # fmt: skip
             t0 = time.perf_counter()
             out = subprocess.run([*ingest, "--store", str(folder / name), *extra],
@@ -186,8 +186,8 @@ def measure(a) -> None:
                         if isinstance(x, zarr.Array))  # fmt: skip
             lsh = res["lsh"]
             print(json.dumps({
-                "parameters": name, "k": lsh["k"], "L": lsh["n_tables"],
-                "w_over_r": round(lsh["width"] / r, 3), "expected_recall": lsh["expected_recall"],
+                "parameters": name, "k": lsh["n_hashes"], "L": lsh["n_tables"],
+                "w_over_r": round(lsh["bucket_width"] / r, 3), "expected_recall": lsh["expected_recall"],
                 "coverage_mean": float(coverage.mean()), "coverage_min": float(coverage.min()),
                 "ball_sizes": [int(min(map(len, balls))), int(max(map(len, balls)))],
                 "candidates_mean": float(np.mean([m.size for m in found])),

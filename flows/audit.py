@@ -22,7 +22,7 @@ import json
 import os
 import pickle
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import InitVar, asdict, dataclass, field
 from pathlib import Path
 
 from prefect.cache_policies import NO_CACHE
@@ -50,6 +50,7 @@ from fairpipe.datasets import AuditData, load_audit_data
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
 from flows.outputs import check_output_folder
 from flows.private import flow, task
+from flows.renamed import take_old_names
 from flows.runtime import default_task_runner, on_cluster, run_flow
 
 # Seeds per Dask task: fixed (so the samples do not depend on the worker count) and large enough
@@ -71,8 +72,8 @@ class AuditOptions:
     protected: list[str] = field(default_factory=lambda: ["sex"])
     model: str | None = None  # a pickled classifier; None: train one (``train``)
     train: str | None = None  # "mlp": the paper's network (the default when no model is given)
-    seeds: int = 1000
-    local: int = 1000
+    n_seeds: int = 1000
+    n_local: int = 1000
     max_iter: int = 10
     objective: str = "loss"  # ADF's loss against the model's own decision, or "probability"
     baselines: tuple[str, ...] = BASELINES
@@ -83,11 +84,20 @@ class AuditOptions:
     seed: int = 0
     data_dir: str | None = None
     progress: bool = False  # a progress bar on stderr (the command line sets it)
+    # The old names (flows.renamed), accepted for one release.
+    seeds: InitVar[int | None] = None
+    local: InitVar[int | None] = None
+
+    def __post_init__(self, seeds, local) -> None:
+        take_old_names(self, OLD_NAMES, {"seeds": seeds, "local": local})
+
+
+OLD_NAMES = {"seeds": "n_seeds", "local": "n_local"}
 
 
 def check_request(o: AuditOptions):
     """Load and check everything before any search runs: (data, domain, model or None)."""
-    for name in ("seeds", "local", "max_iter", "repeats", "train_iter", "rate_samples"):
+    for name in ("n_seeds", "n_local", "max_iter", "repeats", "train_iter", "rate_samples"):
         check_positive_int(getattr(o, name), name, "audit")
     for b in o.baselines:
         check_one_of(b, BASELINES, "baselines", "audit")
@@ -214,7 +224,7 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
         timings["train"] = time.perf_counter() - t0
     adapter = adapter_for(model, n_features=domain.d)
     t0 = time.perf_counter()
-    seeds = cluster_seeds(data.X, o.seeds, seed=o.seed)
+    seeds = cluster_seeds(data.X, o.n_seeds, seed=o.seed)
     timings["seeds"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for w in warm:
@@ -228,14 +238,14 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
         "rows": int(data.X.shape[0]),
         "model": type(model).__name__,
         "seeds": int(seeds.shape[0]),
-        "local": o.local,
+        "n_local": o.n_local,
         "max_iter": o.max_iter,
     }
     traces = {}
     with _progress(o.progress) as bar:
         parts, t0, seconds = _run_batches(
             lambda j: adf_batch_task.submit(
-                model, seeds[j * SEEDS_PER_TASK : (j + 1) * SEEDS_PER_TASK], domain, o.local,
+                model, seeds[j * SEEDS_PER_TASK : (j + 1) * SEEDS_PER_TASK], domain, o.n_local,
                 o.max_iter, batch_seed[j], o.objective,
             ),
             n_batches, bar, "ADF",
@@ -253,7 +263,7 @@ def audit_flow(options: AuditOptions, out: str | None = None) -> dict:
                 min(SEEDS_PER_TASK, seeds.shape[0] - j * SEEDS_PER_TASK) for j in range(n_batches)
             ]
             parts, t0, seconds = _run_batches(
-                lambda j: aequitas_batch_task.submit(model, domain, sizes[j], o.local, batch_seed[j]),
+                lambda j: aequitas_batch_task.submit(model, domain, sizes[j], o.n_local, batch_seed[j]),
                 n_batches, bar, "AEQUITAS",
             )  # fmt: skip
             aeq_found, traces["AEQUITAS"] = merge_batches(parts, t0)
@@ -317,4 +327,4 @@ def run_audit(
 
 
 if __name__ == "__main__":
-    print(json.dumps(run_audit(AuditOptions(seeds=100, local=100)), indent=1, default=str))
+    print(json.dumps(run_audit(AuditOptions(n_seeds=100, n_local=100)), indent=1, default=str))

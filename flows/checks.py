@@ -75,14 +75,16 @@ def check_forget(url: str, ids) -> None:
         raise FairpipeInputError(ALL_UNKNOWN.format(n=ids.size, url=store.url, first=int(ids[0])))
 
 
-def check_fit(url: str, k: int, model: str) -> None:
-    """The store of a fit: the model kind, and k against its live points."""
+def check_fit(url: str, n_clusters: int, model: str) -> None:
+    """The store of a fit: the model kind, and n_clusters against its live points."""
     check_one_of(model, MODELS, "model", "fit")
     store, attrs = existing_store(url, remember=True)
     n_alive = int(attrs["n_alive"])
-    if k > n_alive:
+    if n_clusters > n_alive:
         what = f"live points of the store {store.url}"
-        raise FairpipeInputError(K_TOO_LARGE.format(name="k", k=k, n=n_alive, what=what))
+        raise FairpipeInputError(
+            K_TOO_LARGE.format(name="n_clusters", k=n_clusters, n=n_alive, what=what)
+        )
 
 
 def check_summarize(url: str, k: int, lower: float | None, upper: float | None,

@@ -95,11 +95,13 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
         f"{ev['min_coverage']:.1%})"
     )
     plot_tv({source: ev}, plot_path,
-            f"{source}: fair sampling, k={lsh['k']}, L={lsh['n_tables']} (expected recall "
-            f"{lsh['expected_recall']:.2f}), r={radius:.1f}")  # fmt: skip
-    log("[4/7] fit DC-k-means, k=10, 8 x 2 tree (Prefect flow; leaves solved on Dask)")
+            f"{source}: fair sampling, n_hashes={lsh['n_hashes']}, n_tables={lsh['n_tables']} "
+            f"(expected recall {lsh['expected_recall']:.2f}), r={radius:.1f}")  # fmt: skip
+    log("[4/7] fit DC-k-means, n_clusters=10, 8 x 2 tree (Prefect flow; leaves solved on Dask)")
     fit = run_fit(
-        str(folder), FitOptions(k=10, width=8, height=2, seed=seed), dask_address=dask_address
+        str(folder),
+        FitOptions(n_clusters=10, fanout=8, height=2, seed=seed),
+        dask_address=dask_address,
     )
     log(
         f"      {fit['leaves']} leaves, {fit['nodes']} nodes, commit {fit['commit']}, "
@@ -107,7 +109,7 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     )
     log("[5/7] fair summary: 20 digits, 1 to 4 of each label (Prefect flow; leaves on Dask)")
     summary = run_summarize(
-        str(folder), SummarizeOptions(k=20, lower=0.05, upper=0.2, seed=seed),
+        str(folder), SummarizeOptions(k=20, lower=0.05, upper=0.2, fanout=16, height=2, seed=seed),
         dask_address=dask_address,
     )  # fmt: skip
     log(

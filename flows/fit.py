@@ -16,7 +16,7 @@ these jobs to Dask (:func:`flows.runtime.on_cluster`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 
 import numpy as np
 from prefect.cache_policies import NO_CACHE
@@ -32,6 +32,7 @@ from fairpipe.cluster import (
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
 from fairpipe.tree import nodes_per_level
 from flows.private import flow, task
+from flows.renamed import take_old_names
 from flows.runtime import (
     default_task_runner,
     gather_parts,
@@ -46,33 +47,47 @@ from storage.store import FairpipeStore
 
 @dataclass
 class FitOptions:
-    """The fit flow's parameters, named as the command line's flags (``width``: the tree's
-    fan-out; ``iterations``: ``max_iter``; ``gamma``: Q-k-means' ``balance``)."""
+    """The fit flow's parameters: :class:`DCKMeans`' and :class:`QKMeans`' own names and
+    defaults (the command line's flags in kebab-case), with ``model`` choosing between them."""
 
-    k: int = 8
+    n_clusters: int = 8
     model: str = "dc"  # dc | q | auto
-    width: int = 8
-    height: int = 2
-    iterations: int = 10
+    fanout: int = 8
+    height: int = 1
+    max_iter: int = 10
     n_init: int | None = None  # restarts: DC, of each internal node (10); Q, whole runs (1)
     seed: int = 0
     epsilon: float = 0.05
-    gamma: float = 0.2
+    balance: float = 0.2
     lock_timeout: float = 0.0
+    # The old names (flows.renamed), accepted for one release.
+    k: InitVar[int | None] = None
+    width: InitVar[int | None] = None
+    iterations: InitVar[int | None] = None
+    gamma: InitVar[float | None] = None
+
+    def __post_init__(self, k, width, iterations, gamma) -> None:
+        take_old_names(self, OLD_NAMES, {"k": k, "width": width, "iterations": iterations,
+                                         "gamma": gamma})  # fmt: skip
 
     def dc_params(self) -> dict:
         """The parameters of :class:`DCKMeans`."""
         return dict(
-            n_clusters=self.k, fanout=self.width, height=self.height, max_iter=self.iterations,
-            n_init=10 if self.n_init is None else self.n_init, seed=self.seed,
+            n_clusters=self.n_clusters, fanout=self.fanout, height=self.height,
+            max_iter=self.max_iter, n_init=10 if self.n_init is None else self.n_init,
+            seed=self.seed,
         )  # fmt: skip
 
     def q_params(self) -> dict:
         """The parameters of :class:`QKMeans`."""
         return dict(
-            n_clusters=self.k, epsilon=self.epsilon, balance=self.gamma, max_iter=self.iterations,
-            n_init=1 if self.n_init is None else self.n_init, seed=self.seed,
+            n_clusters=self.n_clusters, epsilon=self.epsilon, balance=self.balance,
+            max_iter=self.max_iter, n_init=1 if self.n_init is None else self.n_init,
+            seed=self.seed,
         )  # fmt: skip
+
+
+OLD_NAMES = {"k": "n_clusters", "width": "fanout", "iterations": "max_iter", "gamma": "balance"}
 
 
 # Q-k-means' Lloyd steps run over every live point in one process (n x d float64): it is refused
@@ -170,7 +185,7 @@ def check_request(store_url: str, o: FitOptions, attrs: dict | None = None):
     attrs = tip if attrs is None else attrs
     n_alive, d = int(attrs["n_alive"]), int(attrs["d"])
     if model == "auto":
-        model = choose_model(n_alive, d, o.k)
+        model = choose_model(n_alive, d, o.n_clusters)
         if model == "q" and q_too_large(n_alive, d):
             model = "dc"
     if model == "dc":
@@ -178,10 +193,13 @@ def check_request(store_url: str, o: FitOptions, attrs: dict | None = None):
     else:
         QKMeans(**o.q_params()).check_params()
         check_q_size(n_alive, d, store.url)
-    if o.k > n_alive:
+    if o.n_clusters > n_alive:
         raise FairpipeInputError(
             K_TOO_LARGE.format(
-                name="k", k=o.k, n=n_alive, what=f"live points of the store {store.url}"
+                name="n_clusters",
+                k=o.n_clusters,
+                n=n_alive,
+                what=f"live points of the store {store.url}",
             )
         )
     return store, model
@@ -194,7 +212,9 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
     t_start = time.perf_counter()
     store, _ = check_request(store_url, o)
     timings: dict[str, float] = {}
-    with store.transaction(f"fit {o.model} k={o.k}", lock_timeout=o.lock_timeout) as txn:
+    with store.transaction(
+        f"fit {o.model} n_clusters={o.n_clusters}", lock_timeout=o.lock_timeout
+    ) as txn:
         # n, the chunks and the model kind are read inside the lock (a concurrent ingest may
         # have committed since the first check).
         attrs = store.attrs(txn.session)
@@ -207,7 +227,7 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
         if model == "dc":
             params = o.dc_params()
             t0 = time.perf_counter()
-            sizes = nodes_per_level(o.width, o.height)
+            sizes = nodes_per_level(o.fanout, o.height)
             all_leaves = np.arange(sizes[0])
             fork = txn.fork()
             got, c0, m0 = solve_leaves_task(fork, n_rows, chunk_rows, params, all_leaves)
@@ -215,8 +235,8 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             timings["leaves"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             d = int(attrs["d"])
-            centroids = [np.zeros((nodes, o.k, d)) for nodes in sizes]
-            masses = [np.zeros((nodes, o.k)) for nodes in sizes]
+            centroids = [np.zeros((nodes, o.n_clusters, d)) for nodes in sizes]
+            masses = [np.zeros((nodes, o.n_clusters)) for nodes in sizes]
             centroids[0][got], masses[0][got] = c0, m0
             centroids, masses, _ = solve_parents_task.submit(
                 params, centroids, masses, all_leaves
@@ -245,7 +265,7 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
     return {
         "store": store.url,
         "model": model,
-        "k": o.k,
+        "n_clusters": o.n_clusters,
         "n_alive": n_alive,
         "commit": txn.commit_id,
         "centroids": root_c.tolist(),

@@ -18,7 +18,7 @@ import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import numpy as np
 from prefect.cache_policies import NO_CACHE
@@ -42,6 +42,7 @@ from fairpipe.neighbors import E2LSH, WIDTH_PER_RADIUS
 from flows.jobs import index_job, ingest_chunk, raise_bad_input
 from flows.parameters import check_recall_options, new_store_parameters
 from flows.private import flow, task
+from flows.renamed import take_old_names
 from flows.runtime import (
     cluster_running,
     dask_client,
@@ -132,20 +133,21 @@ def append_here(rows: int, d: int) -> bool:
 
 @dataclass
 class IngestOptions:
-    """The ingest flow's parameters, named as the command line's flags. ``None`` means: the
-    store's setting when appending, else the default (seed 0; lsh_k, lsh_tables and lsh_width
-    chosen for ``recall`` 0.95 at ``radius``, by default the median nearest-neighbour distance
-    of a sample: :func:`flows.parameters.new_store_parameters`; about 16 MB of points per
-    chunk). An append given a setting that differs from the store's is refused."""
+    """The ingest flow's parameters: E2LSH's own names (the command line's flags in
+    kebab-case). ``None`` means: the store's setting when appending, else the default (seed 0;
+    n_hashes, n_tables and bucket_width chosen for ``recall`` 0.95 at ``radius``, by default
+    the median nearest-neighbour distance of a sample:
+    :func:`flows.parameters.new_store_parameters`; about 16 MB of points per chunk). An append
+    given a setting that differs from the store's is refused."""
 
     seed: int | None = None
     group_column: str | None = None
     id_column: str | None = None
     groups_file: str | None = None
     ids_file: str | None = None
-    lsh_k: int | None = None  # hash functions per table (E2LSH's n_hashes)
-    lsh_tables: int | None = None
-    lsh_width: float | None = None  # the bucket width
+    n_hashes: int | None = None  # hash functions per table
+    n_tables: int | None = None
+    bucket_width: float | None = None
     radius: float | None = None  # the query radius the parameters are chosen for
     recall: float | None = None  # the target recall at the radius (default 0.95)
     chunk_rows: int | None = None
@@ -156,6 +158,17 @@ class IngestOptions:
 
     gaussian: dict = field(default_factory=dict)
     lock_timeout: float = 0.0
+    # The old names (flows.renamed), accepted for one release.
+    lsh_k: InitVar[int | None] = None
+    lsh_tables: InitVar[int | None] = None
+    lsh_width: InitVar[float | None] = None
+
+    def __post_init__(self, lsh_k, lsh_tables, lsh_width) -> None:
+        take_old_names(self, OLD_NAMES, {"lsh_k": lsh_k, "lsh_tables": lsh_tables,
+                                         "lsh_width": lsh_width})  # fmt: skip
+
+
+OLD_NAMES = {"lsh_k": "n_hashes", "lsh_tables": "n_tables", "lsh_width": "bucket_width"}
 
 
 # -- Prefect tasks --------------------------------------------------------------------------------
@@ -307,17 +320,17 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     options = options or IngestOptions()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
-    if options.lsh_k is not None:
-        check_positive_int(options.lsh_k, "lsh_k", "ingest")
-    if options.lsh_tables is not None:
-        check_positive_int(options.lsh_tables, "lsh_tables", "ingest")
-    if options.lsh_width is not None:
-        check_positive_float(options.lsh_width, "lsh_width", "ingest")
+    if options.n_hashes is not None:
+        check_positive_int(options.n_hashes, "n_hashes", "ingest")
+    if options.n_tables is not None:
+        check_positive_int(options.n_tables, "n_tables", "ingest")
+    if options.bucket_width is not None:
+        check_positive_float(options.bucket_width, "bucket_width", "ingest")
     if options.radius is not None:
         check_positive_float(options.radius, "radius", "ingest")
     if options.recall is not None:
         check_open_unit(options.recall, "recall", "ingest")
-    check_recall_options(options.lsh_k, options.lsh_tables, options.lsh_width, options.recall)
+    check_recall_options(options.n_hashes, options.n_tables, options.bucket_width, options.recall)
     if options.chunk_rows is not None:
         check_positive_int(options.chunk_rows, "chunk_rows", "ingest")
     # A folder that is not a store fails before the source is read; a new store is created only
@@ -342,8 +355,8 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
 def choose_parameters(plan, options: IngestOptions) -> dict:
     """A new store's E2LSH parameters (:func:`flows.parameters.new_store_parameters`)."""
     return new_store_parameters(
-        plan, plan.ids, options.get("seed"), lsh_k=options.lsh_k, lsh_tables=options.lsh_tables,
-        lsh_width=options.lsh_width, radius=options.radius, recall=options.recall,
+        plan, plan.ids, options.get("seed"), n_hashes=options.n_hashes, n_tables=options.n_tables,
+        bucket_width=options.bucket_width, radius=options.radius, recall=options.recall,
     )  # fmt: skip
 
 
@@ -391,8 +404,8 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                 timings["choose_parameters"] = time.perf_counter() - t0
             tuning = {name: chosen[name] for name in TUNING}
             radius_hint = chosen["radius"]
-            lsh = E2LSH(n_hashes=chosen["k"], n_tables=chosen["n_tables"],
-                        bucket_width=chosen["width"], seed=seed).fit(plan.d)  # fmt: skip
+            lsh = E2LSH(n_hashes=chosen["n_hashes"], n_tables=chosen["n_tables"],
+                        bucket_width=chosen["bucket_width"], seed=seed).fit(plan.d)  # fmt: skip
             create_layout(txn.root, plan.d, lsh, chunk_rows)
         else:
             tuning = {name: attrs["lsh"][name] for name in TUNING if name in attrs["lsh"]}
@@ -486,18 +499,18 @@ def check_append_options(options: IngestOptions, attrs: dict, url: str) -> None:
     """Refuse settings given for an append that differ from the store's."""
     stored = {
         "--seed": attrs["seed"],
-        "--lsh-k": attrs["lsh"]["k"],
-        "--lsh-tables": attrs["lsh"]["n_tables"],
-        "--lsh-width": attrs["lsh"]["width"],
+        "--n-hashes": attrs["lsh"]["n_hashes"],
+        "--n-tables": attrs["lsh"]["n_tables"],
+        "--bucket-width": attrs["lsh"]["bucket_width"],
         "--radius": attrs["lsh"].get("radius", attrs.get("suggested_radius")),
         "--recall": attrs["lsh"].get("recall_target"),
         "--chunk-rows": attrs["chunk_rows"],
     }
     given = {
         "--seed": options.seed,
-        "--lsh-k": options.lsh_k,
-        "--lsh-tables": options.lsh_tables,
-        "--lsh-width": options.lsh_width,
+        "--n-hashes": options.n_hashes,
+        "--n-tables": options.n_tables,
+        "--bucket-width": options.bucket_width,
         "--radius": options.radius,
         "--recall": options.recall,
         "--chunk-rows": options.chunk_rows,

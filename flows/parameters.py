@@ -24,30 +24,31 @@ from fairpipe.neighbors import (
 )
 
 RECALL_WITH_PARAMETERS = (
-    "--recall does not apply where --lsh-k, --lsh-tables and --lsh-width are all given: they "
+    "--recall does not apply where --n-hashes, --n-tables and --bucket-width are all given: they "
     "fix the recall (the ingest prints it). Leave out --recall, or one of them for the ingest "
     "to choose."
 )
 UNREACHABLE = (
     "A recall of {recall} (--recall) at radius {radius} needs {needed} tables{fixed}; at most "
     "{limit} are chosen (the index keeps an entry per row and table). Lower --recall, or give "
-    "--lsh-tables."
+    "--n-tables."
 )
 UNREACHABLE_TABLES = (
-    "A recall of {recall} (--recall) at radius {radius} is out of reach with --lsh-tables "
-    "{tables}{fixed}: the best k and w give {best}. Lower --recall, or give more tables."
+    "A recall of {recall} (--recall) at radius {radius} is out of reach with --n-tables "
+    "{tables}{fixed}: the best --n-hashes and --bucket-width give {best}. Lower --recall, or give more tables."
 )
 EMPTY_BALLS = (
     "No two of the {rows} sampled rows are within --radius {radius} of each other (the closest "
     "pair is {closest} apart): every query's ball would be empty. The suggested radius (the "
     "median distance to the nearest sampled row) is {suggested}."
 )
-FLAGS = {"n_hashes": "--lsh-k", "n_tables": "--lsh-tables", "bucket_width": "--lsh-width"}
+FLAGS = {"n_hashes": "--n-hashes", "n_tables": "--n-tables", "bucket_width": "--bucket-width"}
 
 
-def check_recall_options(lsh_k, lsh_tables, lsh_width, recall) -> None:
-    """Refuse ``--recall`` beside all three of ``--lsh-k``, ``--lsh-tables``, ``--lsh-width``."""
-    if recall is not None and None not in (lsh_k, lsh_tables, lsh_width):
+def check_recall_options(n_hashes, n_tables, bucket_width, recall) -> None:
+    """Refuse ``--recall`` beside all three of ``--n-hashes``, ``--n-tables``,
+    ``--bucket-width``."""
+    if recall is not None and None not in (n_hashes, n_tables, bucket_width):
         raise FairpipeInputError(RECALL_WITH_PARAMETERS)
 
 
@@ -68,10 +69,10 @@ def command_line_message(error: UnreachableRecall | EmptyBalls) -> str:
                               needed=error.needed_text(), limit=error.limit)  # fmt: skip
 
 
-def new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *, lsh_k=None,
-                         lsh_tables=None, lsh_width=None, radius=None, recall=None) -> dict:  # fmt: skip
+def new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *, n_hashes=None,
+                         n_tables=None, bucket_width=None, radius=None, recall=None) -> dict:  # fmt: skip
     """E2LSH's parameters for a new store of the source ``plan`` (``ids``: its ids, None for
-    the row numbers), as the ``lsh`` attribute keeps them: ``k``, ``n_tables``, ``width``, and
+    the row numbers), as the ``lsh`` attribute keeps them: ``n_hashes``, ``n_tables``, ``bucket_width``, and
     ``radius`` (the query radius: the sample command's default), ``recall_target`` (None where
     all three were given), ``expected_recall`` at the radius, ``expected_candidates`` (per
     query, None where all three were given).
@@ -80,12 +81,12 @@ def new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *,
     Otherwise the width sample of the source (2,000 rows by a hash of (seed, id)) is read and
     the missing ones are chosen for ``recall`` (default 0.95) at ``radius`` (default: the
     sample's median nearest-neighbour distance)."""
-    check_recall_options(lsh_k, lsh_tables, lsh_width, recall)
-    key = _choice_key(plan, seed, (lsh_k, lsh_tables, lsh_width, radius, recall))
+    check_recall_options(n_hashes, n_tables, bucket_width, recall)
+    key = _choice_key(plan, seed, (n_hashes, n_tables, bucket_width, radius, recall))
     if key is not None and key in _LAST:
         return dict(_LAST[key])
-    chosen = _new_store_parameters(plan, ids, seed, lsh_k=lsh_k, lsh_tables=lsh_tables,
-                                   lsh_width=lsh_width, radius=radius, recall=recall)  # fmt: skip
+    chosen = _new_store_parameters(plan, ids, seed, n_hashes=n_hashes, n_tables=n_tables,
+                                   bucket_width=bucket_width, radius=radius, recall=recall)  # fmt: skip
     if key is not None:
         _LAST.clear()
         _LAST[key] = dict(chosen)
@@ -113,23 +114,24 @@ def _choice_key(plan: SourcePlan, seed: int, given: tuple) -> tuple | None:
             seed, given)  # fmt: skip
 
 
-def _new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *, lsh_k,
-                          lsh_tables, lsh_width, radius, recall) -> dict:  # fmt: skip
-    if None not in (lsh_k, lsh_tables, lsh_width):
-        r = float(radius) if radius is not None else float(lsh_width) / WIDTH_PER_RADIUS
-        return {"k": int(lsh_k), "n_tables": int(lsh_tables), "width": float(lsh_width),
-                "radius": r, "recall_target": None,
-                "expected_recall": lsh_recall(r, lsh_k, lsh_tables, lsh_width),
+def _new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *, n_hashes,
+                          n_tables, bucket_width, radius, recall) -> dict:  # fmt: skip
+    if None not in (n_hashes, n_tables, bucket_width):
+        r = float(radius) if radius is not None else float(bucket_width) / WIDTH_PER_RADIUS
+        return {"n_hashes": int(n_hashes), "n_tables": int(n_tables),
+                "bucket_width": float(bucket_width), "radius": r, "recall_target": None,
+                "expected_recall": lsh_recall(r, n_hashes, n_tables, bucket_width),
                 "expected_candidates": None}  # fmt: skip
     sample = width_sample(plan, ids, seed)
     try:
         choice = choose_lsh_parameters(
             sample, radius, DEFAULT_RECALL if recall is None else recall, n_rows=plan.n,
-            n_features=plan.d, n_hashes=lsh_k, n_tables=lsh_tables, bucket_width=lsh_width,
+            n_features=plan.d, n_hashes=n_hashes, n_tables=n_tables, bucket_width=bucket_width,
         )  # fmt: skip
     except (UnreachableRecall, EmptyBalls) as e:
         raise FairpipeInputError(command_line_message(e)) from None
-    return {"k": choice.n_hashes, "n_tables": choice.n_tables, "width": choice.bucket_width,
+    return {"n_hashes": choice.n_hashes, "n_tables": choice.n_tables,
+            "bucket_width": choice.bucket_width,
             "radius": choice.radius, "recall_target": choice.recall_target,
             "expected_recall": choice.expected_recall,
             "expected_candidates": choice.expected_candidates}  # fmt: skip

@@ -80,8 +80,10 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
         "radius": radius,
         # the probability that a point at distance r from the query is in M(q): the share of
         # the people within r the samples can reach (nearer ones have more)
-        "expected_recall": float(lsh_recall(radius, lsh["k"], lsh["n_tables"], lsh["width"])),
-        "method": sampling["sampler"],
+        "expected_recall": float(
+            lsh_recall(radius, lsh["n_hashes"], lsh["n_tables"], lsh["bucket_width"])
+        ),
+        "sampler": sampling["sampler"],
         "mode": sampling["mode"],
         "seed": sampling["seed"],
         "queries": out,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 
 import numpy as np
 from prefect.cache_policies import NO_CACHE
@@ -36,6 +36,7 @@ from fairpipe.summary import (
 )
 from fairpipe.validation import IdLookup
 from flows.private import flow, task
+from flows.renamed import take_old_names
 from flows.runtime import (
     default_task_runner,
     gather_parts,
@@ -51,8 +52,9 @@ from storage.summary import (
 
 @dataclass
 class SummarizeOptions:
-    """The summarize flow's parameters, named as the command line's flags (``width``: the
-    tree's fan-out)."""
+    """The summarize flow's parameters: :class:`FairSummary`'s own names and defaults (the
+    command line's flags in kebab-case); ``lower``/``upper`` as fractions of k, or
+    ``bounds_file``."""
 
     k: int = 10
     lower: float | None = None  # fraction of k, for every group
@@ -63,10 +65,15 @@ class SummarizeOptions:
     factor: float = 2.0
     eval_size: int = 2048
     gamma: float | None = None
-    width: int = 16
-    height: int = 2
+    fanout: int = 8
+    height: int = 1
     seed: int = 0
     lock_timeout: float = 0.0
+    # The old name of ``fanout`` (flows.renamed), accepted for one release.
+    width: InitVar[int | None] = None
+
+    def __post_init__(self, width) -> None:
+        take_old_names(self, {"width": "fanout"}, {"width": width})
 
 
 def _names(attrs: dict) -> list[str]:
@@ -77,7 +84,7 @@ def summary_params(o: SummarizeOptions, names: list[str]) -> SummaryParams:
     """The node parameters of the summary the options ask for, checked (FairSummary's rules)."""
     lower, upper = resolve_bounds(o.k, names, o.lower, o.upper, o.bounds_file)
     model = FairSummary(
-        k=o.k, lower=lower, upper=upper, utility=o.utility, fanout=o.width, height=o.height,
+        k=o.k, lower=lower, upper=upper, utility=o.utility, fanout=o.fanout, height=o.height,
         eval_size=o.eval_size, rule=o.rule, factor=o.factor, gamma=o.gamma, seed=o.seed,
     )  # fmt: skip
     check_bounds(o.k, lower, upper, names=names)  # errors name the groups
@@ -134,7 +141,7 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
     t_start = time.perf_counter()
     store, *_ = check_request(store_url, o)
     timings: dict[str, float] = {}
-    n_leaves = int(o.width) ** int(o.height)
+    n_leaves = int(o.fanout) ** int(o.height)
     with store.transaction(f"summarize k={o.k}", lock_timeout=o.lock_timeout) as txn:
         # What the summary is built from is read inside the lock (a concurrent ingest may have
         # committed since the first check).
@@ -151,7 +158,7 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         levels: list = [{j: leaves.get(j, NodeOutput.empty(d)) for j in range(n_leaves)}] + [
             {} for _ in range(o.height)
         ]
-        merge_ancestors(levels, np.arange(n_leaves), o.width, params)
+        merge_ancestors(levels, np.arange(n_leaves), o.fanout, params)
         timings["parents"] = time.perf_counter() - t0
         root = levels[-1][0]
         lookup = IdLookup(read_array(txn.session, "ids"))
@@ -159,7 +166,7 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         in_order = [[level[i] for i in sorted(level)] for level in levels]
         arrays = summary_arrays(in_order, params, np.asarray(figures["ids"]))
         summary = {k: v for k, v in figures.items() if k != "ids"}
-        store_attrs = summary_store_attrs(params, o.width, o.height)
+        store_attrs = summary_store_attrs(params, o.fanout, o.height)
         write_summary(txn.root, {**store_attrs, "group_names": names, **summary}, arrays)
     timings["total"] = time.perf_counter() - t_start
     calls = int(sum(node.calls for lv in levels for node in lv.values()))

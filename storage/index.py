@@ -78,6 +78,7 @@ from fairpipe.neighbors import (
     unmix,
 )
 from fairpipe.validation import IdLookup
+from storage.names import current_names
 from storage.staging import STAGING_MARK, Staging, stale_staging  # noqa: F401 (re-exported)
 from storage.store import (
     FORMAT,
@@ -117,8 +118,8 @@ ID_RANGES = "id_ranges"
 LIVE_PER_GROUP = "live_per_group"  # root attribute: live rows per group
 ID_RANGE_BLOCK = 65536  # chunks of ids per chunk of their ranges (1 MB)
 MAIN = "main"  # the index's main layer (the others are deltas, named ``delta_<first row>``)
-# The library's names of E2LSH's parameters -> their names in the store's ``lsh`` attribute.
-LSH_STORE_NAMES = {"n_hashes": "k", "n_tables": "n_tables", "bucket_width": "width", "seed": "seed"}
+# E2LSH's parameters, kept under their own names in the store's ``lsh`` attribute.
+LSH_PARAMS = ("n_hashes", "n_tables", "bucket_width", "seed")
 
 
 def choose_chunk_rows(d: int) -> int:
@@ -137,7 +138,7 @@ def lsh_attrs(lsh: E2LSH, layout: dict) -> dict:
     (``segment_bits``, and ``deltas``/``delta_start`` when there are deltas)."""
     params = lsh.get_params()
     layout = {k: v if k == "deltas" else int(v) for k, v in layout.items()}
-    return {**{store: params[name] for name, store in LSH_STORE_NAMES.items()},
+    return {**{name: params[name] for name in LSH_PARAMS},
             "projection": lsh.projection, **layout}  # fmt: skip
 
 
@@ -251,7 +252,7 @@ def key_projection(attrs: dict) -> str:
 
 def lsh_from_arrays(arrays: dict, attrs: dict) -> E2LSH:
     """The hash functions from their stored arrays and the root attributes."""
-    params = {name: attrs["lsh"][store] for name, store in LSH_STORE_NAMES.items()}
+    params = {name: attrs["lsh"][name] for name in LSH_PARAMS}
     # Stores made before the exact projection keep the float32 one their keys were made by.
     params["projection"] = key_projection(attrs)
     return E2LSH.from_arrays(arrays, **params)
@@ -1016,7 +1017,7 @@ def _table_buckets(layers: list[list[np.ndarray]]):
 def index_entries(session) -> list[tuple[np.ndarray, np.ndarray]]:
     """Every table's (bucket keys, member ids) pairs sorted by (key, id): the index's content
     independent of row numbers and layout (what a fresh build on the live rows must equal)."""
-    attrs = dict(open_group(session).attrs)
+    attrs = current_names(dict(open_group(session).attrs))
     index = load_index(session, attrs)
     ids = read_array(session, "ids")
     out = []

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from storage.names import current_names
 from storage.store import _fetch_many, _PlainChunks
 
 NATIVE = "icechunk._icechunk_python"
@@ -297,7 +298,8 @@ def open_light(local_dir: Path, snapshot: str | None = None) -> tuple[LightSessi
             session = LightSession(repo.readonly_session(branch="main"))
         else:
             session = LightSession(repo.readonly_session(snapshot_id=snapshot))
-        attrs = session.load(QUERY_ARRAYS)  # arrays a store lacks (no sketch) are never read
+        # arrays a store lacks (no sketch) are never read; older attribute names read as current
+        attrs = current_names(session.load(QUERY_ARRAYS))
         if attrs.get("fairpipe_format") is None or not attrs.get("n"):
             return None
         if delta_arrays(attrs):  # a second round trip, for the deltas' arrays

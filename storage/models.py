@@ -7,9 +7,9 @@ A model is written as its estimator's ``to_arrays(data=False)`` (the rows are th
   (nodes_j, k), level 0 = leaves, level ``height`` = the root;
 - ``qkmeans/<name>`` for every array of a fitted Q-k-means model (per run and step: inputs,
   outputs, phases, sums, sizes, losses; per run: steps, losses; the seed ids);
-- the parameters in the group's attributes, under the names of store format 1 (``width`` for
-  the tree's fan-out, ``iterations`` for ``max_iter``, ``gamma`` for Q-k-means' balance), with
-  ``model``; Q-k-means also keeps ``n_fit`` and ``best`` there.
+- the parameters in the group's attributes, under the estimator's own names, with ``model``;
+  Q-k-means also keeps ``n_fit`` and ``best`` there (older names are read as these:
+  :mod:`storage.names`).
 
 The root attribute ``model`` says which one the store holds (``"dc"`` or ``"q"``).
 """
@@ -20,16 +20,15 @@ import numpy as np
 
 from fairpipe.cluster import Q_STATE, DCKMeans, QKMeans
 from fairpipe.errors import FairpipeInputError
+from storage.names import renamed
 from storage.store import open_array, open_group, read_array, replace_array, zarr_checked
 
-NO_MODEL = "The store {url} has no fitted model. Run 'fairpipe fit --store {url} --k K' first."
-# The library's parameter names -> their names in the store's attributes (store format 1).
-STORE_NAMES = {
-    "dc": {"n_clusters": "n_clusters", "fanout": "width", "height": "height",
-           "max_iter": "iterations", "n_init": "n_init", "seed": "seed"},
-    "q": {"n_clusters": "n_clusters", "epsilon": "epsilon", "balance": "gamma",
-          "max_iter": "iterations", "n_init": "n_init", "seed": "seed"},
-}  # fmt: skip
+NO_MODEL = "The store {url} has no fitted model. Run 'fairpipe fit --store {url}' first."
+# The estimators' parameters, kept under their own names in the model group's attributes.
+PARAMS = {
+    "dc": ("n_clusters", "fanout", "height", "max_iter", "n_init", "seed"),
+    "q": ("n_clusters", "epsilon", "balance", "max_iter", "n_init", "seed"),
+}
 GROUP = {"dc": "tree", "q": "qkmeans"}
 ESTIMATOR: dict[str, type[DCKMeans] | type[QKMeans]] = {"dc": DCKMeans, "q": QKMeans}
 
@@ -39,13 +38,14 @@ def kind_of(model) -> str:
 
 
 def store_params(kind: str, params: dict) -> dict:
-    """Estimator parameters under their stored names."""
-    return {store: params[name] for name, store in STORE_NAMES[kind].items()}
+    """The estimator parameters the store keeps."""
+    return {name: params[name] for name in PARAMS[kind]}
 
 
 def library_params(kind: str, attrs: dict) -> dict:
-    """Stored attributes under the estimator's parameter names."""
-    return {name: attrs[store] for name, store in STORE_NAMES[kind].items()}
+    """The estimator's parameters from the model group's attributes (older names too)."""
+    attrs = renamed(attrs, GROUP[kind])
+    return {name: attrs[name] for name in PARAMS[kind]}
 
 
 def write_model(root, model: DCKMeans | QKMeans) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from fairpipe.errors import FairpipeInputError
 from storage.lock import LOCK_NAME, StoreBusyError, WriterLock, lock_path_for
+from storage.names import current_names, upgrade_names
 from storage.urls import (
     delete_objects,
     list_objects,
@@ -991,7 +992,7 @@ class FairpipeStore:
             group = open_group(session)
         except Exception:  # an empty repository has no root group yet
             return {}
-        return dict(group.attrs)
+        return current_names(dict(group.attrs))
 
     def is_empty(self) -> bool:
         return "n" not in self.attrs()
@@ -1069,6 +1070,7 @@ class FairpipeStore:
                 if not txn.session.has_uncommitted_changes:  # nothing written: nothing to publish
                     txn.commit_id = base  # type: ignore[attr-defined]
                 else:
+                    upgrade_names(txn.root)  # a store written with older attribute names
                     tip = txn.session.commit(message, metadata=metadata)
                     self.repo.reset_branch("main", tip, from_snapshot_id=base)
                     txn.commit_id = tip  # type: ignore[attr-defined]

@@ -6,9 +6,9 @@
 - ``summary/level_<j>/value`` float64 and ``calls`` int64 (nodes_j,): the node's utility and its
   gain evaluations.
 - ``summary/ids`` int64: the root's summary, sorted (``summary_ids`` of
-  :meth:`fairpipe.summary.FairSummary.to_arrays`). Parameters (under store format 1's names:
-  ``width`` for the tree's fan-out) and the summary's figures (bounds, counts per group, error,
-  value) in ``summary`` attributes.
+  :meth:`fairpipe.summary.FairSummary.to_arrays`). Parameters (under FairSummary's own names;
+  older names are read as these: :mod:`storage.names`) and the summary's figures (bounds,
+  counts per group, error, value) in ``summary`` attributes.
 
 Only ids are stored: a node's points are read back from ``points`` when a deletion recomputes its
 parent (:func:`node_loader`).
@@ -20,6 +20,7 @@ import numpy as np
 
 from fairpipe.summary import NodeOutput, SummaryParams, nodes_from_arrays
 from storage.index import points_and_groups_of
+from storage.names import renamed
 from storage.store import open_array, open_group, read_array, replace_array, zarr_checked
 
 NO_SUMMARY = (
@@ -42,13 +43,13 @@ def write_summary(root, attrs: dict, arrays: dict[str, np.ndarray]) -> None:
 
 def summary_store_attrs(params: SummaryParams, fanout: int, height: int) -> dict:
     """The summary's parameters under their stored names."""
-    return {**params.as_attrs(), "width": int(fanout), "height": int(height)}
+    return {**params.as_attrs(), "fanout": int(fanout), "height": int(height)}
 
 
 def summary_tree(session) -> tuple[SummaryParams, int, int, dict]:
     """(node parameters, fan-out, height, all attributes) of the stored summary."""
     attrs = summary_attrs(session)
-    return SummaryParams.from_attrs(attrs), int(attrs["width"]), int(attrs["height"]), attrs
+    return SummaryParams.from_attrs(attrs), int(attrs["fanout"]), int(attrs["height"]), attrs
 
 
 def update_summary(root, level: int, nodes: np.ndarray, arrays: dict[str, np.ndarray]) -> None:
@@ -69,7 +70,7 @@ def has_summary(session) -> bool:
 
 
 def summary_attrs(session) -> dict:
-    return dict(open_group(session)["summary"].attrs)
+    return renamed(dict(open_group(session)["summary"].attrs), "summary")
 
 
 def read_summary_ids(session) -> np.ndarray:

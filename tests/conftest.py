@@ -28,7 +28,7 @@ def digits_store(prefect_server, tmp_path_factory):
     from flows.ingest import IngestOptions, run_ingest
 
     path = tmp_path_factory.mktemp("stores") / "digits"
-    result = run_ingest("digits", str(path), IngestOptions(seed=3, lsh_k=8, lsh_tables=20))
+    result = run_ingest("digits", str(path), IngestOptions(seed=3, n_hashes=8, n_tables=20))
     return path, result
 
 

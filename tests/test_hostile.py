@@ -36,7 +36,7 @@ from tests.flows.test_deploy import stored_objects
 
 BIN = Path(sys.executable).parent
 N, D = 3000, 8
-INGEST = ["--id-column", "id", "--group-column", "group", "--lsh-tables", "10",
+INGEST = ["--id-column", "id", "--group-column", "group", "--n-tables", "10",
           "--chunk-rows", "512", "--seed", "4", "--workers", "1"]  # fmt: skip
 DRAIN = ["--max-batch", "3", "--workers", "1"]
 rng = np.random.default_rng(33)  # the moments of the signals: the same in every run
@@ -172,10 +172,12 @@ def queued(prefect_server, source, work) -> tuple[Path, list[bytes]]:
     base = work / "queued"
     threads = dict(n_workers=1, processes=False)
     run_ingest(str(source), str(base), IngestOptions(id_column="id", group_column="group",
-                                                     lsh_tables=10, chunk_rows=512, seed=4),
+                                                     n_tables=10, chunk_rows=512, seed=4),
                **threads)  # fmt: skip
-    run_fit(str(base), FitOptions(k=6), **threads)
-    run_summarize(str(base), SummarizeOptions(k=8, lower=0.1, upper=0.6), **threads)
+    run_fit(str(base), FitOptions(n_clusters=6, height=2), **threads)
+    run_summarize(
+        str(base), SummarizeOptions(k=8, lower=0.1, upper=0.6, fanout=16, height=2), **threads
+    )
     ids = FairpipeStore.open(str(base)).read("ids")
     gone = np.random.default_rng(1).choice(ids, size=36, replace=False)
     for j in range(12):

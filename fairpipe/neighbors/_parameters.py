@@ -51,7 +51,7 @@ smaller k, then the smaller w. A parameter given (``n_hashes``, ``n_tables`` or
 table (a packed entry of 4-8 bytes: 430 bytes a row at L = 100 and 200,000 rows), and ingest
 hashes k L functions a row, so L = 200 doubles the index of the k = 15, L = 100 of the paper's
 experiments; beyond it, a longer w with a shorter k serves the same recall with fewer tables.
-Give L explicitly (``--lsh-tables``, up to 65,535) to go beyond it.
+Give L explicitly (``--n-tables``, up to 65,535) to go beyond it.
 
 Determinism: the choice depends on the sample, the radius and n only, and the sample on the data
 and the seed. The radius (the median nearest-neighbour distance in the sample) does not depend

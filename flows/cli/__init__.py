@@ -59,6 +59,7 @@ _SAVED_WARNING_FILTERS: list = []
 
 
 import typer  # noqa: E402
+import typer.core  # noqa: E402
 
 from flows.cli import (  # noqa: E402
     audit,
@@ -79,7 +80,27 @@ from flows.cli import (  # noqa: E402
 
 __all__ = ["app", "main"]
 
+# The commands as a user meets them: try, load, look, query, model, summarize, rank, audit,
+# forget, look after the store. A command not listed comes last.
+WORKFLOW_ORDER = ("demo", "ingest", "info", "show", "sample", "fit", "predict", "summarize",
+                  "history", "rerank", "audit", "request-deletion", "forget", "backfill",
+                  "status", "receipts", "configure", "verify", "server")  # fmt: skip
+
+
+class _WorkflowOrder(typer.core.TyperGroup):
+    """The program's commands listed in :data:`WORKFLOW_ORDER` (``fairpipe --help``)."""
+
+    def list_commands(self, ctx) -> list[str]:
+        names = super().list_commands(ctx)
+        rank = {name: i for i, name in enumerate(WORKFLOW_ORDER)}
+        return sorted(names, key=lambda name: rank.get(name, len(rank)))
+
+
 app = typer.Typer(
+    cls=_WorkflowOrder,
+    # Help text is plain text, never read as markup: '[lower, upper]' is shown as written.
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 100},  # a wide terminal wraps fewer option texts
     add_completion=False,
     no_args_is_help=True,
     help="Fair and forgettable pipelines for large tables of people.",

@@ -27,15 +27,18 @@ Store = Annotated[
     ),
 ]
 AsJson = Annotated[
-    bool, typer.Option("--json", help="Print the result as one JSON object on stdout.")
+    bool,
+    typer.Option(
+        "--json", help="Print the result as one JSON object on stdout.", show_default="off"
+    ),
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed: the same seed, the same result.")]
 DaskAddress = Annotated[
     str | None,
     typer.Option(
         "--dask-address",
-        help="An existing Dask scheduler (default: a local cluster).",
-        show_default=False,
+        help="The address of a running Dask scheduler to use.",
+        show_default="a local cluster of --workers processes",
     ),
 ]
 DaskCluster = Annotated[
@@ -53,6 +56,7 @@ Verbose = Annotated[
         "--verbose",
         help="Also show the logs and warnings of Prefect, Dask and Icechunk, and an internal "
         "error's traceback, on stderr.",
+        show_default="off",
     ),
 ]
 Workers = Annotated[int, typer.Option("--workers", help="Worker processes of the local cluster.")]
@@ -62,19 +66,44 @@ LockTimeout = Annotated[
         "--lock-timeout", help="Seconds to wait for another writer of the store (inf: no limit)."
     ),
 ]
-Ids = Annotated[str | None, typer.Option("--ids", help="Comma-separated ids.", show_default=False)]
+Ids = Annotated[
+    str | None,
+    typer.Option(
+        "--ids", help="Comma-separated ids (--ids or --ids-file, not both).", show_default="none"
+    ),
+]
 IdsFile = Annotated[
     str | None,
-    typer.Option("--ids-file", help="A .npy, or text with one id per line.", show_default=False),
+    typer.Option(
+        "--ids-file",
+        help="A .npy, or text with one id per line (--ids or --ids-file, not both).",
+        show_default="none",
+    ),
 ]
 QueryRow = Annotated[
     int | None,
-    typer.Option("--query-row", help="Row number of a stored point.", show_default=False),
+    typer.Option(
+        "--query-row",
+        help="Row number of a stored point (one --query-* option only).",
+        show_default="none",
+    ),
 ]
 QueryFile = Annotated[
     Path | None,
-    typer.Option("--query-file", help="A .npy of query points (one per row).", show_default=False),
+    typer.Option(
+        "--query-file",
+        help="A .npy of query points, one per row (one --query-* option only).",
+        show_default="none",
+    ),
 ]
+
+
+def choice(*values: str) -> dict:
+    """The keywords of a ``typer.Option`` taking one of ``values``: the help lists them. The
+    library checks the value (its one-line error names the parameter and the choices, before
+    anything starts), not click, whose usage error would take several lines."""
+    return {"metavar": "[" + "|".join(values) + "]"}
+
 
 MISSING_QUERY_FILE = "Query file {path!r} does not exist."
 BAD_QUERY_FILE = "Query file {path!r} is not a .npy array (save the queries with numpy.save)."
@@ -117,7 +146,7 @@ def check_lock_timeout(seconds: float, owner: str) -> float:
 
 def check_options(owner: str, **rules: tuple) -> None:
     """Check option values by rule, named by their flag: ``check_options("fairpipe fit",
-    tree_width=("fanout", 8))`` checks ``--tree-width``. Rules: ``"positive"`` (an integer >= 1),
+    fanout=("fanout", 8))`` checks ``--fanout``. Rules: ``"positive"`` (an integer >= 1),
     ``"count"`` (an integer >= 0), ``"fanout"`` (an integer >= 2), ``"positive_float"``
     (finite, > 0), ``"non_negative_float"`` (finite, >= 0), ``"fraction"`` (from 0 to 1),
     ``"seed"``; a value of None (an option not given) is not checked."""

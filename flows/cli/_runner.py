@@ -37,6 +37,7 @@ import shlex
 import sys
 import time
 import traceback
+import typing
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -230,7 +231,8 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             render: Callable[[dict], None] | None = None,
             read_only: bool = False,
             check: Callable[..., None] | None = None,
-            name: str | None = None) -> Callable[[F], F]:  # fmt: skip
+            name: str | None = None,
+            renamed: Mapping[str, str] | None = None) -> Callable[[F], F]:  # fmt: skip
     """A command: run under the one exception handler (see the module's docstring), with the
     ``shared`` options (and ``--verbose``) added after its own and given to it as
     ``shared: Shared``; the dict it returns is printed as one JSON object (``--json``) or by
@@ -247,9 +249,14 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
     server, a cluster, a flow), as the shared options are checked (:func:`check_shared`).
 
     ``name``: how messages name the command (``server start``; default: the function's name).
+
+    ``renamed`` maps an old flag (``--k``) to the parameter that replaced it (``n_clusters``):
+    the old flag still works for one release, hidden from ``--help``; given together with the
+    new one, it is bad input (:func:`merge_renamed`).
     """
     flags = dict(parameter_flags or {})
     shared = (*shared, "verbose")
+    old_flags = dict(renamed or {})
 
     def decorate(fn: F) -> F:
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
@@ -259,9 +266,15 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
                               default=default)
             for name, (annotation, default) in SHARED_OPTIONS.items() if name in shared
         ]  # fmt: skip
+        by_name = {p.name: p for p in own}
+        hidden = [_old_flag_parameter(flag, by_name[new]) for flag, new in old_flags.items()]
+        if hidden:  # typer hands the command its context: which options the command line gave
+            hidden.append(inspect.Parameter(CONTEXT, inspect.Parameter.KEYWORD_ONLY,
+                                            annotation=typer.Context))  # fmt: skip
 
         @functools.wraps(fn)
         def run(**kwargs: Any) -> None:
+            context = kwargs.pop(CONTEXT, None)
             if kwargs["verbose"]:
                 from flows.cli import loud_libraries
 
@@ -269,6 +282,7 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             try:
                 with errors_reported(name or fn.__name__, flags, dict(kwargs)):
                     options = Shared(**{name: kwargs.pop(name) for name in shared})
+                    merge_renamed(kwargs, old_flags, context)
                     check_shared(options, name or fn.__name__, kwargs)
                     if check is not None:
                         check(**kwargs)
@@ -282,11 +296,49 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             if PROGRAM.running and (read_only or "dask_address" in shared):
                 quick_exit()  # its result is out, and so are its flow's records
 
-        run.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
-        run.__annotations__ = {p.name: p.annotation for p in own + added}
+        every = own + added + hidden
+        run.__signature__ = inspect.Signature(every)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in every}
         return cast(F, run)
 
     return decorate
+
+
+# -- old flags, kept as hidden aliases for one release ----------------------------------------------
+BOTH_NAMES = "Give {new} or its old name {old}, not both."
+CONTEXT = "old__context"
+
+
+def _old_name(flag: str) -> str:
+    """The parameter an old flag fills: ``--tree-width`` -> ``old__tree_width``."""
+    return "old__" + flag.lstrip("-").replace("-", "_")
+
+
+def _old_flag_parameter(flag: str, new: inspect.Parameter) -> inspect.Parameter:
+    """A hidden option ``flag`` of the new parameter's type, None when not given."""
+    base = typing.get_args(new.annotation)[0] if typing.get_origin(new.annotation) is (
+        typing.Annotated) else new.annotation  # fmt: skip
+    option = typer.Option(flag, hidden=True, show_default=False)
+    return inspect.Parameter(_old_name(flag), inspect.Parameter.KEYWORD_ONLY,
+                             annotation=typing.Annotated[base | None, option], default=None)  # fmt: skip
+
+
+def merge_renamed(kwargs: dict[str, Any], old_flags: Mapping[str, str],
+                  context: typer.Context | None) -> None:  # fmt: skip
+    """Move the values of old flags given to their new parameters (in place); an old flag given
+    with its new one (on the command line: ``context``) is bad input."""
+    for flag, new in old_flags.items():
+        value = kwargs.pop(_old_name(flag), None)
+        if value is None:
+            continue
+        source = context.get_parameter_source(new) if context is not None else None
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            raise FairpipeInputError(BOTH_NAMES.format(new=_flag(new), old=flag))
+        kwargs[new] = value
+
+
+def _flag(parameter: str) -> str:
+    return "--" + parameter.replace("_", "-")
 
 
 def check_shared(options: Shared, name: str, own: Mapping[str, Any]) -> None:

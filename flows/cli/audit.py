@@ -9,12 +9,19 @@ import typer
 from rich import box
 from rich.table import Table
 
-from flows.cli._options import Seed, check_options
+from fairpipe.errors import FairpipeInputError
+from flows.cli._options import Seed, check_options, choice
 from flows.cli._runner import RUNS_FLOWS, Shared, command, result_console
 
-# The search functions' parameters, as their error messages name them.
-PARAMETER_FLAGS = {"baselines": "--baseline", "n_seeds": "--seeds", "n_local": "--local"}
+# The search functions' parameters that their error messages name, and their flags.
+FLAGS = {"baselines": "--baseline", "n_seeds": "--n-seeds", "n_local": "--n-local"}
+# The old flags, hidden aliases for one release.
+RENAMED = {"--seeds": "n_seeds", "--local": "n_local"}
+OBJECTIVES = ("loss", "probability")  # fairpipe.audit's OBJECTIVES
+BASELINES = ("aequitas", "random")  # flows.audit.BASELINES
+TRAINABLE = ("mlp",)  # flows.audit.TRAINABLE
 METHODS = (("adf", "ADF"), ("aequitas", "AEQUITAS"), ("random", "random"))
+BASELINES_AND_NONE = "Give --baseline or --no-baselines, not both."
 COLUMNS = ("method", "#ID", "#GDiff", "success", "global", "seconds", "IDs/s", "1k IDs")
 
 
@@ -53,62 +60,86 @@ def _render(r: dict) -> None:
 
 def _check(**o) -> None:
     check_options(
-        "fairpipe audit", seeds=("positive", o["seeds"]), local=("positive", o["local"]),
+        "fairpipe audit", n_seeds=("positive", o["n_seeds"]), n_local=("positive", o["n_local"]),
         max_iter=("positive", o["max_iter"]), repeats=("positive", o["repeats"]),
         train_iter=("positive", o["train_iter"]), seed=("seed", o["seed"]),
     )  # fmt: skip
+    if o["no_baselines"] and list(o["baseline"]) != list(BASELINES):
+        raise FairpipeInputError(BASELINES_AND_NONE)
+    if o["model"] is not None and o["train"] is not None:
+        from flows.audit import MODEL_AND_TRAIN
+
+        raise FairpipeInputError(MODEL_AND_TRAIN)
 
 
-@command(PARAMETER_FLAGS, shared=RUNS_FLOWS, render=_render, check=_check)
+@command(FLAGS, shared=RUNS_FLOWS, render=_render, check=_check, renamed=RENAMED)
 def audit(
     protected: Annotated[
         list[str],
-        typer.Option("--protected", help="Protected attribute (repeat).", show_default=False),
+        typer.Option(
+            "--protected",
+            help="A protected attribute (repeat the option for several).",
+            show_default=False,
+        ),
     ],
     dataset: Annotated[
         str,
         typer.Option(
             "--dataset",
-            help="adult | german | bank (from --data-dir, default the shared data folder beside the "
-            "repository), adult:PATH / "
-            "german:PATH / bank:PATH, or an integer CSV with a 'label' column.",
+            help="adult, german or bank (read from --data-dir), adult:PATH, german:PATH, "
+            "bank:PATH, or an integer CSV with a 'label' column.",
         ),
     ] = "adult",
     model: Annotated[
         str | None,
         typer.Option(
             "--model",
-            help="A pickled classifier with predict_proba (or a torch.save module).",
+            help="A pickled classifier with predict_proba (or a torch.save module); not with "
+            "--train.",
+            show_default="train one (--train mlp)",
         ),
     ] = None,
     train: Annotated[
         str | None,
         typer.Option(
             "--train",
-            help="Train the model to test: 'mlp', the paper's 64-32-16-8-4 network (the default "
-            "without --model).",
+            help="Train the model to test: mlp, the paper's 64-32-16-8-4 network; not with "
+            "--model.",
+            show_default="mlp without --model",
+            **choice(*TRAINABLE),
         ),
     ] = None,
-    seeds: Annotated[
-        int, typer.Option("--seeds", help="Global seeds (clustered from the data).")
+    n_seeds: Annotated[
+        int, typer.Option("--n-seeds", help="Global seeds (clustered from the data).")
     ] = 1000,
-    local: Annotated[
-        int, typer.Option("--local", help="Local steps per discriminatory input.")
+    n_local: Annotated[
+        int, typer.Option("--n-local", help="Local steps per discriminatory input.")
     ] = 1000,
     max_iter: Annotated[int, typer.Option("--max-iter", help="Global iterations per seed.")] = 10,
     objective: Annotated[
         str,
         typer.Option(
-            "--objective", help="loss (ADF's: toward the decision boundary) | probability."
+            "--objective",
+            help="What the search climbs: loss (ADF's: toward the decision boundary) or "
+            "probability.",
+            **choice(*OBJECTIVES),
         ),
     ] = "loss",
     baseline: Annotated[
         list[str],
-        typer.Option("--baseline", help="aequitas | random (repeat); --no-baselines for none."),
+        typer.Option(
+            "--baseline",
+            help="A search to compare ADF with (repeat the option for several); not with "
+            "--no-baselines.",
+            **choice(*BASELINES),
+        ),
     ] = ["aequitas", "random"],  # noqa: B006  (typer hands the command a new list)
-    no_baselines: Annotated[bool, typer.Option("--no-baselines", help="Run ADF alone.")] = False,
+    no_baselines: Annotated[
+        bool, typer.Option("--no-baselines", help="Run ADF alone.", show_default="off")
+    ] = False,
     retrain: Annotated[
-        bool, typer.Option("--retrain", help="Retrain with 5% of the inputs found.")
+        bool,
+        typer.Option("--retrain", help="Retrain with 5% of the inputs found.", show_default="off"),
     ] = False,
     repeats: Annotated[int, typer.Option("--repeats", help="Retraining repeats (averaged).")] = 5,
     train_iter: Annotated[
@@ -116,22 +147,35 @@ def audit(
     ] = 50,
     out: Annotated[
         str | None,
-        typer.Option("--out", help="Folder for samples, model, metrics, plot."),
+        typer.Option(
+            "--out", help="Folder for samples, model, metrics, plot.", show_default="none"
+        ),
     ] = None,
     data_dir: Annotated[
-        str | None, typer.Option("--data-dir", help="Folder of the named data sets.")
+        str | None,
+        typer.Option(
+            "--data-dir",
+            help="Folder of the named data sets.",
+            show_default="the shared data folder beside the repository",
+        ),
     ] = None,
     seed: Seed = 0,
     *,
     shared: Shared,
 ) -> dict:
     """Search a classifier for discriminatory inputs (ADF, against AEQUITAS and random search) and
-    measure its discrimination; optionally retrain with some of the inputs found."""
+    measure its discrimination; optionally retrain with some of the inputs found.
+
+    \b
+    Examples (the adult data set in --data-dir):
+      fairpipe audit --protected sex --n-seeds 50 --n-local 50 --no-baselines
+      fairpipe audit --protected sex --protected race --retrain --out audit-out
+    """
     from flows.audit import AuditOptions, run_audit
 
     options = AuditOptions(
-        dataset=dataset, protected=list(protected), model=model, train=train, seeds=seeds,
-        local=local, max_iter=max_iter, objective=objective,
+        dataset=dataset, protected=list(protected), model=model, train=train, n_seeds=n_seeds,
+        n_local=n_local, max_iter=max_iter, objective=objective,
         baselines=() if no_baselines else tuple(baseline), retrain=retrain, repeats=repeats,
         train_iter=train_iter, seed=seed, data_dir=data_dir,
         progress=not shared.as_json,  # a progress bar on stderr

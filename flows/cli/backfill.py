@@ -63,7 +63,13 @@ def backfill(
     *,
     shared: Shared,
 ) -> dict:
-    """Forget a large backlog of ids in batches; rerun with the same file to resume."""
+    """Forget a large backlog of ids in batches; rerun with the same file to resume.
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+      seq 100 199 > backlog.txt
+      fairpipe backfill --store digits.store --ids-file backlog.txt --batch-size 50
+    """
     from flows.backfill import BackfillOptions, run_backfill
 
     options = BackfillOptions(batch_size=batch_size, reason=reason,

@@ -17,7 +17,9 @@ from flows.cli._runner import (
     result_console,
 )
 
-PARAMETER_FLAGS = {"n_queries": "--queries"}
+PARAMETER_FLAGS = {"n_queries": "--n-queries"}
+# The old flag, a hidden alias for one release.
+RENAMED = {"--queries": "n_queries"}
 
 
 def _render(r: dict) -> None:
@@ -49,22 +51,39 @@ MAX_QUERIES = 1000
 
 def _check(**o) -> None:
     check_options("fairpipe demo", seed=("seed", o["seed"]))
-    check_int_range(o["queries"], "--queries", "fairpipe demo", 1, MAX_QUERIES)
+    check_int_range(o["n_queries"], "--n-queries", "fairpipe demo", 1, MAX_QUERIES)
 
 
-@command(PARAMETER_FLAGS, render=_render, check=_check)
+@command(PARAMETER_FLAGS, render=_render, check=_check, renamed=RENAMED)
 def demo(
     store: Annotated[
         str | None,
-        typer.Option("--store", help="Folder for the demo store (default: a temporary folder)."),
+        typer.Option(
+            "--store", help="Folder for the demo store.", show_default="a temporary folder"
+        ),
     ] = None,
-    queries: Annotated[int, typer.Option("--queries", help="Query points of the TV report.")] = 20,
-    plot: Annotated[str | None, typer.Option("--plot", help="PNG path for the TV plot.")] = None,
+    n_queries: Annotated[
+        int, typer.Option("--n-queries", help="Query points of the TV report.")
+    ] = 20,
+    plot: Annotated[
+        str | None,
+        typer.Option(
+            "--plot",
+            help="PNG path for the TV plot.",
+            show_default="fairpipe-demo-tv.png beside the store",
+        ),
+    ] = None,
     seed: Seed = 0,
     *,
     shared: Shared,
 ) -> dict:
-    """Ingest the built-in digits, sample fair neighbours, print a TV report and write a plot."""
+    """Ingest the built-in digits, sample fair neighbours, print a TV report and write a plot;
+    then fit, summarize, forget and check the store (the whole tour, about a minute).
+
+    \b
+    Example:
+      fairpipe demo --store demo.store --plot tv.png
+    """
     from flows.demo import run_demo
 
     progress = diagnostics_console()
@@ -73,4 +92,4 @@ def demo(
         if not shared.as_json:
             progress.print(escape_controls(message))
 
-    return run_demo(store=store, n_queries=queries, seed=seed, plot=plot, log=log)
+    return run_demo(store=store, n_queries=n_queries, seed=seed, plot=plot, log=log)

@@ -8,17 +8,16 @@ import typer
 
 from fairpipe.errors import check_int_range, check_open_unit
 from fairpipe.tree import check_tree
-from flows.cli._options import Seed, Store, check_options
+from flows.cli._options import Seed, Store, check_options, choice
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
-# DCKMeans' and QKMeans' parameters, as their error messages name them.
-PARAMETER_FLAGS = {
-    "n_clusters": "--k",
-    "fanout": "--tree-width",
-    "height": "--tree-height",
-    "max_iter": "--iterations",
-    "balance": "--gamma",
-}
+# The old flags, hidden aliases for one release.
+RENAMED = {"--k": "n_clusters", "--tree-width": "fanout", "--tree-height": "height",
+           "--iterations": "max_iter", "--gamma": "balance"}  # fmt: skip
+MODELS = ("dc", "q", "auto")
+# DCKMeans' and QKMeans' parameters that their error messages name, and their flags.
+FLAGS = {name: "--" + name.replace("_", "-")
+         for name in ("n_clusters", "fanout", "height", "max_iter", "n_init", "balance")}  # fmt: skip
 
 
 def _render(r: dict) -> None:
@@ -30,7 +29,7 @@ def _render(r: dict) -> None:
     )
     out = result_console()
     out.print(
-        f"fitted {r['model']} k={r['k']} on {r['n_alive']} points ({shape}); "
+        f"fitted {r['model']} n_clusters={r['n_clusters']} on {r['n_alive']} points ({shape}); "
         f"commit {r['commit']} in {r['timings']['total']:.1f} s"
     )
     out.print("cluster masses: " + " ".join(f"{m:.0f}" for m in r["masses"]))
@@ -38,65 +37,84 @@ def _render(r: dict) -> None:
 
 def _check(**o) -> None:
     check_options(
-        "fairpipe fit", k=("positive", o["k"]), tree_width=("fanout", o["tree_width"]),
-        tree_height=("positive", o["tree_height"]), iterations=("positive", o["iterations"]),
+        "fairpipe fit", n_clusters=("positive", o["n_clusters"]), fanout=("fanout", o["fanout"]),
+        height=("positive", o["height"]), max_iter=("positive", o["max_iter"]),
         n_init=("positive", o["n_init"]), epsilon=("positive_float", o["epsilon"]),
         seed=("seed", o["seed"]),
     )  # fmt: skip
-    check_open_unit(o["gamma"], "--gamma", "fairpipe fit")
+    check_open_unit(o["balance"], "--balance", "fairpipe fit")
     from fairpipe.cluster._batched_kmeans import MAX_N_INIT
 
     if o["n_init"] is not None:
         check_int_range(o["n_init"], "--n-init", "fairpipe fit", 1, MAX_N_INIT)
-    check_tree(o["tree_width"], o["tree_height"], "fairpipe fit", needs_root_above_leaves=True)
+    check_tree(o["fanout"], o["height"], "fairpipe fit", needs_root_above_leaves=True)
     from flows.checks import check_fit
 
-    check_fit(o["store"], o["k"], o["model"])
+    check_fit(o["store"], o["n_clusters"], o["model"])
 
 
-@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)
+@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check, renamed=RENAMED)
 def fit(
     store: Store,
-    k: Annotated[int, typer.Option("--k", help="Number of clusters.", show_default=False)],
-    model: Annotated[str, typer.Option("--model", help="dc | q | auto (see choose_model).")] = "dc",
-    tree_width: Annotated[
-        int, typer.Option("--tree-width", help="DC: children per node (the tree's fan-out).")
+    n_clusters: Annotated[int, typer.Option("--n-clusters", help="Number of clusters.")] = 8,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="dc: a DC-k-means tree (deletions recompute one leaf-to-root path); q: "
+            "Q-k-means (most deletions certified without a retrain); auto: q up to 30 dimensions "
+            "with at least 1,000 live points per cluster, else dc.",
+            **choice(*MODELS),
+        ),
+    ] = "dc",
+    fanout: Annotated[
+        int,
+        typer.Option("--fanout", help="dc: children per node of the tree (fanout^height leaves)."),
     ] = 8,
-    tree_height: Annotated[
-        int, typer.Option("--tree-height", help="DC: levels below the root.")
-    ] = 2,
-    iterations: Annotated[
-        int, typer.Option("--iterations", help="Lloyd iterations (DC: per node).")
+    height: Annotated[
+        int,
+        typer.Option("--height", help="dc: levels below the root (a large store: 2 or more)."),
+    ] = 1,
+    max_iter: Annotated[
+        int, typer.Option("--max-iter", help="Most Lloyd iterations (dc: per node).")
     ] = 10,
     n_init: Annotated[
         int | None,
         typer.Option(
             "--n-init",
-            help="Restarts, the lowest loss kept: DC, of each internal node (default 10); "
-            "Q, whole training runs (default 1).",
+            help="Restarts, the lowest loss kept: dc, of each internal node; q, whole "
+            "training runs.",
+            show_default="10 for dc, 1 for q",
         ),
     ] = None,
     epsilon: Annotated[
         float,
         typer.Option(
             "--epsilon",
-            help="Q: lattice spacing, in the data's units (larger: more certified deletions, "
+            help="q: lattice spacing, in the data's units (larger: more certified deletions, "
             "higher loss).",
         ),
     ] = 0.05,
-    gamma: Annotated[
-        float, typer.Option("--gamma", help="Q: balance correction, in (0, 1).")
+    balance: Annotated[
+        float, typer.Option("--balance", help="q: balance correction, in (0, 1).")
     ] = 0.2,
     seed: Seed = 0,
     *,
     shared: Shared,
 ) -> dict:
-    """Fit the store's clustering model (DC-k-means tree or Q-k-means): one commit."""
+    """Fit the store's clustering model (DC-k-means tree or Q-k-means): one commit.
+
+    \b
+    Examples (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe fit --store digits.store --n-clusters 10
+      fairpipe fit --store digits.store --n-clusters 10 --fanout 4 --height 2
+    """
     from flows.fit import FitOptions, run_fit
 
     options = FitOptions(
-        k=k, model=model, width=tree_width, height=tree_height, iterations=iterations,
-        n_init=n_init, seed=seed, epsilon=epsilon, gamma=gamma, lock_timeout=shared.lock_timeout,
+        n_clusters=n_clusters, model=model, fanout=fanout, height=height, max_iter=max_iter,
+        n_init=n_init, seed=seed, epsilon=epsilon, balance=balance,
+        lock_timeout=shared.lock_timeout,
     )  # fmt: skip
     from flows.checks import small_store
 

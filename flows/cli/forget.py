@@ -69,10 +69,13 @@ def forget(
     ids: Ids = None,
     ids_file: IdsFile = None,
     max_batch: Annotated[
-        int, typer.Option("--max-batch", help="Ids per batch (one commit each) at most.")
+        int, typer.Option("--max-batch", help="Ids per batch (one commit each), at most.")
     ] = 10_000,
     reason: Annotated[
-        str, typer.Option("--reason", help="Kept in the receipt of the --ids request.")
+        str,
+        typer.Option(
+            "--reason", help="Kept in the receipt of the --ids request.", show_default="none"
+        ),
     ] = "",
     purge_history: Annotated[
         bool,
@@ -80,13 +83,22 @@ def forget(
             "--purge-history",
             help="Drop every earlier snapshot (they still hold the erased rows) and delete the "
             "objects only they used now, whatever the store's erasure_retention.",
+            show_default="off",
         ),
     ] = False,
     *,
     shared: Shared,
 ) -> dict:
     """Forget ids (a new deletion request), then drain every pending request in batches: erase
-    the rows, drop them from the index, update the model and the summary."""
+    the rows, drop them from the index, update the model and the summary.
+
+    Give --ids or --ids-file (not both), or neither to drain the pending requests.
+
+    \b
+    Examples (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe forget --store digits.store --ids 3,5
+      fairpipe forget --store digits.store
+    """
     from fairpipe.datasets import read_ids
     from flows.forget import ForgetOptions, run_forget
 

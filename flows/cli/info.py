@@ -33,7 +33,12 @@ def _render(r: dict) -> None:
 
 @command(render=_render, read_only=True)
 def info(store: Store, *, shared: Shared) -> dict:
-    """Show a store's size, groups, LSH parameters and commit history."""
+    """Show a store's size, groups, LSH parameters and commit history.
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe info --store digits.store
+    """
     from storage.store import FairpipeStore
     from storage.summary import has_summary, read_summary_ids, summary_attrs
 

@@ -21,12 +21,10 @@ PLAN_AHEAD_BYTES = 64 << 20
 CHECK_AHEAD_BYTES = 16 << 20
 # Rows per chunk at most (the default is at most 65,536): a chunk is read into memory whole.
 MAX_CHUNK_ROWS = 1 << 20
-# E2LSH's parameters, as its error messages name them.
-PARAMETER_FLAGS = {
-    "n_hashes": "--lsh-k",
-    "n_tables": "--lsh-tables",
-    "bucket_width": "--lsh-width",
-}
+# E2LSH's parameters that its error messages name, and their flags.
+FLAGS = {"n_hashes": "--n-hashes", "n_tables": "--n-tables", "bucket_width": "--bucket-width"}
+# The old flags, hidden aliases for one release.
+RENAMED = {"--lsh-k": "n_hashes", "--lsh-tables": "n_tables", "--lsh-width": "bucket_width"}
 
 
 def _render(r: dict) -> None:
@@ -41,7 +39,8 @@ def _render(r: dict) -> None:
     lsh = r["lsh"]
     promise = recall_line(lsh, r["suggested_radius"])
     out.print(
-        f"LSH: k={lsh['k']} L={lsh['n_tables']} w={lsh['width']:.4g}"
+        f"LSH: n_hashes={lsh['n_hashes']} n_tables={lsh['n_tables']} "
+        f"bucket_width={lsh['bucket_width']:.4g}"
         + (f", {promise}" if promise else f"; suggested radius {r['suggested_radius']:.4g}")
         + f"; {r['buckets_per_table']:.0f} buckets/table",
         markup=False,
@@ -54,8 +53,8 @@ def _render(r: dict) -> None:
 
 def _check(**o) -> None:
     check_options(
-        "fairpipe ingest", seed=("seed", o["seed"]), lsh_k=("positive", o["lsh_k"]),
-        lsh_tables=("positive", o["lsh_tables"]), lsh_width=("positive_float", o["lsh_width"]),
+        "fairpipe ingest", seed=("seed", o["seed"]), n_hashes=("positive", o["n_hashes"]),
+        n_tables=("positive", o["n_tables"]), bucket_width=("positive_float", o["bucket_width"]),
         radius=("positive_float", o["radius"]),
         chunk_rows=("positive", o["chunk_rows"]), gaussian_n=("positive", o["gaussian_n"]),
         gaussian_d=("positive", o["gaussian_d"]),
@@ -67,8 +66,8 @@ def _check(**o) -> None:
 
     if o["recall"] is not None:
         check_open_unit(o["recall"], "--recall", "fairpipe ingest")
-    check_recall_options(o["lsh_k"], o["lsh_tables"], o["lsh_width"], o["recall"])
-    check_int_range(o["lsh_tables"] or 1, "--lsh-tables", "fairpipe ingest", 1, MAX_TABLES)
+    check_recall_options(o["n_hashes"], o["n_tables"], o["bucket_width"], o["recall"])
+    check_int_range(o["n_tables"] or 1, "--n-tables", "fairpipe ingest", 1, MAX_TABLES)
     check_int_range(o["chunk_rows"] or 1, "--chunk-rows", "fairpipe ingest", 1, MAX_CHUNK_ROWS)
     from fairpipe.datasets import check_source_options
 
@@ -88,8 +87,8 @@ def _check(**o) -> None:
             plan = plan_source(o["source"], group_column=o["group_column"],
                                id_column=o["id_column"], gaussian=gaussian,
                                seed=o["seed"] or 0)  # fmt: skip
-            new_store_parameters(plan, plan.ids, o["seed"] or 0, lsh_k=o["lsh_k"],
-                                 lsh_tables=o["lsh_tables"], lsh_width=o["lsh_width"],
+            new_store_parameters(plan, plan.ids, o["seed"] or 0, n_hashes=o["n_hashes"],
+                                 n_tables=o["n_tables"], bucket_width=o["bucket_width"],
                                  radius=o["radius"], recall=o["recall"])  # fmt: skip
         return  # the others: loaded by the flow
     from fairpipe.datasets import check_url_source, is_url
@@ -108,12 +107,12 @@ def _check(**o) -> None:
                        groups_file=o["groups_file"], ids_file=o["ids_file"])  # fmt: skip
     if size <= CHECK_AHEAD_BYTES:
         read_source_rows(plan, 0, plan.n)
-    check_projection_size(plan.d, o["lsh_k"] or 1, o["lsh_tables"] or 1)
+    check_projection_size(plan.d, o["n_hashes"] or 1, o["n_tables"] or 1)
     if _new_local_store(o["store"]):  # the parameters' errors (the flow chooses them again)
         from flows.parameters import new_store_parameters
 
-        new_store_parameters(plan, plan.ids, o["seed"] or 0, lsh_k=o["lsh_k"],
-                             lsh_tables=o["lsh_tables"], lsh_width=o["lsh_width"],
+        new_store_parameters(plan, plan.ids, o["seed"] or 0, n_hashes=o["n_hashes"],
+                             n_tables=o["n_tables"], bucket_width=o["bucket_width"],
                              radius=o["radius"], recall=o["recall"])  # fmt: skip
 
 
@@ -125,15 +124,17 @@ def _new_local_store(store: str) -> bool:
     return local is not None and not local.exists()
 
 
-@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)
+@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check, renamed=RENAMED)
 def ingest(
     source: Annotated[
         str,
         typer.Argument(
+            metavar="SOURCE",
             help="A .npy, .csv(.gz) or .parquet file, or a folder of .parquet files; a "
             ".csv(.gz) or .parquet at an s3://, gs://, az:// or https:// URL, or a prefix of "
-            ".parquet files (ending in /), read by the workers; 'digits', 'gaussian', or "
-            "mnist:PATH / word2vec:PATH / adult:PATH / bank:PATH / census-kdd:PATH.",
+            ".parquet files (ending in /), read by the workers; 'digits' (1,797 bundled "
+            "8x8 images), 'gaussian' (generated: --gaussian-*), or mnist:PATH / "
+            "word2vec:PATH / adult:PATH / bank:PATH / census-kdd:PATH.",
             show_default=False,
         ),
     ],
@@ -142,29 +143,49 @@ def ingest(
         int | None,
         typer.Option(
             "--seed",
-            help="Seed of the hash functions and leaves (a new store: 0).",
-            show_default=False,
+            help="Seed of the hash functions and leaves; an append keeps the store's.",
+            show_default="0",
         ),
     ] = None,
     group_column: Annotated[
-        str | None, typer.Option("--group-column", help="The column of group labels.")
+        str | None,
+        typer.Option(
+            "--group-column",
+            help="A table's column of group labels (a .npy source: --groups-file).",
+            show_default="one group",
+        ),
     ] = None,
     id_column: Annotated[
-        str | None, typer.Option("--id-column", help="The column of ids (default: row numbers).")
+        str | None,
+        typer.Option(
+            "--id-column",
+            help="A table's column of ids (a .npy source: --ids-file).",
+            show_default="row numbers",
+        ),
     ] = None,
     groups_file: Annotated[
-        str | None, typer.Option("--groups-file", help="Group labels (.npy) for a .npy source.")
+        str | None,
+        typer.Option(
+            "--groups-file",
+            help="Group labels (.npy) for a .npy source (a table: --group-column).",
+            show_default="none",
+        ),
     ] = None,
     ids_file: Annotated[
-        str | None, typer.Option("--ids-file", help="Ids (.npy) for a .npy source.")
+        str | None,
+        typer.Option(
+            "--ids-file",
+            help="Ids (.npy) for a .npy source (a table: --id-column).",
+            show_default="row numbers",
+        ),
     ] = None,
     radius: Annotated[
         float | None,
         typer.Option(
             "--radius",
             help="The query radius r the LSH parameters are chosen for, and the default radius "
-            "of sample (a new store: the median nearest-neighbour distance of a sample).",
-            show_default=False,
+            "of sample.",
+            show_default="a new store: the median nearest-neighbour distance of a sample",
         ),
     ] = None,
     recall: Annotated[
@@ -172,32 +193,32 @@ def ingest(
         typer.Option(
             "--recall",
             help="The probability, in (0, 1), that a point at distance r is in a query's "
-            "buckets; k, L and w are chosen for it at the least expected cost (a new store: "
-            "0.95).",
-            show_default=False,
+            "buckets; --n-hashes, --n-tables and --bucket-width are chosen for it at the "
+            "least expected cost (not with all three given).",
+            show_default="a new store: 0.95",
         ),
     ] = None,
-    lsh_k: Annotated[
+    n_hashes: Annotated[
         int | None,
         typer.Option(
-            "--lsh-k", help="Hash functions per table (a new store: chosen).", show_default=False
+            "--n-hashes", help="Hash functions per table.", show_default="chosen for --recall"
         ),
     ] = None,
-    lsh_tables: Annotated[
+    n_tables: Annotated[
         int | None,
-        typer.Option(
-            "--lsh-tables", help="Number of tables L (a new store: chosen).", show_default=False
-        ),
+        typer.Option("--n-tables", help="Hash tables.", show_default="chosen for --recall"),
     ] = None,
-    lsh_width: Annotated[
+    bucket_width: Annotated[
         float | None,
         typer.Option(
-            "--lsh-width", help="Bucket width w (a new store: chosen).", show_default=False
+            "--bucket-width",
+            help="Bucket width of the hash functions.",
+            show_default="chosen for --recall",
         ),
     ] = None,
     chunk_rows: Annotated[
         int | None,
-        typer.Option("--chunk-rows", help="Rows per chunk (default: about 16 MB of points)."),
+        typer.Option("--chunk-rows", help="Rows per chunk.", show_default="about 16 MB of points"),
     ] = None,
     gaussian_n: Annotated[int, typer.Option("--gaussian-n", help="gaussian: points.")] = 20000,
     gaussian_d: Annotated[int, typer.Option("--gaussian-d", help="gaussian: dimensions.")] = 16,
@@ -210,15 +231,23 @@ def ingest(
     *,
     shared: Shared,
 ) -> dict:
-    """Ingest SOURCE into a store and build its LSH bucket index (one commit)."""
+    """Ingest SOURCE into a store and build its LSH bucket index (one commit); ingesting into
+    an existing store appends.
+
+    \b
+    Examples:
+      fairpipe ingest digits --store digits.store
+      fairpipe ingest gaussian --store gaussian.store --gaussian-n 5000 --recall 0.9
+    """
     from flows.ingest import IngestOptions, run_ingest
 
     gaussian = {"n": gaussian_n, "d": gaussian_d, "clusters": gaussian_clusters,
                 "groups": gaussian_groups}  # fmt: skip
     options = IngestOptions(
         seed=seed, group_column=group_column, id_column=id_column, groups_file=groups_file,
-        ids_file=ids_file, lsh_k=lsh_k, lsh_tables=lsh_tables, lsh_width=lsh_width,
-        radius=radius, recall=recall, chunk_rows=chunk_rows, lock_timeout=shared.lock_timeout, gaussian=gaussian,
+        ids_file=ids_file, n_hashes=n_hashes, n_tables=n_tables, bucket_width=bucket_width,
+        radius=radius, recall=recall, chunk_rows=chunk_rows, lock_timeout=shared.lock_timeout,
+        gaussian=gaussian,
     )  # fmt: skip
     result = run_ingest(source, store, options, **shared.cluster)
     return result

@@ -23,7 +23,15 @@ def predict(
     *,
     shared: Shared,
 ) -> dict:
-    """The nearest root centroid of a stored row or of each row of a .npy file."""
+    """The nearest root centroid of a stored row or of each row of a .npy file.
+
+    Give one of --query-row or --query-file.
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store' and fitted by
+    'fairpipe fit --store digits.store --n-clusters 10'):
+      fairpipe predict --store digits.store --query-row 0
+    """
     from flows.predict import predict_store
 
     queries = read_query_file(query_file)

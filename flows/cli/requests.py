@@ -32,11 +32,19 @@ def request_deletion(
     store: Store,
     ids: Ids = None,
     ids_file: IdsFile = None,
-    reason: Annotated[str, typer.Option("--reason", help="Kept in the receipt.")] = "",
+    reason: Annotated[
+        str, typer.Option("--reason", help="Kept in the receipt.", show_default="none")
+    ] = "",
     *,
     shared: Shared,
 ) -> dict:
-    """File a deletion request (durable when this returns); a drain applies it."""
+    """File a deletion request (durable when this returns); a drain applies it ('fairpipe
+    forget'). Give one of --ids or --ids-file.
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe request-deletion --store digits.store --ids 7,8 --reason "asked by email"
+    """
     from fairpipe.datasets import read_ids
     from storage.queue import file_request
     from storage.store import FairpipeStore
@@ -83,12 +91,19 @@ def receipts(
     store: Store,
     request: Annotated[
         str | None,
-        typer.Option("--request", help="One request's receipt.", show_default=False),
+        typer.Option(
+            "--request", help="One request's receipt (its id).", show_default="every receipt"
+        ),
     ] = None,
     *,
     shared: Shared,
 ) -> dict:
-    """The receipts of applied deletion requests (ids and times, never the erased data)."""
+    """The receipts of applied deletion requests (ids and times, never the erased data).
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe receipts --store digits.store --json
+    """
     from storage.queue import pending
     from storage.receipts import read_receipts
     from storage.store import FairpipeStore
@@ -144,7 +159,12 @@ def _render_status(r: dict) -> None:
 
 @command(render=_render_status, read_only=True)
 def status(store: Store, *, shared: Shared) -> dict:
-    """A store's rows, pending deletion requests, last commit and artifacts."""
+    """A store's rows, pending deletion requests, last commit and artifacts.
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe status --store digits.store
+    """
     from flows.status import store_status
 
     return store_status(store)
@@ -178,7 +198,12 @@ def configure(
     *,
     shared: Shared,
 ) -> dict:
-    """Change a store's settings (erasure_retention)."""
+    """Change a store's settings (erasure_retention).
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe configure --store digits.store --erasure-retention 7d
+    """
     from storage.erasure import set_retention
     from storage.store import FairpipeStore
 

@@ -7,9 +7,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli._options import check_options
+from flows.cli._options import check_options, choice
 from flows.cli._runner import RUNS_FLOWS, Shared, command, result_console
 
+ALGORITHMS = ("detgreedy", "detcons", "detrelaxed", "detconstsort")  # fairpipe.ranking's
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
 
 
@@ -46,7 +47,11 @@ def _check(**o) -> None:
 def rerank(
     candidates: Annotated[
         str,
-        typer.Argument(help="CSV or Parquet: one row per (list, candidate).", show_default=False),
+        typer.Argument(
+            metavar="CANDIDATES",
+            help="CSV or Parquet: one row per (list, candidate).",
+            show_default=False,
+        ),
     ],
     out: Annotated[
         str,
@@ -56,7 +61,12 @@ def rerank(
     ],
     algorithm: Annotated[
         str,
-        typer.Option("--algorithm", help="detgreedy | detcons | detrelaxed | detconstsort."),
+        typer.Option(
+            "--algorithm",
+            help="The re-ranker (Geyik et al. 2019): detgreedy, detcons, detrelaxed or "
+            "detconstsort.",
+            **choice(*ALGORITHMS),
+        ),
     ] = "detconstsort",
     k: Annotated[
         int, typer.Option("--k", help="Top-k of each list (a shorter list keeps all).")
@@ -87,7 +97,13 @@ def rerank(
     *,
     shared: Shared,
 ) -> dict:
-    """Re-rank every list toward a desired group distribution; metrics before and after."""
+    """Re-rank every list toward a desired group distribution; metrics before and after.
+
+    \b
+    Example:
+      printf 'list,score,group\\n1,0.9,a\\n1,0.8,a\\n1,0.7,b\\n1,0.6,b\\n' > lists.csv
+      fairpipe rerank lists.csv --out reranked.csv --k 2
+    """
     from flows.rerank import RerankOptions, run_rerank
 
     options = RerankOptions(

@@ -8,7 +8,15 @@ import typer
 
 from fairpipe.errors import FairpipeInputError, check_int_range
 from fairpipe.validation import check_ids
-from flows.cli._options import QueryFile, QueryRow, Seed, Store, check_options, read_query_file
+from flows.cli._options import (
+    QueryFile,
+    QueryRow,
+    Seed,
+    Store,
+    check_options,
+    choice,
+    read_query_file,
+)
 from flows.cli._runner import Shared, command, result_console
 
 ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
@@ -16,26 +24,30 @@ RECALL = (
     "expected recall {recall:.3f} at r={radius:.4g}: a point within r is among the points the "
     "samples come from, M(q), with probability at least {recall:.3f}"
 )
-# FairNN.sample's parameters, as its error messages name them.
-PARAMETER_FLAGS = {"sampler": "--method", "n_samples": "--samples"}
+# FairNN.sample's parameters that its error messages name, and their flags.
+FLAGS = {"sampler": "--sampler", "n_samples": "--n-samples", "mode": "--mode", "radius": "--radius"}
+# The old flags, hidden aliases for one release.
+RENAMED = {"--method": "sampler", "--samples": "n_samples"}
+SAMPLERS = ("exact", "approx", "uniform", "weighted", "rank")  # fairpipe.neighbors' SAMPLERS
+MODES = ("buckets", "approximate", "exact")
 
 
 SHORT = {
     "empty": "query {i}: 0 of {asked:,} samples drawn: its neighbourhood M(q) is empty",
     "draw_limit": (
         "query {i}: {drawn:,} of {asked:,} samples drawn: its draws reached their limit "
-        "({draws:,} draws, the {method} sampler accepting about 1 in {rate:,.0f})"
+        "({draws:,} draws, the {sampler} sampler accepting about 1 in {rate:,.0f})"
     ),
 }
 
 
-def short_line(i: int, q: dict, method: str) -> str | None:
+def short_line(i: int, q: dict, sampler: str) -> str | None:
     """The line saying why query ``i`` got fewer samples than asked (None if it got all)."""
     if q.get("why") is None:
         return None
     rate = q["draws"] / max(q["drawn"], 1)
     return SHORT[q["why"]].format(i=i, asked=q["asked"], drawn=q["drawn"], draws=q["draws"],
-                                  method=method, rate=rate)  # fmt: skip
+                                  sampler=sampler, rate=rate)  # fmt: skip
 
 
 def _render(r: dict) -> None:
@@ -44,11 +56,11 @@ def _render(r: dict) -> None:
     for i, q in enumerate(r["queries"]):
         out.print(
             f"query {i}: |M(q)| = {q['neighbourhood_size']} within r={r['radius']:.4g} "
-            f"({r['mode']} mode, {r['method']} sampler)",
+            f"({r['mode']} mode, {r['sampler']} sampler)",
             markup=False,
         )
         print(" ".join(map(str, q["ids"])))
-        line = short_line(i, q, r["method"])
+        line = short_line(i, q, r["sampler"])
         if line is not None:
             out.print(line, markup=False)
 
@@ -56,7 +68,7 @@ def _render(r: dict) -> None:
 def _check(**o) -> None:
     from fairpipe.neighbors._fair_nn import MAX_SAMPLES
 
-    check_int_range(o["samples"], "--samples", "fairpipe sample", 1, MAX_SAMPLES)
+    check_int_range(o["n_samples"], "--n-samples", "fairpipe sample", 1, MAX_SAMPLES)
     if o["query_id"] is not None:
         check_ids([o["query_id"]], "--query-id", lambda i: "given to --query-id")
     check_options(
@@ -66,41 +78,66 @@ def _check(**o) -> None:
     )  # fmt: skip
 
 
-@command(PARAMETER_FLAGS, render=_render, read_only=True, check=_check)
+@command(FLAGS, render=_render, read_only=True, check=_check, renamed=RENAMED)
 def sample(
     store: Store,
     query_id: Annotated[
-        int | None, typer.Option("--query-id", help="Id of a stored point.", show_default=False)
+        int | None,
+        typer.Option(
+            "--query-id",
+            help="Id of a stored point (one --query-* option only).",
+            show_default="none",
+        ),
     ] = None,
     query_row: QueryRow = None,
     query_file: QueryFile = None,
     radius: Annotated[
         float | None,
         typer.Option(
-            "--radius", help="Neighbourhood radius (default: the store's suggested radius)."
+            "--radius", help="Neighbourhood radius.", show_default="the store's suggested radius"
         ),
     ] = None,
-    samples: Annotated[int, typer.Option("--samples", help="Samples per query.")] = 10,
-    method: Annotated[
+    n_samples: Annotated[int, typer.Option("--n-samples", help="Samples per query.")] = 10,
+    sampler: Annotated[
         str,
-        typer.Option("--method", help="The sampler: exact | approx | uniform | weighted | rank."),
+        typer.Option(
+            "--sampler",
+            help="How a neighbour is drawn: exact or approx (uniform over the neighbourhood; "
+            "approx may give up on a draw), rank (uniform, repeated queries drawing "
+            "independent samples), or the biased uniform and weighted baselines.",
+            **choice(*SAMPLERS),
+        ),
     ] = "exact",
     mode: Annotated[
-        str, typer.Option("--mode", help="The neighbourhood: buckets | approximate | exact.")
+        str,
+        typer.Option(
+            "--mode",
+            help="Which points are neighbours: buckets (every bucket-mate), approximate "
+            "(within c * radius), exact (within radius).",
+            **choice(*MODES),
+        ),
     ] = "exact",
     c: Annotated[
-        float, typer.Option("--c", help="Approximation factor of the 'approximate' mode.")
+        float, typer.Option("--c", help="Approximation factor of the approximate mode.")
     ] = 2.0,
     seed: Seed = 0,
     *,
     shared: Shared,
 ) -> dict:
-    """Draw SAMPLES uniformly random near neighbours of a query."""
+    """Draw uniformly random near neighbours of a query (N_SAMPLES of them).
+
+    Give one of --query-id, --query-row or --query-file.
+
+    \b
+    Examples (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe sample --store digits.store --query-id 42
+      fairpipe sample --store digits.store --query-row 7 --n-samples 5 --sampler rank --json
+    """
     from flows.sample import sample_store
 
     if sum(x is not None for x in (query_id, query_row, query_file)) != 1:
         raise FairpipeInputError(ONE_QUERY)
     result = sample_store(store, query_ids=query_id, query_rows=query_row,
-                          queries=read_query_file(query_file), radius=radius, n_samples=samples,
-                          sampler=method, mode=mode, seed=seed, c=c)  # fmt: skip
+                          queries=read_query_file(query_file), radius=radius, n_samples=n_samples,
+                          sampler=sampler, mode=mode, seed=seed, c=c)  # fmt: skip
     return result

@@ -58,13 +58,18 @@ PORT_RANGE = "The --port option of fairpipe server start must be from 1 to 65535
 def start(
     port: Annotated[
         int | None,
-        typer.Option("--port", help="Port on 127.0.0.1 (default: a free one).", show_default=False),
+        typer.Option("--port", help="Port on 127.0.0.1.", show_default="a free one"),
     ] = None,
     *,
     shared: Shared,
 ) -> dict:
     """Start a Prefect server (Prefect's 'prefect server start', with its UI) that keeps running
-    after this command; every command uses it until 'fairpipe server stop'."""
+    after this command; every command uses it until 'fairpipe server stop'.
+
+    \b
+    Example:
+      fairpipe server start
+    """
     from flows._server import start_kept_server
 
     return _as_dict(start_kept_server(port))
@@ -72,7 +77,12 @@ def start(
 
 @command(render=_render_stop, name="server stop")
 def stop(*, shared: Shared) -> dict:
-    """Stop the Prefect server of 'fairpipe server start'."""
+    """Stop the Prefect server of 'fairpipe server start'.
+
+    \b
+    Example:
+      fairpipe server stop
+    """
     from flows._server import stop_kept_server
 
     return _as_dict(stop_kept_server())
@@ -80,7 +90,12 @@ def stop(*, shared: Shared) -> dict:
 
 @command(render=_render_status, name="server status", read_only=True)
 def status(*, shared: Shared) -> dict:
-    """Whether a Prefect server of 'fairpipe server start' runs, and its address."""
+    """Whether a Prefect server of 'fairpipe server start' runs, and its address.
+
+    \b
+    Example:
+      fairpipe server status --json
+    """
     from flows._server import kept_server, pid_file
 
     server = kept_server()

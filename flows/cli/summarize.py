@@ -9,11 +9,15 @@ from rich.table import Table
 
 from fairpipe.errors import check_int_range
 from fairpipe.tree import check_tree
-from flows.cli._options import Seed, Store, check_options
+from flows.cli._options import Seed, Store, check_options, choice
 from flows.cli._runner import WRITES_STORES, Shared, command, result_console
 
-# FairSummary's parameters, as its error messages name them.
-PARAMETER_FLAGS = {"fanout": "--tree-width", "height": "--tree-height"}
+# The old flags, hidden aliases for one release.
+RENAMED = {"--tree-width": "fanout", "--tree-height": "height"}
+UTILITIES = ("exemplar", "facility")  # fairpipe.summary.UTILITIES
+RULES = ("swap", "ck")  # fairpipe.summary.RULES
+# FairSummary's parameters that its error messages name, and their flags.
+FLAGS = {"k": "--k", "fanout": "--fanout", "height": "--height", "eval_size": "--eval-size"}
 
 
 def _render(r: dict) -> None:
@@ -35,64 +39,95 @@ def _render(r: dict) -> None:
 def _check(**o) -> None:
     check_options(
         "fairpipe summarize", k=("positive", o["k"]), eval_size=("positive", o["eval_size"]),
-        tree_width=("fanout", o["tree_width"]), tree_height=("count", o["tree_height"]),
+        fanout=("fanout", o["fanout"]), height=("count", o["height"]),
         seed=("seed", o["seed"]), lower=("fraction", o["lower"]), upper=("fraction", o["upper"]),
     )  # fmt: skip
-    check_tree(o["tree_width"], o["tree_height"], "fairpipe summarize")
+    check_tree(o["fanout"], o["height"], "fairpipe summarize")
     check_int_range(o["eval_size"], "--eval-size", "fairpipe summarize", 1, 1 << 16)
     from flows.checks import check_summarize
 
     check_summarize(
         o["store"], o["k"], o["lower"], o["upper"], o["bounds"], utility=o["utility"],
-        fanout=o["tree_width"], height=o["tree_height"], eval_size=o["eval_size"],
+        fanout=o["fanout"], height=o["height"], eval_size=o["eval_size"],
         rule=o["rule"], seed=o["seed"],
     )  # fmt: skip
 
 
-@command(PARAMETER_FLAGS, shared=WRITES_STORES, render=_render, check=_check)
+@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check, renamed=RENAMED)
 def summarize(
     store: Store,
-    k: Annotated[
-        int, typer.Option("--k", help="Summary size (at most k elements).", show_default=False)
-    ],
+    k: Annotated[int, typer.Option("--k", help="Summary size: at most k elements.")] = 10,
     lower: Annotated[
         float | None,
         typer.Option(
-            "--lower", help="Lower bound of every group, as a fraction of k (floor(lower * k))."
+            "--lower",
+            help="Lower bound of every group, as a fraction of k (floor(lower * k)); not with "
+            "--bounds.",
+            show_default="0",
         ),
     ] = None,
     upper: Annotated[
         float | None,
         typer.Option(
-            "--upper", help="Upper bound of every group, as a fraction of k (ceil(upper * k))."
+            "--upper",
+            help="Upper bound of every group, as a fraction of k (ceil(upper * k)); not with "
+            "--bounds.",
+            show_default="1",
         ),
     ] = None,
     bounds: Annotated[
         str | None,
-        typer.Option("--bounds", help='JSON file: {"group": [lower, upper], ...} in elements.'),
+        typer.Option(
+            "--bounds",
+            help='A JSON file {"group": [lower, upper], ...} of bounds in elements; not with '
+            "--lower or --upper (one of them is needed).",
+            show_default="none",
+        ),
     ] = None,
-    utility: Annotated[str, typer.Option("--utility", help="exemplar | facility.")] = "exemplar",
+    utility: Annotated[
+        str,
+        typer.Option(
+            "--utility",
+            help="What the summary serves: exemplar, the evaluation points' squared distance "
+            "to their nearest element, lowered; facility, their similarity exp(-gamma d^2) to "
+            "it, raised.",
+            **choice(*UTILITIES),
+        ),
+    ] = "exemplar",
     rule: Annotated[
         str,
         typer.Option(
-            "--rule", help="swap (exchange gain, default) | ck (Chakrabarti-Kale, 1/4 bound)."
+            "--rule",
+            help="swap: exchange an element for a larger gain; ck: Chakrabarti-Kale's rule (a "
+            "1/4 bound).",
+            **choice(*RULES),
         ),
     ] = "swap",
     eval_size: Annotated[
         int, typer.Option("--eval-size", help="Evaluation points per node.")
     ] = 2048,
-    tree_width: Annotated[int, typer.Option("--tree-width", help="Children per node.")] = 16,
-    tree_height: Annotated[int, typer.Option("--tree-height", help="Levels below the root.")] = 2,
+    fanout: Annotated[
+        int, typer.Option("--fanout", help="Children per node of the tree (fanout^height leaves).")
+    ] = 8,
+    height: Annotated[
+        int, typer.Option("--height", help="Levels below the root (0: one node streams all).")
+    ] = 1,
     seed: Seed = 0,
     *,
     shared: Shared,
 ) -> dict:
-    """Select a fair summary of k points (per-group lower and upper bounds): one commit."""
+    """Select a fair summary of k points (per-group lower and upper bounds): one commit.
+
+    \b
+    Examples (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe summarize --store digits.store --k 20 --lower 0.05 --upper 0.2
+      fairpipe summarize --store digits.store --k 20 --upper 0.15 --utility facility
+    """
     from flows.summarize import SummarizeOptions, run_summarize
 
     options = SummarizeOptions(
         k=k, lower=lower, upper=upper, bounds_file=bounds, utility=utility, rule=rule,
-        eval_size=eval_size, width=tree_width, height=tree_height, seed=seed,
+        eval_size=eval_size, fanout=fanout, height=height, seed=seed,
         lock_timeout=shared.lock_timeout,
     )  # fmt: skip
     from flows.checks import small_store

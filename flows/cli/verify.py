@@ -77,13 +77,19 @@ def verify(
             "--add-checksums",
             help="When no chunk is corrupt, give the arrays stored without a checksum one (one "
             "commit; their data are not rewritten).",
+            show_default="off",
         ),
     ] = False,
     *,
     shared: Shared,
 ) -> None:
     """Check every chunk of the store's current snapshot against its checksum (exit 4: a chunk
-    is corrupt)."""
+    is corrupt).
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe verify --store digits.store
+    """
     from storage.integrity import add_checksums as add
     from storage.integrity import verify_store
     from storage.store import FairpipeStore

@@ -22,7 +22,7 @@ def invoke(*args: object):
 
 def test_sample_info_and_json_on_the_digits_store(digits_store):
     path, _ = digits_store
-    out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--samples", 30,
+    out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--n-samples", 30,
                  "--json")  # fmt: skip
     assert out.exit_code == 0, out.output
     res = json.loads(out.stdout)
@@ -34,12 +34,12 @@ def test_sample_info_and_json_on_the_digits_store(digits_store):
     assert np.all(np.linalg.norm(X[q["ids"]] - X[42], axis=1) <= 25 + 1e-4)
     again = json.loads(
         invoke(
-            "sample", "--store", path, "--query-id", 42, "--radius", 25, "--samples", 30, "--json"
+            "sample", "--store", path, "--query-id", 42, "--radius", 25, "--n-samples", 30, "--json"
         ).stdout  # fmt: skip
     )
     assert again["queries"][0]["ids"] == q["ids"]  # same seed, same samples
-    other = invoke("sample", "--store", path, "--query-row", 42, "--radius", 25, "--samples", 30,
-                   "--method", "rank", "--json")  # fmt: skip
+    other = invoke("sample", "--store", path, "--query-row", 42, "--radius", 25, "--n-samples", 30,
+                   "--sampler", "rank", "--json")  # fmt: skip
     assert (
         other.exit_code == 0
         and json.loads(other.stdout)["queries"][0]["neighbourhood_size"]
@@ -63,7 +63,7 @@ def test_sample_with_a_query_file(digits_store, tmp_path):
     X = open_store(str(path)).read("points")
     np.save(tmp_path / "q.npy", X[[3, 9]] + 0.5)
     out = invoke("sample", "--store", path, "--query-file", tmp_path / "q.npy", "--radius", 30,
-                 "--samples", 5, "--json")  # fmt: skip
+                 "--n-samples", 5, "--json")  # fmt: skip
     assert out.exit_code == 0, out.output
     assert [len(q["ids"]) for q in json.loads(out.stdout)["queries"]] == [5, 5]
 
@@ -78,17 +78,17 @@ def test_sample_says_how_many_it_drew_and_why_fewer(digits_store, tmp_path, monk
     X = open_store(str(path)).read("points")
     np.save(tmp_path / "q.npy", np.vstack([X[3], np.full(64, 1e4, np.float32)]))
     args = ["sample", "--store", path, "--query-file", tmp_path / "q.npy", "--radius", 30]
-    res = json.loads(invoke(*args, "--samples", 3000, "--json").stdout)
+    res = json.loads(invoke(*args, "--n-samples", 3000, "--json").stdout)
     near, far = res["queries"]
     assert {k: near[k] for k in ("asked", "drawn", "why", "path")} == {
         "asked": 3000, "drawn": 3000, "why": None, "path": "enumerate"}  # fmt: skip
     assert (far["asked"], far["drawn"], far["why"], far["ids"]) == (3000, 0, "empty", [])
-    text = invoke(*args, "--samples", 5).stdout.splitlines()
+    text = invoke(*args, "--n-samples", 5).stdout.splitlines()
     assert text[-1] == "query 1: 0 of 5 samples drawn: its neighbourhood M(q) is empty"
     assert not any(line.startswith("query 0: 0 of") for line in text)
     monkeypatch.setattr(kernel, "MAX_DRAWS", 500)
-    out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--samples", 3000,
-                 "--method", "approx")  # fmt: skip
+    out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--n-samples", 3000,
+                 "--sampler", "approx")  # fmt: skip
     last = out.stdout.splitlines()[-1]
     assert (
         out.exit_code == 0
@@ -104,8 +104,8 @@ def test_sample_says_how_many_it_drew_and_why_fewer(digits_store, tmp_path, monk
         (["--query-row", 5000], "5000"),
         (["--query-id", 1, "--radius", 0], "radius"),
         (["--query-id", 1, "--radius", -2], "radius"),
-        (["--query-id", 1, "--samples", 0], "--samples"),
-        (["--query-id", 1, "--method", "fastest"], "method"),
+        (["--query-id", 1, "--n-samples", 0], "--n-samples"),
+        (["--query-id", 1, "--sampler", "fastest"], "--sampler"),
         (["--query-id", 1, "--mode", "near"], "mode"),
         ([], "exactly one of --query-id, --query-row or --query-file"),
     ],
@@ -126,7 +126,11 @@ def test_query_file_of_the_wrong_dimension(digits_store, tmp_path):
 
 @pytest.mark.parametrize(
     ("option", "value", "name"),
-    [("--lsh-k", 0, "lsh_k"), ("--lsh-tables", -1, "lsh_tables"), ("--lsh-width", 0, "lsh_width")],
+    [
+        ("--n-hashes", 0, "n_hashes"),
+        ("--n-tables", -1, "n_tables"),
+        ("--bucket-width", 0, "bucket_width"),
+    ],
 )
 def test_non_positive_lsh_parameters_write_nothing(prefect_server, tmp_path, option, value, name):
     store = tmp_path / "s"
@@ -167,16 +171,16 @@ def test_a_store_from_ingest_to_forget(dask_address, tmp_path):
     store = tmp_path / "s"
     on_cluster = ["--dask-address", dask_address]
     made = invoke("ingest", "gaussian", "--store", store, "--gaussian-n", 400, "--gaussian-d", 4,
-                  "--gaussian-clusters", 3, "--gaussian-groups", 2, "--lsh-k", 4, "--lsh-tables", 5,
+                  "--gaussian-clusters", 3, "--gaussian-groups", 2, "--n-hashes", 4, "--n-tables", 5,
                   *on_cluster, "--json")  # fmt: skip
     assert made.exit_code == 0 and made.stderr == "", made.output
     ingested = json.loads(made.stdout)  # one object, nothing else on stdout
     assert ingested["n"] == 400 and ingested["d"] == 4 and set(ingested["groups"]) == {"g0", "g1"}
 
-    fit = invoke("fit", "--store", store, "--k", 3, "--tree-width", 2, "--tree-height", 1,
+    fit = invoke("fit", "--store", store, "--n-clusters", 3, "--fanout", 2, "--height", 1,
                  *on_cluster)  # fmt: skip
     assert fit.exit_code == 0 and fit.stderr == "", fit.output
-    assert fit.stdout.startswith("fitted dc k=3 on 400 points (2 leaves, 3 nodes)")
+    assert fit.stdout.startswith("fitted dc n_clusters=3 on 400 points (2 leaves, 3 nodes)")
     assert "cluster masses: " in fit.stdout
 
     predicted = invoke("predict", "--store", store, "--query-row", 7, "--json")
@@ -188,7 +192,7 @@ def test_a_store_from_ingest_to_forget(dask_address, tmp_path):
     assert text.stdout.startswith(f"cluster {cluster[0]}  distance ")
 
     summary = invoke("summarize", "--store", store, "--k", 4, "--lower", 0.25, "--upper", 0.75,
-                     "--tree-width", 2, "--tree-height", 1, *on_cluster, "--json")  # fmt: skip
+                     "--fanout", 2, "--height", 1, *on_cluster, "--json")  # fmt: skip
     assert summary.exit_code == 0 and summary.stderr == "", summary.output
     chosen = json.loads(summary.stdout)
     assert len(chosen["ids"]) == 4 and all(1 <= c <= 3 for c in chosen["counts"].values())
@@ -212,11 +216,11 @@ def test_a_store_from_ingest_to_forget(dask_address, tmp_path):
 
 def test_sample_prints_its_result_on_stdout(digits_store):
     path, _ = digits_store
-    out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--samples", 7)
+    out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--n-samples", 7)
     assert out.exit_code == 0 and out.stderr == ""
     promise, header, ids = out.stdout.splitlines()
     recall = json.loads(invoke("info", "--store", path, "--json").stdout)["lsh"]
-    expected = lsh_recall(25, recall["k"], recall["n_tables"], recall["width"])
+    expected = lsh_recall(25, recall["n_hashes"], recall["n_tables"], recall["bucket_width"])
     assert promise.startswith(f"expected recall {expected:.3f} at r=25: ")
     assert header.startswith("query 0: |M(q)| = ") and "(exact mode, exact sampler)" in header
     assert len(ids.split()) == 7
@@ -253,7 +257,7 @@ def test_audit_command(dask_address, tmp_path):
     with open(tmp_path / "m.pkl", "wb") as fh:
         pickle.dump(LogisticRegression().fit(X, y), fh)
     args = ["audit", "--dataset", tmp_path / "d.csv", "--protected", "sex", "--model",
-            tmp_path / "m.pkl", "--seeds", 10, "--local", 10, "--no-baselines",
+            tmp_path / "m.pkl", "--n-seeds", 10, "--n-local", 10, "--no-baselines",
             "--dask-address", dask_address]  # fmt: skip
     out = invoke(*args, "--json")
     assert out.exit_code == 0 and out.stderr == "", out.output  # no progress bar with --json
@@ -313,7 +317,7 @@ def test_read_only_commands_as_the_program_end_with_their_whole_result(digits_st
     path, _ = digits_store
     exe = sys.executable.replace("python", "fairpipe")
     env = {**os.environ, "PREFECT_HOME": os.environ.get("PREFECT_HOME", "")}
-    for args in (["sample", "--store", path, "--query-id", 42, "--radius", 25, "--samples", 30],
+    for args in (["sample", "--store", path, "--query-id", 42, "--radius", 25, "--n-samples", 30],
                  ["info", "--store", path], ["status", "--store", path],
                  ["receipts", "--store", path]):  # fmt: skip
         for fmt in ([], ["--json"]):
@@ -352,7 +356,7 @@ def test_ingest_chooses_lsh_parameters_for_a_recall_and_info_shows_it(dask_addre
     res = json.loads(made.stdout)
     lsh = res["lsh"]
     choice = choose_lsh_parameters(X[:2500], recall=0.9)
-    assert (lsh["k"], lsh["n_tables"], lsh["width"]) == (choice.n_hashes, choice.n_tables,
+    assert (lsh["n_hashes"], lsh["n_tables"], lsh["bucket_width"]) == (choice.n_hashes, choice.n_tables,
                                                          choice.bucket_width)  # fmt: skip
     assert lsh["recall_target"] == 0.9 and lsh["expected_recall"] == choice.expected_recall >= 0.9
     assert lsh["radius"] == res["suggested_radius"] == choice.radius
@@ -376,20 +380,23 @@ def test_ingest_chooses_lsh_parameters_for_a_recall_and_info_shows_it(dask_addre
     assert {k: v for k, v in json.loads(more.stdout)["lsh"].items() if k in lsh} == lsh
 
     # Given k, L and w: the recall they give at --radius is printed and stored, no target.
-    given = invoke("ingest", tmp_path / "x.npy", "--store", tmp_path / "g", "--lsh-k", 6,
-                   "--lsh-tables", 10, "--lsh-width", 4.0, "--radius", 1.5, *on_cluster)  # fmt: skip
+    given = invoke("ingest", tmp_path / "x.npy", "--store", tmp_path / "g", "--n-hashes", 6,
+                   "--n-tables", 10, "--bucket-width", 4.0, "--radius", 1.5, *on_cluster)  # fmt: skip
     assert given.exit_code == 0, given.output
     recall = lsh_recall(1.5, 6, 10, 4.0)
-    assert f"LSH: k=6 L=10 w=4, given: expected recall {recall:.4g} at radius 1.5;" in given.stdout
+    assert (
+        f"LSH: n_hashes=6 n_tables=10 bucket_width=4, given: expected recall {recall:.4g} at radius 1.5;"
+        in given.stdout
+    )
     attrs = open_store(str(tmp_path / "g")).attrs()
     assert attrs["lsh"]["recall_target"] is None and attrs["lsh"]["expected_recall"] == recall
     assert attrs["suggested_radius"] == 1.5
     # Given k only: the chooser fills in L and w.
-    partial = invoke("ingest", tmp_path / "x.npy", "--store", tmp_path / "p", "--lsh-k", 3,
+    partial = invoke("ingest", tmp_path / "x.npy", "--store", tmp_path / "p", "--n-hashes", 3,
                      *on_cluster, "--json")  # fmt: skip
     assert partial.exit_code == 0, partial.output
     lsh = json.loads(partial.stdout)["lsh"]
-    assert lsh["k"] == 3 and lsh["recall_target"] == 0.95 and lsh["expected_recall"] >= 0.95
+    assert lsh["n_hashes"] == 3 and lsh["recall_target"] == 0.95 and lsh["expected_recall"] >= 0.95
 
 
 def test_version_prints_the_installed_version():

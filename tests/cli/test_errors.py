@@ -106,7 +106,7 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag(monkeypatch, cache_home
     assert out.exit_code == 2 and out.stdout == ""
     assert out.stderr == (
         "error: The 'sampler' parameter of FairNN.sample must be one of 'exact'. "
-        "(option --method)\n"
+        "(option --sampler)\n"
     )
     assert not cache_home.exists()
 
@@ -142,9 +142,9 @@ def test_bad_input_of_the_command_itself(cache_home, tmp_path):
 
 
 def test_usage_errors_keep_typers_exit_2(cache_home):
-    missing = invoke("fit", "--store", "s")
-    assert missing.exit_code == 2 and "--k" in missing.stderr
-    wrong = invoke("fit", "--store", "s", "--k", "three")
+    missing = invoke("fit")
+    assert missing.exit_code == 2 and "--store" in missing.stderr
+    wrong = invoke("fit", "--store", "s", "--n-clusters", "three")
     assert wrong.exit_code == 2 and "Invalid value" in wrong.stderr
     assert not cache_home.exists()
 

@@ -72,7 +72,7 @@ def test_a_read_only_store_exits_2_naming_it(read_only_store, dask_address):
     for args in (["request-deletion", "--store", store, "--ids", 5],  # the queue, here
                  ["configure", "--store", store, "--erasure-retention", "1d"],  # the lock, here
                  ["forget", "--store", store, "--ids", 5, *cluster],  # the queue, in a flow
-                 ["fit", "--store", store, "--k", 3, *cluster],  # the lock, in a flow
+                 ["fit", "--store", store, "--n-clusters", 3, *cluster],  # the lock, in a flow
                  ["ingest", "digits", "--store", store, *cluster]):  # fmt: skip
         out = invoke(*args)
         assert (out.exit_code, out.stderr, out.stdout) == (2, read_only(store), ""), args

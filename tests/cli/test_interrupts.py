@@ -68,10 +68,10 @@ def stores(digits_store, tmp_path_factory) -> Path:
 # the seconds after its server answers when it is interrupted, unless its cluster is up before)
 CASES = {
     "ingest": (["ingest", "digits", "--store", "{folder}/new"], signal.SIGINT, 2.0),
-    "fit": (["fit", "--store", "{folder}/fit", "--k", "5", "--n-init", "50", "--iterations",
+    "fit": (["fit", "--store", "{folder}/fit", "--n-clusters", "5", "--n-init", "50", "--max-iter",
              "100"], signal.SIGTERM, 0.3),
     "summarize": (["summarize", "--store", "{folder}/summarize", "--k", "40", "--lower", "0",
-                   "--tree-height", "3"], signal.SIGTERM, 0.3),
+                   "--height", "3"], signal.SIGTERM, 0.3),
     "forget": (["forget", "--store", "{folder}/forget", "--ids", ",".join(map(str, range(90))),
                 "--max-batch", "3"], signal.SIGTERM, 0.3),  # 30 batches, a commit each
     "backfill": (["backfill", "--store", "{folder}/backfill", "--ids-file",

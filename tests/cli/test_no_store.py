@@ -17,7 +17,7 @@ COMMANDS = [
     ("status",),
     ("receipts",),
     ("request-deletion", "--ids", "1"),
-    ("fit", "--k", "3", "--workers", "1"),
+    ("fit", "--n-clusters", "3", "--workers", "1"),
     ("summarize", "--k", "3", "--workers", "1"),
     ("forget", "--ids", "1", "--workers", "1"),
     ("forget", "--workers", "1"),

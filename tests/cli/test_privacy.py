@@ -100,7 +100,7 @@ def store(own_prefect, dask_address, tmp_path_factory):
     (folder / "people.csv").write_text("\n".join(lines) + "\n")
     path = folder / "store"
     out = invoke("ingest", folder / "people.csv", "--store", path, "--id-column", "id",
-                 "--group-column", "group", "--lsh-k", 4, "--lsh-tables", 4, "--dask-address",
+                 "--group-column", "group", "--n-hashes", 4, "--n-tables", 4, "--dask-address",
                  dask_address)  # fmt: skip
     assert out.exit_code == 0, out.output
     return folder, path

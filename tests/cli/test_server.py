@@ -110,7 +110,7 @@ def test_server_start_status_stop_and_commands_use_it(
         assert "PREFECT_API_URL" not in os.environ
         store = tmp_path / "people"
         shutil.copytree(digits_store[0], store)
-        fitted = fairpipe("fit", "--store", str(store), "--k", "3", env=env)
+        fitted = fairpipe("fit", "--store", str(store), "--n-clusters", "3", env=env)
         assert fitted.returncode == 0, fitted.stderr
         deadline = time.monotonic() + 20  # the server records task runs from their events
         while not (found := last_flow_run(kept["url"]))[1] and time.monotonic() < deadline:

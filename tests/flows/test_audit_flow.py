@@ -42,7 +42,7 @@ def test_audit_command_with_a_given_model(prefect_server, tmp_path):
     with open(tmp_path / "m.pkl", "wb") as fh:
         pickle.dump(Leaning(), fh)
     args = ["audit", "--dataset", str(tmp_path / "d.csv"), "--protected", "sex", "--model",
-            str(tmp_path / "m.pkl"), "--seeds", "100", "--local", "30", "--baseline", "aequitas",
+            str(tmp_path / "m.pkl"), "--n-seeds", "100", "--n-local", "30", "--baseline", "aequitas",
             "--workers", "1"]  # fmt: skip
     res = CliRunner().invoke(app, [*args, "--json"])
     assert res.exit_code == 0, res.output
@@ -54,13 +54,17 @@ def test_audit_command_with_a_given_model(prefect_server, tmp_path):
         abs(r["discrimination_rate"] - ((X[:, 1] + X[:, 2] >= 8) & (X[:, 1] + X[:, 2] < 12)).mean())
         < 0.02
     )
-    res = CliRunner().invoke(app, [*args, "--no-baselines"])
+    both = CliRunner().invoke(app, [*args, "--no-baselines"])
+    assert both.exit_code == 2
+    assert both.stderr == "error: Give --baseline or --no-baselines, not both.\n"
+    alone = [a for a in args if a not in ("--baseline", "aequitas")]
+    res = CliRunner().invoke(app, [*alone, "--no-baselines"])
     assert res.exit_code == 0 and "ADF" in res.output and "AEQUITAS" not in res.output
 
 
 def test_audit_writes_samples_that_the_written_model_confirms(prefect_server, tmp_path):
     biased_csv(tmp_path / "d.csv")
-    o = AuditOptions(dataset=str(tmp_path / "d.csv"), protected=["sex"], seeds=150, local=20,
+    o = AuditOptions(dataset=str(tmp_path / "d.csv"), protected=["sex"], n_seeds=150, n_local=20,
                      retrain=True, repeats=2, train_iter=200)  # fmt: skip
     r = run_audit(o, tmp_path / "out", n_workers=2)
     assert r["adf"]["ids"] > r["random"]["ids"] and r["adf"]["generated"] > 0
@@ -106,8 +110,8 @@ def test_audit_bad_input_writes_nothing(tmp_path):
         (dict(protected=["sex"], model=str(tmp_path / "narrow.pkl")), "expects 2 input columns; the data has 6"),
         (dict(protected=["sex"], model=str(tmp_path / "junk.pkl")), "could not be loaded"),
         (dict(protected=["sex"], model=str(tmp_path / "none.pkl")), "does not exist"),
-        (dict(protected=["sex"], seeds=0), "'seeds' parameter of audit"),
-        (dict(protected=["sex"], local=-3), "'local' parameter of audit"),
+        (dict(protected=["sex"], n_seeds=0), "'n_seeds' parameter of audit"),
+        (dict(protected=["sex"], n_local=-3), "'n_local' parameter of audit"),
         (dict(protected=["sex"], model=str(tmp_path / "narrow.pkl"), train="mlp"), "either a model file"),
         (dict(protected=["sex"], train="forest"), "'train' parameter of audit must be one of 'mlp'"),
         (dict(protected=["sex"], baselines=("aequitas", "themis")), "'baselines' parameter of audit"),

@@ -28,7 +28,7 @@ def make_store(tmp_path, name="s", n=1500):
     np.save(tmp_path / f"{name}.npy", X)
     np.save(tmp_path / f"{name}_ids.npy", np.arange(n) * 2 + 100)
     opts = IngestOptions(
-        lsh_k=4, lsh_tables=8, chunk_rows=512, ids_file=str(tmp_path / f"{name}_ids.npy")
+        n_hashes=4, n_tables=8, chunk_rows=512, ids_file=str(tmp_path / f"{name}_ids.npy")
     )
     run_ingest(str(tmp_path / f"{name}.npy"), str(tmp_path / name), opts)
     return tmp_path / name, X, np.arange(n) * 2 + 100
@@ -37,7 +37,7 @@ def make_store(tmp_path, name="s", n=1500):
 def fit_options(**kw):
     p = {**DC, **kw}
     return FitOptions(
-        k=p["n_clusters"], width=p["fanout"], height=p["height"], iterations=p["max_iter"],
+        n_clusters=p["n_clusters"], fanout=p["fanout"], height=p["height"], max_iter=p["max_iter"],
         n_init=p["n_init"], seed=p["seed"],
     )  # fmt: skip
 
@@ -194,7 +194,9 @@ def test_crash_mid_forget_leaves_the_last_commit_and_a_rerun_finishes(
 def test_q_model_fit_and_forget_match_the_estimator(prefect_server, tmp_path):
     path, X, ids = make_store(tmp_path, n=3000)
     params = dict(n_clusters=4, epsilon=0.5, balance=0.2, max_iter=8, seed=2)
-    fitted = run_fit(str(path), FitOptions(k=4, model="q", epsilon=0.5, iterations=8, seed=2))
+    fitted = run_fit(
+        str(path), FitOptions(n_clusters=4, model="q", epsilon=0.5, max_iter=8, seed=2)
+    )
     model = QKMeans(**params).fit(X, ids=ids)
     assert fitted["certification_rate"] == model.certification_rate()
     p = predict_store(str(path), queries=X[:50])
@@ -215,10 +217,10 @@ def test_forget_without_a_model_and_bad_inputs(prefect_server, tmp_path):
         predict_store(str(path), query_rows=[1])
     with pytest.raises(Exception, match="None of the 2 ids to forget is in the store"):
         run_forget(str(path), [1, 3])
-    with pytest.raises(Exception, match="k = 5000 is larger than the 1499 live points"):
-        run_fit(str(path), FitOptions(k=5000))
+    with pytest.raises(Exception, match="n_clusters = 5000 is larger than the 1499 live points"):
+        run_fit(str(path), FitOptions(n_clusters=5000))
     with pytest.raises(Exception, match="'balance' parameter of QKMeans must be in"):
-        run_fit(str(path), FitOptions(k=3, model="q", gamma=1.0))
+        run_fit(str(path), FitOptions(n_clusters=3, model="q", balance=1.0))
     with pytest.raises(Exception, match="Id 'x' in --ids is not an integer"):
         read_ids(text="1,x")
     with pytest.raises(Exception, match="does not exist"):

@@ -126,10 +126,12 @@ def test_the_drain_deployment_runs_on_an_external_scheduler(external_dask, prefe
     X = np.random.default_rng(4).normal(size=(900, 5)).astype(np.float32)
     np.save(tmp_path / "x.npy", X)
     on_cluster = ("--dask-address", external_dask)
-    fairpipe("ingest", tmp_path / "x.npy", "--store", store, "--lsh-k", 3, "--lsh-tables", 4,
+    fairpipe("ingest", tmp_path / "x.npy", "--store", store, "--n-hashes", 3, "--n-tables", 4,
              *on_cluster, "--json", env=env)  # fmt: skip
     # A Q-k-means model: the drain updates it in a Dask task (the tasks the workers must import).
-    fairpipe("fit", "--store", store, "--model", "q", "--k", 3, *on_cluster, "--json", env=env)
+    fairpipe(
+        "fit", "--store", store, "--model", "q", "--n-clusters", 3, *on_cluster, "--json", env=env
+    )
     filed = [fairpipe("request-deletion", "--store", store, "--ids", ids, "--json",
                       env=env)["request"] for ids in ("1,2,3", "40,41", "7777")]  # fmt: skip
 
@@ -228,12 +230,12 @@ def test_the_command_line_on_an_external_cluster_writes_the_embedded_clusters_st
     for name, cluster in (("external", ("--dask-address", external_dask)),
                           ("embedded", ("--workers", 2))):  # fmt: skip
         s = tmp_path / name
-        fairpipe("ingest", tmp_path / "x.npy", "--store", s, "--lsh-k", 4, "--lsh-tables", 6,
+        fairpipe("ingest", tmp_path / "x.npy", "--store", s, "--n-hashes", 4, "--n-tables", 6,
                  "--chunk-rows", 256, *cluster, "--json", env=env)  # fmt: skip
-        fairpipe("fit", "--store", s, "--k", 4, "--tree-width", 4, "--tree-height", 1, *cluster,
+        fairpipe("fit", "--store", s, "--n-clusters", 4, "--fanout", 4, "--height", 1, *cluster,
                  "--json", env=env)  # fmt: skip
         fairpipe("summarize", "--store", s, "--k", 6, "--lower", 0.1, "--upper", 0.9,
-                 "--tree-width", 2, "--tree-height", 1, *cluster, "--json", env=env)  # fmt: skip
+                 "--fanout", 2, "--height", 1, *cluster, "--json", env=env)  # fmt: skip
         fairpipe("forget", "--store", s, "--ids", "3,5,700,1199", *cluster, "--json", env=env)
         stores[name] = stored_objects(s)
     external, embedded = stores["external"], stores["embedded"]

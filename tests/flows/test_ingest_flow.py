@@ -56,7 +56,7 @@ def test_digits_store_round_trip(digits_store):
     from fairpipe.neighbors import FairNN
 
     st = open_store(str(path))
-    fresh = FairNN(n_hashes=8, n_tables=20, bucket_width=attrs["lsh"]["width"], seed=3)
+    fresh = FairNN(n_hashes=8, n_tables=20, bucket_width=attrs["lsh"]["bucket_width"], seed=3)
     fresh.fit(arrays["points"])
     keys = fresh.keys_
     for t, (k, ids) in enumerate(index_entries(st.readonly_session())):
@@ -72,7 +72,7 @@ def test_one_and_two_worker_processes_and_chunk_sizes_give_identical_stores(
     prefect_server, tmp_path, digits_store
 ):
     path2, _ = digits_store
-    opts = IngestOptions(seed=3, lsh_k=8, lsh_tables=20, chunk_rows=256)
+    opts = IngestOptions(seed=3, n_hashes=8, n_tables=20, chunk_rows=256)
     run_ingest("digits", str(tmp_path / "one"), opts, n_workers=1)
     assert_same_store(path2, tmp_path / "one")
 
@@ -86,9 +86,9 @@ def test_csv_with_ids_and_groups_and_parquet_agree(prefect_server, tmp_path):
     frame.to_parquet(tmp_path / "people.parquet", row_group_size=100)
     opts = IngestOptions(
         seed=1,
-        lsh_k=4,
-        lsh_tables=6,
-        lsh_width=2.0,
+        n_hashes=4,
+        n_tables=6,
+        bucket_width=2.0,
         id_column="person",
         group_column="sex",
         chunk_rows=256,
@@ -110,7 +110,7 @@ def test_csv_with_ids_and_groups_and_parquet_agree(prefect_server, tmp_path):
 def test_failed_ingest_leaves_the_store_as_it_was_and_a_rerun_finishes(prefect_server, tmp_path):
     X = np.random.default_rng(1).normal(size=(900, 4)).astype(np.float32)
     np.save(tmp_path / "good.npy", X)
-    opts = IngestOptions(seed=0, lsh_k=3, lsh_tables=4, lsh_width=2.0, chunk_rows=256)
+    opts = IngestOptions(seed=0, n_hashes=3, n_tables=4, bucket_width=2.0, chunk_rows=256)
     store = tmp_path / "s"
     run_ingest(str(tmp_path / "good.npy"), str(store), opts)
     before, attrs_before = snapshot(store)
@@ -150,7 +150,7 @@ def test_wrong_dimension_and_duplicate_ids_for_an_existing_store(prefect_server,
     np.save(tmp_path / "wide.npy", np.zeros((5, 4), np.float32))
     np.save(tmp_path / "ids.npy", np.arange(5) + 8)
     np.save(tmp_path / "b.npy", np.ones((5, 3), np.float32))
-    opts = IngestOptions(lsh_k=2, lsh_tables=2, lsh_width=1.0)
+    opts = IngestOptions(n_hashes=2, n_tables=2, bucket_width=1.0)
     run_ingest(str(tmp_path / "a.npy"), str(tmp_path / "s"), opts)
     with pytest.raises(
         Exception, match="wide.npy holds 4-dimensional points; the store .* holds 3-dimensional"
@@ -160,7 +160,9 @@ def test_wrong_dimension_and_duplicate_ids_for_an_existing_store(prefect_server,
         run_ingest(
             str(tmp_path / "b.npy"),
             str(tmp_path / "s"),
-            IngestOptions(lsh_k=2, lsh_tables=2, lsh_width=1.0, ids_file=str(tmp_path / "ids.npy")),
+            IngestOptions(
+                n_hashes=2, n_tables=2, bucket_width=1.0, ids_file=str(tmp_path / "ids.npy")
+            ),
         )
     assert open_store(str(tmp_path / "s")).attrs()["n"] == 10
 
@@ -218,7 +220,7 @@ def test_id_ranges_follow_appends_and_find_ids_from_the_chunks_that_may_hold_the
     for k, (a, b) in enumerate(parts):
         np.save(tmp_path / f"x{k}.npy", rng.normal(size=(b - a, 3)).astype(np.float32))
         np.save(tmp_path / f"i{k}.npy", ids[a:b])
-    opts = dict(lsh_k=2, lsh_tables=2, lsh_width=1.0)
+    opts = dict(n_hashes=2, n_tables=2, bucket_width=1.0)
     run_ingest(str(tmp_path / "x0.npy"), str(tmp_path / "s"),
                IngestOptions(chunk_rows=256, ids_file=str(tmp_path / "i0.npy"), **opts))  # fmt: skip
     for k in (1, 2):

@@ -30,8 +30,8 @@ from storage.summary import has_summary
 
 NAMES = np.array(["a", "b", "c"])
 THREADS = dict(n_workers=1, processes=False)
-LSH = dict(lsh_k=3, lsh_tables=4, lsh_width=3.0, chunk_rows=128, seed=4)
-FIT = FitOptions(k=3, width=3, height=2, iterations=4, n_init=2, seed=4)
+LSH = dict(n_hashes=3, n_tables=4, bucket_width=3.0, chunk_rows=128, seed=4)
+FIT = FitOptions(n_clusters=3, fanout=3, height=2, max_iter=4, n_init=2, seed=4)
 
 
 def pool(n=900, seed=1):
@@ -58,7 +58,7 @@ def ingest(folder, store, name, X, ids, labels, **lsh):
 def summarize_options(folder):
     bounds = folder / "bounds.json"
     bounds.write_text(json.dumps({name: [1, 4] for name in NAMES}))
-    return SummarizeOptions(k=6, bounds_file=str(bounds), width=3, height=2, eval_size=64, seed=4)
+    return SummarizeOptions(k=6, bounds_file=str(bounds), fanout=3, height=2, eval_size=64, seed=4)
 
 
 def artifacts(path) -> dict:
@@ -210,8 +210,10 @@ def test_bad_appends_write_nothing(prefect_server, tmp_path):
     extra = dict(ids_file=str(tmp_path / "more_ids.npy"))
     grouped = dict(extra, groups_file=str(tmp_path / "more_groups.npy"))
     refused("--seed 5 contradicts .* built with --seed 4", src=src, seed=5, **grouped)
-    refused("--lsh-tables 9 contradicts", src=src, lsh_tables=9, **grouped)
-    refused("--lsh-width 1.5 contradicts .* --lsh-width 3.0", src=src, lsh_width=1.5, **grouped)
+    refused("--n-tables 9 contradicts", src=src, n_tables=9, **grouped)
+    refused(
+        "--bucket-width 1.5 contradicts .* --bucket-width 3.0", src=src, bucket_width=1.5, **grouped
+    )
     refused("--chunk-rows 64 contradicts", src=src, chunk_rows=64, **grouped)
     refused("has groups \\(a, b, c\\).*--group-column .*--groups-file", src=src, **extra)
     np.save(tmp_path / "new_groups.npy", np.where(labels[200:] == "a", "z", labels[200:]))
@@ -224,7 +226,7 @@ def test_bad_appends_write_nothing(prefect_server, tmp_path):
     # summary in this store).
     plain = tmp_path / "plain"
     ingest(tmp_path, plain, "p0", X[:200], ids[:200], labels[:200], **LSH)
-    res = run_ingest(src, str(plain), IngestOptions(seed=4, lsh_k=3, lsh_width=3.0,
+    res = run_ingest(src, str(plain), IngestOptions(seed=4, n_hashes=3, bucket_width=3.0,
                      groups_file=str(tmp_path / "new_groups.npy"), **extra), **THREADS)  # fmt: skip
     assert res["new_groups"] == ["z"] and res["groups"]["z"] == int((labels[200:] == "a").sum())
 
@@ -336,11 +338,11 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
     ingest(tmp_path, store, "b0", X[:800], ids[:800], labels[:800], **LSH)
     res = ingest(tmp_path, store, "b1", X[800:820], ids[800:820], labels[800:820])
     assert deltas() == [("delta_800", 800, 1)]  # 20 rows: 2 segments of ~16
-    assert res["segments_written"] == LSH["lsh_tables"] << 1
+    assert res["segments_written"] == LSH["n_tables"] << 1
     run_forget(str(store), [ids[3], ids[805], ids[819]], **THREADS)  # main and delta rows
     res = ingest(tmp_path, store, "b2", X[820:830], ids[820:830], labels[820:830])
     assert deltas() == [("delta_800", 800, 1), ("delta_820", 820, 0)]  # 20 rows > 10: kept
-    assert res["segments_written"] == LSH["lsh_tables"]
+    assert res["segments_written"] == LSH["n_tables"]
     run_forget(str(store), [ids[801], ids[825]], **THREADS)  # rows of both deltas
     assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))
     ingest(tmp_path, store, "b3", X[830:845], ids[830:845], labels[830:845])
@@ -385,7 +387,7 @@ def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, 
         width = -(-int(lengths.max()) // 65536) * 65536
         block = read_array(txn.session, "lsh/delta_400", (slice(None), slice(0, lengths.shape[1]),
                                                           slice(0, width)))  # fmt: skip
-        create_index(txn.root, LSH["lsh_tables"], "delta")
+        create_index(txn.root, LSH["n_tables"], "delta")
         write_block(txn.session, "lsh/delta", (0, 0, 0), block)
         write_segment_lengths(txn.root, lengths, "delta")
         write_bucket_counts(txn.root, counts, "delta")

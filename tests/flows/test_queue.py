@@ -30,7 +30,7 @@ runner = CliRunner()
 def store(prefect_server, tmp_path):
     X = np.random.default_rng(0).normal(size=(600, 4)).astype(np.float32)
     np.save(tmp_path / "x.npy", X)
-    opts = IngestOptions(seed=2, lsh_k=3, lsh_tables=4, lsh_width=2.0, chunk_rows=128)
+    opts = IngestOptions(seed=2, n_hashes=3, n_tables=4, bucket_width=2.0, chunk_rows=128)
     run_ingest(str(tmp_path / "x.npy"), str(tmp_path / "s"), opts, **THREADS)
     return str(tmp_path / "s")
 
@@ -177,7 +177,7 @@ def test_the_erasure_proof_holds_on_pixel_data(prefect_server, tmp_path):
     X[:, 0], X[:, 1] = 0, 255
     np.save(tmp_path / "x.npy", X)
     store = str(tmp_path / "s")
-    opts = IngestOptions(seed=2, lsh_k=3, lsh_tables=4, lsh_width=200.0, chunk_rows=128)
+    opts = IngestOptions(seed=2, n_hashes=3, n_tables=4, bucket_width=200.0, chunk_rows=128)
     run_ingest(str(tmp_path / "x.npy"), store, opts, **THREADS)
     needles = row_needles(store, [3, 200])
     assert len(needles) == 4  # points and sketch rows

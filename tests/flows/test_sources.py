@@ -18,7 +18,7 @@ from tests.storage.test_object_store import BUCKET, s3_server  # noqa: F401 (a f
 
 # The reference stores: the embedded cluster, one worker (the cluster given by address has two).
 THREADS = dict(n_workers=1, processes=False)
-OPTS = dict(lsh_k=3, lsh_tables=6, chunk_rows=256, seed=2)
+OPTS = dict(n_hashes=3, n_tables=6, chunk_rows=256, seed=2)
 ARRAYS = ("points", "ids", "groups", "alive", "lsh/segment_lengths", "lsh/bucket_counts",
           "lsh/projections")  # fmt: skip
 
@@ -182,7 +182,7 @@ def test_bad_rows_found_by_the_client_and_a_failed_first_ingest_leaves_no_object
     before = keys_under(s3_server, "")
     # Given parameters: no sample read ahead, so the bad row is met by the chunk reads, after
     # the store was made and the first chunks written.
-    opts = IngestOptions(**OPTS, lsh_width=1.0, id_column="who", group_column="sex")
+    opts = IngestOptions(**OPTS, bucket_width=1.0, id_column="who", group_column="sex")
     with pytest.raises(FairpipeInputError, match="Line 2102 of bad.csv holds a NaN value"):
         run_ingest(str(tmp_path / "bad.csv"), f"s3://{BUCKET}/failed", opts, **cluster)
     # (the transaction removed its chunk objects and staging area before)
@@ -310,7 +310,7 @@ def test_a_first_ingest_failing_on_the_workers_leaves_no_object(
 
         monkeypatch.setattr(flows.jobs, "write_points", failing)
     before = keys_under(s3_server, "")
-    opts = IngestOptions(**TABLE_OPTS, lsh_width=1.0)  # no sample: the workers meet the row
+    opts = IngestOptions(**TABLE_OPTS, bucket_width=1.0)  # no sample: the workers meet the row
     with pytest.raises(expected[0], match=expected[1]):
         run_ingest(source, f"s3://{BUCKET}/failing", opts, **cluster)
     assert keys_under(s3_server, "failing") == []

@@ -15,7 +15,7 @@ from flows.summarize import SummarizeOptions, run_summarize
 from storage.store import FairpipeStore, read_array
 
 NAMES = ["a", "b", "c", "rare"]
-TREE = dict(width=4, height=2, eval_size=300, seed=2)  # the flow's options (width: the fan-out)
+TREE = dict(fanout=4, height=2, eval_size=300, seed=2)  # the flow's options
 MODEL = dict(fanout=4, height=2, eval_size=300, seed=2)  # the same tree in memory
 
 
@@ -29,7 +29,7 @@ def grouped_store(tmp_path, n=1600):
     for name, arr in (("X", X), ("groups", labels), ("ids", ids)):
         np.save(tmp_path / f"{name}.npy", arr)
     opts = IngestOptions(
-        lsh_k=4, lsh_tables=4, chunk_rows=400, ids_file=str(tmp_path / "ids.npy"),
+        n_hashes=4, n_tables=4, chunk_rows=400, ids_file=str(tmp_path / "ids.npy"),
         groups_file=str(tmp_path / "groups.npy"),
     )  # fmt: skip
     run_ingest(str(tmp_path / "X.npy"), str(tmp_path / "store"), opts)
@@ -111,7 +111,7 @@ def test_summarize_command_line(prefect_server, tmp_path):
     path, *_ = grouped_store(tmp_path, n=500)
     runner = CliRunner()
     args = ["summarize", "--store", str(path), "--k", "8", "--lower", "0.125", "--upper", "0.5",
-            "--tree-width", "2", "--tree-height", "1", "--workers", "1"]  # fmt: skip
+            "--fanout", "2", "--height", "1", "--workers", "1"]  # fmt: skip
     out = runner.invoke(app, [*args, "--json"], catch_exceptions=False)
     assert out.exit_code == 0, out.output
     res = json.loads(out.stdout)

@@ -35,7 +35,7 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
 N_WORKERS = 2
 # The people store of the cluster tests: 3,000 gaussian points in two groups.
 INGEST = ["ingest", "gaussian", "--gaussian-n", "3000", "--gaussian-d", "4", "--gaussian-clusters",
-          "3", "--gaussian-groups", "2", "--lsh-k", "4", "--lsh-tables", "6", "--chunk-rows",
+          "3", "--gaussian-groups", "2", "--n-hashes", "4", "--n-tables", "6", "--chunk-rows",
           "1000"]  # fmt: skip
 
 
@@ -228,7 +228,7 @@ def people_parquet(folder: Path) -> Path:
 
 
 # How the people store is ingested (its source's path aside).
-PEOPLE = ["--id-column", "id", "--group-column", "group", "--lsh-k", "4", "--lsh-tables", "6",
+PEOPLE = ["--id-column", "id", "--group-column", "group", "--n-hashes", "4", "--n-tables", "6",
           "--chunk-rows", "1000"]  # fmt: skip
 
 

@@ -85,7 +85,7 @@ def test_workers_that_cannot_reach_the_stores_endpoint_are_named(s3_store, s3_en
     local = s3_env.endpoint.replace(s3_env.host_ip, "127.0.0.1")
     monkeypatch.setenv("AWS_ENDPOINT_URL", local)
     before = s3_env.task_counts()
-    line = one_line_error(invoke("fit", "--store", s3_store, "--k", 2,
+    line = one_line_error(invoke("fit", "--store", s3_store, "--n-clusters", 2,
                                  "--dask-address", s3_env.scheduler))  # fmt: skip
     assert f"The Dask worker tcp://{s3_env.worker_ip}:" in line
     assert f"cannot reach the store's endpoint {local} (" in line
@@ -97,7 +97,7 @@ def test_workers_that_cannot_see_a_stores_folder_are_named(second_host, digits_s
     there for them)."""
     path, _ = digits_store
     before = second_host.task_counts()
-    line = one_line_error(invoke("fit", "--store", path, "--k", 2,
+    line = one_line_error(invoke("fit", "--store", path, "--n-clusters", 2,
                                  "--dask-address", second_host.scheduler))  # fmt: skip
     assert f"The Dask worker tcp://{second_host.worker_ip}:" in line
     assert f"cannot see the store's folder {path}, which is on this machine's disk." in line

@@ -24,7 +24,7 @@ def test_the_forget_drain_deployment_runs_on_the_second_host(s3_env, prefect_ser
     cli = CliRunner()
     for args in (
         [*INGEST, "--store", store],
-        ["fit", "--store", store, "--k", 3, "--model", "q"],  # its deletions run as a job
+        ["fit", "--store", store, "--n-clusters", 3, "--model", "q"],  # its deletions run as a job
         ["request-deletion", "--store", store, "--ids", ",".join(map(str, range(0, 600, 2)))],
     ):
         out = cli.invoke(app, [str(a) for a in args])
@@ -62,7 +62,7 @@ def test_the_nightly_ingest_deployment_reads_an_object_store_source_on_the_secon
     store = f"s3://{BUCKET}/nightly"
     flags = dict(zip(PEOPLE[::2], PEOPLE[1::2]))
     options = {"seed": 0, "id_column": flags["--id-column"], "group_column": flags["--group-column"],
-               "lsh_k": int(flags["--lsh-k"]), "lsh_tables": int(flags["--lsh-tables"]),
+               "n_hashes": int(flags["--n-hashes"]), "n_tables": int(flags["--n-tables"]),
                "chunk_rows": int(flags["--chunk-rows"])}  # fmt: skip
     before = host.task_counts()
     run_deployment("fairpipe-ingest/nightly-ingest",

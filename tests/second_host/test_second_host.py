@@ -29,11 +29,11 @@ def ok(out) -> dict:
 
 def store_commands(store: str, cluster: list) -> None:
     """fit DC, summarize, a drain of 300 ids, fit Q, a drain of 3 ids on the store."""
-    fit = ok(invoke("fit", "--store", store, "--k", 3, "--tree-width", 2, "--tree-height", 2,
+    fit = ok(invoke("fit", "--store", store, "--n-clusters", 3, "--fanout", 2, "--height", 2,
                     *cluster, "--json"))  # fmt: skip
     assert fit["model"] == "dc" and fit["n_alive"] == 3000
     summary = ok(invoke("summarize", "--store", store, "--k", 4, "--lower", 0.25, "--upper",
-                        0.75, "--tree-width", 2, "--tree-height", 1, *cluster, "--json"))  # fmt: skip
+                        0.75, "--fanout", 2, "--height", 1, *cluster, "--json"))  # fmt: skip
     assert len(summary["ids"]) == 4
 
     ids = ",".join(str(i) for i in range(0, 900, 3))  # 300 ids: the index is updated on Dask
@@ -41,7 +41,7 @@ def store_commands(store: str, cluster: list) -> None:
     drained = ok(invoke("forget", "--store", store, *cluster, "--json"))
     assert len(drained["deleted"]) == 300
 
-    q = ok(invoke("fit", "--store", store, "--k", 3, "--model", "q", *cluster, "--json"))
+    q = ok(invoke("fit", "--store", store, "--n-clusters", 3, "--model", "q", *cluster, "--json"))
     assert q["model"] == "q" and q["n_alive"] == 2700
     ok(invoke("request-deletion", "--store", store, "--ids", "1,2,4", "--json"))
     again = ok(invoke("forget", "--store", store, *cluster, "--json"))
@@ -85,7 +85,7 @@ def test_every_command_runs_its_heavy_work_on_workers_that_cannot_reach_prefect(
     ranked = ok(invoke("rerank", tmp_path / "c.csv", "--k", 4, "--out", tmp_path / "top.csv",
                        *cluster, "--json"))  # fmt: skip
     assert ranked["rows_out"] == 12
-    audited = ok(invoke("audit", *audit_inputs(tmp_path), "--seeds", 10, "--local", 10,
+    audited = ok(invoke("audit", *audit_inputs(tmp_path), "--n-seeds", 10, "--n-local", 10,
                         "--no-baselines", *cluster, "--json"))  # fmt: skip
     assert audited["adf"]["ids"] >= 0
 

@@ -73,10 +73,12 @@ def store(prefect_server, tmp_path_factory):
     config = icechunk.RepositoryConfig(inline_chunk_threshold_bytes=0)
     icechunk.Repository.open(icechunk.local_filesystem_storage(str(path)), config).save_config()
     gaussian = {"n": 3000, "d": 4, "clusters": 4, "groups": 3}
-    run_ingest("gaussian", str(path), IngestOptions(seed=1, lsh_k=3, lsh_tables=3,
+    run_ingest("gaussian", str(path), IngestOptions(seed=1, n_hashes=3, n_tables=3,
                                                     chunk_rows=512, gaussian=gaussian), **THREADS)  # fmt: skip
-    run_fit(str(path), FitOptions(k=3, width=3, height=2, iterations=3, n_init=1), **THREADS)
-    run_summarize(str(path), SummarizeOptions(k=6, lower=0.1, upper=0.6, width=3, eval_size=64),
+    run_fit(
+        str(path), FitOptions(n_clusters=3, fanout=3, height=2, max_iter=3, n_init=1), **THREADS
+    )
+    run_summarize(str(path), SummarizeOptions(k=6, lower=0.1, upper=0.6, fanout=3, height=2, eval_size=64),
                   **THREADS)  # fmt: skip
     ids = FairpipeStore.open(str(path)).read("ids")
     run_forget(str(path), ids[[5, 700]], **THREADS)

@@ -75,7 +75,7 @@ def test_a_store_in_a_bucket_forgets_and_erases_the_rows_from_every_object(
     X = np.random.default_rng(8).normal(size=(800, 5)).astype(np.float32)
     np.save(tmp_path / "x.npy", X)
     url = f"s3://{BUCKET}/people"
-    opts = IngestOptions(lsh_k=3, lsh_tables=4, chunk_rows=256, seed=1)
+    opts = IngestOptions(n_hashes=3, n_tables=4, chunk_rows=256, seed=1)
     res = run_ingest(str(tmp_path / "x.npy"), url, opts, **THREADS)
     assert res["n"] == 800
     st = FairpipeStore.open(url)
@@ -102,7 +102,7 @@ def test_the_queue_lives_in_the_bucket_and_many_producers_lose_nothing(
     X = np.random.default_rng(9).normal(size=(400, 4)).astype(np.float32)
     np.save(tmp_path / "x.npy", X)
     url = f"s3://{BUCKET}/queued"
-    run_ingest(str(tmp_path / "x.npy"), url, IngestOptions(lsh_k=3, lsh_tables=4), **THREADS)
+    run_ingest(str(tmp_path / "x.npy"), url, IngestOptions(n_hashes=3, n_tables=4), **THREADS)
     filed: list[str] = []
 
     def produce(k):

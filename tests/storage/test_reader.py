@@ -28,7 +28,7 @@ def store(prefect_server, tmp_path_factory):
     np.save(tmp / "a.npy", X[:2700])
     np.save(tmp / "b.npy", X[2700:2900])
     np.save(tmp / "c.npy", X[2900:])
-    opts = IngestOptions(seed=3, lsh_k=3, lsh_tables=6, lsh_width=2.5, chunk_rows=512)
+    opts = IngestOptions(seed=3, n_hashes=3, n_tables=6, bucket_width=2.5, chunk_rows=512)
     run_ingest(str(tmp / "a.npy"), str(tmp / "s"), opts, **THREADS)
     run_forget(str(tmp / "s"), [10, 2000], **THREADS)
     run_ingest(str(tmp / "b.npy"), str(tmp / "s"), IngestOptions(), **THREADS)
@@ -118,7 +118,7 @@ def test_predict_reads_the_model_root(store, prefect_server):
     from flows.fit import FitOptions, run_fit
 
     path, nn, X = store
-    run_fit(str(path), FitOptions(k=3, width=2, height=1, seed=1), **THREADS)
+    run_fit(str(path), FitOptions(n_clusters=3, fanout=2, height=1, seed=1), **THREADS)
     reader = fairpipe.open_store(str(path))
     alive = np.ones(X.shape[0], bool)
     alive[[10, 2000]] = False
@@ -171,7 +171,7 @@ def test_candidates_the_sketch_leaves_open_are_decided_by_its_residual(prefect_s
     radius that is exactly a candidate's distance, which only its point can decide)."""
     X = np.random.default_rng(6).normal(size=(4000, 32)).astype(np.float32)
     np.save(tmp_path / "x.npy", X)
-    opts = IngestOptions(seed=1, lsh_k=2, lsh_tables=4, lsh_width=12.0, chunk_rows=1024)
+    opts = IngestOptions(seed=1, n_hashes=2, n_tables=4, bucket_width=12.0, chunk_rows=1024)
     run_ingest(str(tmp_path / "x.npy"), str(tmp_path / "s"), opts, **THREADS)
     nn = FairNN(n_hashes=2, n_tables=4, bucket_width=12.0, seed=1).fit(X)
     d = np.sqrt(np.square(X - X[0]).sum(axis=1))

@@ -190,7 +190,7 @@ def test_a_first_ingest_that_fails_after_making_the_store_leaves_nothing(
     np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32))
     with pytest.raises(OSError, match="No space left"):
         run_ingest(str(tmp_path / "x.npy"), str(tmp_path / "a" / "b" / "c"),
-                   IngestOptions(lsh_k=3, lsh_tables=4), n_workers=1, processes=False)  # fmt: skip
+                   IngestOptions(n_hashes=3, n_tables=4), n_workers=1, processes=False)  # fmt: skip
     assert sorted(os.listdir(tmp_path)) == ["x.npy"]
 
 
