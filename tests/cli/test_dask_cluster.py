@@ -87,7 +87,7 @@ def test_a_cluster_made_by_the_users_callable_runs_ingest_and_fit(tls_cluster, t
     out = invoke("ingest", "gaussian", "--gaussian-n", 3000, "--gaussian-d", 8, "--store", store, "--dask-cluster",
                  "tls_factory:client")  # fmt: skip
     assert out.exit_code == 0, out.output
-    out = invoke("fit", "--store", store, "--k", 4, "--dask-cluster", "tls_factory:client")
+    out = invoke("fit", "--store", store, "--n-clusters", 4, "--dask-cluster", "tls_factory:client")
     assert out.exit_code == 0, out.output
     counts = finished(cluster)
     assert sum(counts.values()) >= 2, counts  # the work ran on the TLS cluster's worker
