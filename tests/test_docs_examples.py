@@ -45,7 +45,7 @@ NOT_RUN = {
     "2 cores; tests/flows/test_demo.py runs the demo on fewer queries",
     "fairpipe audit --dataset adult --protected age --out audit_adult": "takes about 60 s on 2 "
     "cores; tests/flows/test_audit_flow.py runs the audit flow",
-    "fairpipe audit --dataset german --protected sex --train-iter 1000 --seeds 600 --retrain "
+    "fairpipe audit --dataset german --protected sex --train-iter 1000 --n-seeds 600 --retrain "
     "--out audit_german": "takes about 70 s on 2 cores; tests/flows/test_audit_flow.py retrains",
     "fairpipe audit --dataset german --protected sex --model audit_adult/model.pkl": "needs the "
     "model the Adult audit above writes; tests/audit/test_adf.py checks the message",
@@ -55,7 +55,7 @@ NOT_RUN = {
     "tests/storage/test_integrity.py checks every command's line and exit 4",
     "fairpipe verify --store old --add-checksums": "needs a store written before chunks carried "
     "checksums; tests/storage/test_integrity.py makes one and adds them",
-    "fairpipe fit --store people --k 5": "needs another process writing the store; "
+    "fairpipe fit --store people --n-clusters 5": "needs another process writing the store; "
     "tests/cli/test_errors.py holds its lock and checks the message",
     "fairpipe forget --store /mnt/ro/people --ids 7": "needs a read-only mount; "
     "tests/cli/test_filesystems.py mounts one",

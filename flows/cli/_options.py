@@ -47,7 +47,7 @@ DaskCluster = Annotated[
         "--dask-cluster",
         help="A Python callable, as module:name, that returns a Dask cluster or client (Coiled, "
         "dask-jobqueue, dask-kubernetes; see deploy/README.md). Excludes --dask-address.",
-        show_default=False,
+        show_default="none: --dask-address or a local cluster",
     ),
 ]
 Verbose = Annotated[
