@@ -27,8 +27,12 @@ from fairpipe.summary import (
     FairSummary,
     NodeOutput,
     SummaryParams,
+    Utility,
+    bound_error,
     check_bounds,
+    fair_greedy,
     merge_ancestors,
+    random_feasible_rows,
     resolve_bounds,
     root_figures,
     summarize_leaves,
@@ -42,7 +46,8 @@ from flows.runtime import (
     run_flow,
     shuffle_by_leaf,
 )
-from storage.store import FairpipeStore, read_array
+from storage.lineage import options_record, record
+from storage.store import FairpipeStore, read_array, read_rows_at
 from storage.summary import (
     summary_store_attrs,
     write_summary,
@@ -117,6 +122,40 @@ def check_request(store_url: str, o: SummarizeOptions, session=None):
     return store, attrs, names, params, groups
 
 
+# Random feasible selections drawn for the reference utility (their mean is reported).
+REFERENCE_DRAWS = 5
+
+
+def reference_utilities(session, root: NodeOutput, params: SummaryParams, groups: np.ndarray,
+                        alive: np.ndarray) -> dict:  # fmt: skip
+    """What the summary's utility is compared with, measured on the same evaluation points:
+
+    - ``random``: the mean utility of REFERENCE_DRAWS random selections of the same size within
+      the same bounds, drawn from the live rows (the gain of selecting over drawing; reads only
+      the rows drawn);
+    - ``unconstrained``: the lazy greedy over the root's candidates without the bounds (what
+      the bounds cost on the same candidates; no row is read).
+    """
+    util = Utility(params.utility, root.eval_points, params.gamma)
+    rng = np.random.default_rng(int(params.seed))
+    choosable = np.where(alive, groups, -1)
+    draws = [random_feasible_rows(choosable, params.lower, params.upper, int(params.k), rng)
+             for _ in range(REFERENCE_DRAWS)]  # fmt: skip
+    rows = np.unique(np.concatenate(draws))
+    points = read_rows_at(session, "points", rows)
+    values = [util.value(points[np.searchsorted(rows, d)]) for d in draws]
+    out = {"random": {"value": float(np.mean(values)), "draws": REFERENCE_DRAWS}}
+    n_cand = int(root.candidates.shape[0])
+    if n_cand:
+        k = min(int(params.k), n_cand)
+        n_groups = len(params.lower)
+        free = fair_greedy(root.cand_points, root.cand_groups, [0] * n_groups, [k] * n_groups, k,
+                           utility=util)  # fmt: skip
+        error = bound_error(free.counts, np.asarray(params.lower), np.asarray(params.upper))
+        out["unconstrained"] = {"value": free.value, "error": int(error)}
+    return out
+
+
 @task(name="summarize-leaves", cache_policy=NO_CACHE)
 def summarize_leaves_task(session, n_rows, chunk_rows, params, n_leaves, leaves,
                           rows=None) -> dict:  # fmt: skip
@@ -161,6 +200,13 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         summary = {k: v for k, v in figures.items() if k != "ids"}
         store_attrs = summary_store_attrs(params, o.width, o.height)
         write_summary(txn.root, {**store_attrs, "group_names": names, **summary}, arrays)
+        t0 = time.perf_counter()
+        alive = read_array(txn.session, "alive")
+        reference = reference_utilities(txn.session, root, params, groups, alive)
+        timings["reference"] = time.perf_counter() - t0
+        record(txn, "summarize", options_record(o), rows={"n_alive": n_alive},
+               figures={"utility": figures["value"], "error": figures["error"],
+                        "random_utility": reference["random"]["value"]})  # fmt: skip
     timings["total"] = time.perf_counter() - t_start
     calls = int(sum(node.calls for lv in levels for node in lv.values()))
     return {
@@ -171,6 +217,7 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         "rule": params.rule,
         **figures,
         "eval_points": int(root.eval_points.shape[0]),
+        "reference": reference,
         "oracle_calls": calls,
         "n_alive": n_alive,
         "leaves": n_leaves,

@@ -66,6 +66,7 @@ from flows.cli import (  # noqa: E402
     demo,
     fit,
     forget,
+    history,
     info,
     ingest,
     predict,
@@ -73,6 +74,7 @@ from flows.cli import (  # noqa: E402
     rerank,
     sample,
     server,
+    show,
     summarize,
     verify,
 )
@@ -109,6 +111,7 @@ def _program(
 
 for _command in (
     ingest.ingest,
+    show.show,
     sample.sample,
     fit.fit,
     rerank.rerank,
@@ -122,6 +125,7 @@ for _command in (
     summarize.summarize,
     predict.predict,
     info.info,
+    history.history,
     verify.verify,
     demo.demo,
 ):
