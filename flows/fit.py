@@ -42,7 +42,7 @@ from flows.runtime import (
     shuffle_by_leaf,
 )
 from storage.index import n_features, read_all_live, read_live_rows
-from storage.lineage import options_record, record
+from storage.lineage import record
 from storage.models import write_model
 from storage.store import FairpipeStore
 
@@ -273,9 +273,8 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             }
         write_model(txn.root, fitted)
         objective = {"inertia": inertia, "mean_squared_distance": inertia / max(n_alive, 1)}
-        record(
-            txn, "fit", options_record(o, model=model), rows={"n_alive": n_alive}, figures=objective
-        )
+        used = o.dc_params() if model == "dc" else o.q_params()  # the estimator's parameters
+        record(txn, "fit", {"model": model, **used}, rows={"n_alive": n_alive}, figures=objective)
     timings["total"] = time.perf_counter() - t_start
     return {
         "store": store.url,

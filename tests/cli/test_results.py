@@ -132,7 +132,7 @@ def test_history_lists_every_operation_through_erasure_and_no_id(lived):
     for name in ("ingest", "fit", "summarize"):
         assert next(op for op in ops if op["operation"] == name)["commit"] == run[name]["commit"]
     fit = ops[1]
-    assert fit["parameters"]["k"] == 3 and fit["parameters"]["model"] == "dc"
+    assert fit["parameters"]["n_clusters"] == 3 and fit["parameters"]["model"] == "dc"
     assert fit["figures"]["inertia"] == pytest.approx(run["fit"]["inertia"])
     assert ops[0]["rows"] == {"added": 400, "n": 400, "n_alive": 400, "d": 4}
     assert ops[3]["rows"]["erased"] == 2 and ops[3]["rows"]["n_alive"] == 398
