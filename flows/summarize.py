@@ -127,32 +127,53 @@ REFERENCE_DRAWS = 5
 
 
 def reference_utilities(session, root: NodeOutput, params: SummaryParams, groups: np.ndarray,
-                        alive: np.ndarray) -> dict:  # fmt: skip
-    """What the summary's utility is compared with, measured on the same evaluation points:
+                        alive: np.ndarray, lookup: IdLookup) -> dict:  # fmt: skip
+    """What the summary's utility is compared with, measured on the root's evaluation points:
 
     - ``random``: the mean utility of REFERENCE_DRAWS random selections of the same size within
-      the same bounds, drawn from the live rows (the gain of selecting over drawing; reads only
-      the rows drawn);
+      the same bounds (the gain of selecting over drawing). They are drawn from the evaluation
+      points themselves, a uniform sample of the live rows held in memory, and each is measured
+      on the other evaluation points (a point drawn would otherwise count as perfectly
+      represented). A group with fewer evaluation points than its lower bound is topped up with
+      random live rows of it: only those are read.
     - ``unconstrained``: the lazy greedy over the root's candidates without the bounds (what
       the bounds cost on the same candidates; no row is read).
     """
-    util = Utility(params.utility, root.eval_points, params.gamma)
     rng = np.random.default_rng(int(params.seed))
-    choosable = np.where(alive, groups, -1)
-    draws = [random_feasible_rows(choosable, params.lower, params.upper, int(params.k), rng)
-             for _ in range(REFERENCE_DRAWS)]  # fmt: skip
-    rows = np.unique(np.concatenate(draws))
-    points = read_rows_at(session, "points", rows)
-    values = [util.value(points[np.searchsorted(rows, d)]) for d in draws]
+    lower, upper, k = np.asarray(params.lower), np.asarray(params.upper), int(params.k)
+    E = root.eval_points
+    m = E.shape[0]
+    eval_rows = lookup.rows(root.evaluation)[0]
+    pool_groups, pool_X = groups[eval_rows].astype(np.int64), E
+    short = lower - np.bincount(pool_groups, minlength=lower.size)[: lower.size]
+    if (short > 0).any():
+        outside = alive.copy()
+        outside[eval_rows] = False
+        extra = np.concatenate([
+            rng.choice(np.flatnonzero(outside & (groups == c)),
+                       size=int(min(short[c], (outside & (groups == c)).sum())), replace=False)
+            for c in np.flatnonzero(short > 0)
+        ]).astype(np.int64)  # fmt: skip
+        extra.sort()
+        pool_X = np.vstack([E, read_rows_at(session, "points", extra)])
+        pool_groups = np.concatenate([pool_groups, groups[extra].astype(np.int64)])
+    values = []
+    for _ in range(REFERENCE_DRAWS):
+        drawn = random_feasible_rows(pool_groups, lower, upper, k, rng)
+        others = np.ones(m, bool)
+        others[drawn[drawn < m]] = False
+        measured = E[others] if others.any() else E  # (every point drawn: eval_size <= k)
+        values.append(Utility(params.utility, measured, params.gamma).value(pool_X[drawn]))
     out = {"random": {"value": float(np.mean(values)), "draws": REFERENCE_DRAWS}}
     n_cand = int(root.candidates.shape[0])
     if n_cand:
-        k = min(int(params.k), n_cand)
-        n_groups = len(params.lower)
-        free = fair_greedy(root.cand_points, root.cand_groups, [0] * n_groups, [k] * n_groups, k,
-                           utility=util)  # fmt: skip
-        error = bound_error(free.counts, np.asarray(params.lower), np.asarray(params.upper))
-        out["unconstrained"] = {"value": free.value, "error": int(error)}
+        util = Utility(params.utility, E, params.gamma)
+        k_free = min(k, n_cand)
+        n_groups = lower.size
+        free = fair_greedy(root.cand_points, root.cand_groups, [0] * n_groups,
+                           [k_free] * n_groups, k_free, utility=util)  # fmt: skip
+        out["unconstrained"] = {"value": free.value,
+                                "error": int(bound_error(free.counts, lower, upper))}  # fmt: skip
     return out
 
 
@@ -202,7 +223,7 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         write_summary(txn.root, {**store_attrs, "group_names": names, **summary}, arrays)
         t0 = time.perf_counter()
         alive = read_array(txn.session, "alive")
-        reference = reference_utilities(txn.session, root, params, groups, alive)
+        reference = reference_utilities(txn.session, root, params, groups, alive, lookup)
         timings["reference"] = time.perf_counter() - t0
         record(txn, "summarize", options_record(o), rows={"n_alive": n_alive},
                figures={"utility": figures["value"], "error": figures["error"],

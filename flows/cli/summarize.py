@@ -27,7 +27,8 @@ def _render(r: dict) -> None:
     ref, value = r["reference"], r["value"]
     rand = ref["random"]["value"]
     line = (
-        f"reference, on the same points: {rand:.4g} for a random selection of {len(r['ids'])} "
+        f"references from the same evaluation points: {rand:.4g} for a random selection of "
+        f"{len(r['ids'])} "
         f"within the same bounds (mean of {ref['random']['draws']})"
     )
     if rand > 0:

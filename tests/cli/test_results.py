@@ -76,7 +76,10 @@ def test_the_summary_utility_is_printed_beside_references(lived, capsys):
 
     _render(s)
     text = capsys.readouterr().out
-    assert f"reference, on the same points: {ref['random']['value']:.4g} for a random " in text
+    assert (
+        f"references from the same evaluation points: {ref['random']['value']:.4g} for a random "
+        f"selection of 4 within the same bounds (mean of 5)" in text
+    )
     assert f"{s['value'] / ref['random']['value']:.2f}x" in text
     assert "without the bounds (the bounds cost " in text
 
