@@ -153,6 +153,22 @@ def test_history_lists_every_operation_through_erasure_and_no_id(lived):
     assert "    results: inertia=" in text
 
 
+def test_history_names_a_backfill_and_a_configure(lived, dask_address, tmp_path):
+    store, _, _ = lived
+    copy = tmp_path / "copy"
+    shutil.copytree(store, copy)
+    ids = open_store(str(copy)).read("ids")[open_store(str(copy)).read("alive")]
+    assert invoke("configure", "--store", copy, "--erasure-retention", "24h").exit_code == 0
+    (tmp_path / "backlog.txt").write_text(f"{ids[0]}\n{ids[1]}\n")
+    out = invoke("backfill", "--store", copy, "--ids-file", tmp_path / "backlog.txt",
+                 "--dask-address", dask_address)  # fmt: skip
+    assert out.exit_code == 0, out.output
+    ops = run_json("history", "--store", copy)["operations"]
+    assert [op["operation"] for op in ops[-2:]] == ["configure", "backfill"]
+    assert ops[-2]["parameters"] == {"erasure_retention": "24h", "before": "0"}
+    assert ops[-1]["rows"]["erased"] == 2 and ops[-2]["commit"] is not None
+
+
 def test_history_of_a_store_without_a_lineage_log_shows_its_commits(lived, tmp_path):
     store, _, _ = lived
     old = tmp_path / "old"
