@@ -8,28 +8,37 @@ from flows.cli._options import Ids, IdsFile, Store
 from flows.cli._runner import Shared, command, result_console
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
-# Features shown in the table; --json has them all.
-SHOWN_FEATURES = 8
 
 
 def _render(r: dict) -> None:
     from rich.table import Table
 
     out = result_console()
-    d = int(r["d"])
-    shown = min(d, SHOWN_FEATURES)
-    table = Table("id", "group", *(f"x{j}" for j in range(shown)), title=None)
-    forgotten = []
-    for row in r["rows"]:
-        if row["forgotten"]:
-            forgotten.append(row)
-            continue
-        table.add_row(str(row["id"]), row["group"], *(f"{v:.4g}" for v in row["features"][:shown]))
-    if len(forgotten) < len(r["rows"]):
+    live = [row for row in r["rows"] if not row["forgotten"]]
+    if live:
+        # As many features as the console's width holds beside the whole id and group (a
+        # column costs its text and 3 characters of border and padding); --json has them all.
+        cells = [[f"{v:.4g}" for v in row["features"]] for row in live]
+        ids = [str(row["id"]) for row in live]
+        groups = [row["group"] for row in live]
+        used = 1 + max(map(len, ids + ["id"])) + 3 + max(map(len, groups + ["group"])) + 3
+        shown = 0
+        for j in range(int(r["d"])):
+            width = max(len(f"x{j}"), *(len(c[j]) for c in cells)) + 3
+            if shown and used + width > out.width:
+                break
+            used, shown = used + width, shown + 1
+        table = Table("id", "group", *(f"x{j}" for j in range(shown)))
+        for column in table.columns:
+            column.no_wrap = True
+        for i, g, c in zip(ids, groups, cells):
+            table.add_row(i, g, *c[:shown])
         out.print(table)
-        if d > shown:
-            out.print(f"(the first {shown} of {d} features; --json has all)")
-    for row in forgotten:
+        if shown < int(r["d"]):
+            out.print(f"(the first {shown} of {r['d']} features; --json has all)")
+    for row in r["rows"]:
+        if not row["forgotten"]:
+            continue
         receipt = row["receipt"]
         if receipt is None:
             out.print(f"id {row['id']}: forgotten (the store records no receipt for its row)")
@@ -39,8 +48,10 @@ def _render(r: dict) -> None:
             f"{receipt['request']} (filed {receipt['requested_at']}, {receipt['n_ids']} ids; "
             f"commit {receipt['commit']}"
         )
-        line += f"; erased from history at {receipt['erased_at']}" if receipt["erased_at"] else (
-            "; earlier snapshots still hold it")  # fmt: skip
+        if receipt["erased_at"]:
+            line += f"; erased from history at {receipt['erased_at']}"
+        else:
+            line += "; earlier snapshots still hold it"
         if receipt["reason"]:
             line += f"; reason: {receipt['reason']}"
         out.print(line + ")")

@@ -210,3 +210,17 @@ def test_predict_by_query_id_and_info_shows_the_parameters(lived):
     text = invoke("info", "--store", store).stdout
     assert "model: dc (n_clusters=3, fanout=2, height=1, max_iter=10, n_init=10, seed=0)" in text
     assert "summary parameters: k=4, lower=[1, 1], upper=[3, 3], utility=exemplar" in text
+
+
+def test_show_never_cuts_an_id_or_a_group_to_fit_the_features(capsys):
+    from flows.cli.show import _render
+
+    big = 2**62 + 12345
+    rows = [{"id": big, "row": 0, "forgotten": False, "group": "a rather long group name",
+             "features": [-1234.5678] * 64}]  # fmt: skip
+    _render({"store": "s", "d": 64, "rows": rows})
+    text = capsys.readouterr().out
+    assert str(big) in text and "a rather long group name" in text and "…" not in text
+    assert max(map(len, text.splitlines())) <= 80
+    shown = text.splitlines()[-1]
+    assert shown.startswith("(the first ") and shown.endswith(" of 64 features; --json has all)")
