@@ -34,9 +34,10 @@ def _render(r: dict) -> None:
 
 @command(render=_render, read_only=True)
 def history(store: Store, *, shared: Shared) -> dict:
-    """List every operation on a store (ingest, append, fit, summarize, drain, backfill,
-    erasure, configure): when, parameters, row counts, results and commit. The list is kept in
-    the store and survives erasure from history; it holds no id and no row."""
+    """Every operation on a store: when, parameters, row counts, results, commit.
+
+    Ingest, append, fit, summarize, drain, backfill, erase-history, configure: the list is kept
+    in the store, survives erasure from history and holds no id and no row."""
     from storage.lineage import operations
     from storage.store import FairpipeStore
 

@@ -65,8 +65,7 @@ def _check(**o) -> None:
 
 @command(render=_render, read_only=True, check=_check)
 def show(store: Store, ids: Ids = None, ids_file: IdsFile = None, *, shared: Shared) -> dict:
-    """Show stored rows by id: group and features, or when a forgotten id was forgotten and its
-    receipt."""
+    """Show stored rows by id (group, features); for a forgotten id, when and its receipt."""
     from fairpipe.datasets import read_ids
     from flows.show import show_rows
 
