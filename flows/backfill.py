@@ -38,6 +38,7 @@ from flows.forget import ForgetOptions, drain
 from flows.private import PRIVATE, flow
 from flows.runtime import default_task_runner, run_flow
 from storage.erasure import erase_due
+from storage.lineage import operation
 from storage.models import read_model
 from storage.queue import (
     MAX_REQUEST_IDS,
@@ -156,7 +157,7 @@ def backfill_flow(store_url: str, ids_file: str, options: BackfillOptions | None
             extra.append(new_request(part, o.reason, tag=part_tag(key, i)))
         filed += 1
     forget = ForgetOptions(lock_timeout=o.lock_timeout, max_batch=o.batch_size, reason=o.reason)
-    with _progress(o.progress) as bar:
+    with _progress(o.progress) as bar, operation("backfill"):
         result = drain(store, forget, extra, on_batch=bar)
     t0 = time.perf_counter()
     erased = erase_due(store, o.lock_timeout)

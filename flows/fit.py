@@ -25,6 +25,7 @@ from fairpipe.cluster import (
     DCKMeans,
     QKMeans,
     choose_model,
+    nearest,
     recompute_ancestors,
     solve_leaves,
     tree_arrays,
@@ -34,13 +35,15 @@ from fairpipe.tree import nodes_per_level
 from flows.private import flow, task
 from flows.renamed import take_old_names
 from flows.runtime import (
+    dask_map,
     default_task_runner,
     gather_parts,
     on_cluster,
     run_flow,
     shuffle_by_leaf,
 )
-from storage.index import n_features, read_all_live
+from storage.index import n_features, read_all_live, read_live_rows
+from storage.lineage import record
 from storage.models import write_model
 from storage.store import FairpipeStore
 
@@ -142,6 +145,15 @@ def solve_leaves_on_dask(session, n_rows, chunk_rows, params: dict, leaves, rows
     )
 
 
+def chunk_cost(session, a: int, b: int, centroids: np.ndarray, live: np.ndarray) -> tuple:
+    """(A Dask job.) (sum of squared distances to the nearest live centroid, live rows) of the
+    live rows of [a, b)."""
+    X, _, _ = read_live_rows(session, a, b)
+    if X.shape[0] == 0:
+        return 0.0, 0
+    return float(nearest(X, centroids, live)[1].sum()), int(X.shape[0])
+
+
 # -- Prefect tasks --------------------------------------------------------------------------------
 @task(name="solve-leaves", cache_policy=NO_CACHE)
 def solve_leaves_task(session, n_rows, chunk_rows, params: dict, leaves, rows=None) -> tuple:
@@ -168,6 +180,18 @@ def fit_q(session, params: dict) -> QKMeans:
 @task(name="solve-parents", cache_policy=NO_CACHE)
 def solve_parents_task(params: dict, centroids, masses, changed_leaves):
     return on_cluster(solve_parents, params, centroids, masses, changed_leaves)
+
+
+@task(name="clustering-cost", cache_policy=NO_CACHE)
+def clustering_cost_task(session, n_rows: int, chunk_rows: int, centroids, masses) -> float:
+    """The k-means objective of the root centroids over every live row: one job per row chunk,
+    each reading its rows once."""
+    starts = list(range(0, n_rows, chunk_rows))
+    ends = [min(a + chunk_rows, n_rows) for a in starts]
+    c, live = np.asarray(centroids), np.asarray(masses) > 0
+    parts = dask_map(chunk_cost, [session] * len(starts), starts, ends, [c] * len(starts),
+                     [live] * len(starts))  # fmt: skip
+    return float(sum(p[0] for p in parts))
 
 
 @task(name="fit-q-kmeans", cache_policy=NO_CACHE)
@@ -247,6 +271,12 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             )
             root_c, root_m = centroids[-1][0], masses[-1][0]
             extra: dict[str, float] = {"leaves": int(sizes[0]), "nodes": int(sum(sizes))}
+            # The tree's objective is its root's: a second read of the rows, chunk by chunk.
+            t0 = time.perf_counter()
+            fork = txn.fork()
+            inertia = clustering_cost_task(fork, n_rows, chunk_rows, root_c, root_m)
+            txn.merge([fork])  # read only
+            timings["objective"] = time.perf_counter() - t0
         else:
             t0 = time.perf_counter()
             fork = txn.fork()
@@ -255,12 +285,16 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             timings["lloyd"] = time.perf_counter() - t0
             assert isinstance(fitted, QKMeans)
             root_c, root_m = fitted.centroids_, fitted.sizes_[-1]
+            inertia = float(fitted.inertia_)  # the model holds its points
             # Dry run on 200 live points: how many deletions will be answered without a retrain.
             extra = {
                 "steps": int(fitted.c_out_.shape[0]),
                 "certification_rate": fitted.certification_rate(),
             }
         write_model(txn.root, fitted)
+        objective = {"inertia": inertia, "mean_squared_distance": inertia / max(n_alive, 1)}
+        used = o.dc_params() if model == "dc" else o.q_params()  # the estimator's parameters
+        record(txn, "fit", {"model": model, **used}, rows={"n_alive": n_alive}, figures=objective)
     timings["total"] = time.perf_counter() - t_start
     return {
         "store": store.url,
@@ -270,6 +304,8 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
         "commit": txn.commit_id,
         "centroids": root_c.tolist(),
         "masses": root_m.tolist(),
+        # The k-means cost of the root centroids: scikit-learn's inertia_, and per live row.
+        **objective,
         **extra,
         "timings": timings,
     }

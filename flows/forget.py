@@ -53,6 +53,7 @@ from storage.index import (
     upgrade_format1,
     write_removal,
 )
+from storage.lineage import operation_name, record
 from storage.models import write_model
 from storage.queue import (
     MalformedRequest,
@@ -67,7 +68,7 @@ from storage.queue import (
     unrecognised,
 )
 from storage.queue import read_request as read_queued
-from storage.receipts import REQUESTS_KEY, read_receipts, write_receipts
+from storage.receipts import REQUESTS_KEY, mark_forgotten, read_receipts, write_receipts
 from storage.store import FairpipeStore, read_array
 
 NO_PROGRESS = "A drain of {url} came back to requests it had already applied ({rids})."
@@ -303,6 +304,13 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             # and hashed here before they are erased: at most max_batch rows.
             keys = keys_of_rows(txn.session, load_lsh(txn.session, attrs), rows)
             erase_rows(txn.session, txn.root, rows)
+            mark_forgotten(
+                txn.session,
+                txn.root,
+                n_rows,
+                rows,
+                _receipt_of_rows(batch, lookup, rows, len(receipts) - len(batch)),
+            )
             timings["erase"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             if distributed:
@@ -335,9 +343,27 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             if summary:
                 result.update(summary)
                 timings["summary"] = time.perf_counter() - t0
+        # Counts only: which ids, and why, stay in the receipts and the erased rows.
+        record(txn, operation_name("drain"), {"requests": len(batch), "max_batch": o.max_batch},
+               rows={"ids": int(ids.size), "erased": int(rows.size),
+                     "unknown": int((~known).sum()), "already_forgotten": int((~live).sum()),
+                     "n_alive": int(attrs["n_alive"]) - int(rows.size)})  # fmt: skip
         result["model"] = kind
     result["requests"] = [r.request_id for r in batch]
     return {"commit": txn.commit_id, **result, "timings": timings}
+
+
+def _receipt_of_rows(batch: list[Request], lookup: IdLookup, rows: np.ndarray,
+                     first: int) -> np.ndarray:  # fmt: skip
+    """For each of ``rows`` (sorted), the position in the receipt list of the first request of
+    ``batch`` naming its id (the batch's receipts start at ``first``)."""
+    which = np.full(rows.size, -1, dtype=np.int64)
+    for j in range(len(batch) - 1, -1, -1):  # the first request naming a row wins
+        found, _ = lookup.rows(np.unique(batch[j].ids))
+        pos = np.searchsorted(rows, found)
+        hit = (pos < rows.size) & (rows[np.minimum(pos, rows.size - 1)] == found)
+        which[pos[hit]] = first + j
+    return which
 
 
 def run_forget(store_url, ids=None, options=None, dask_address=None, n_workers=2,

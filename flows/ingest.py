@@ -80,6 +80,7 @@ from storage.index import (
     write_new_rows,
     write_segment_lengths,
 )
+from storage.lineage import options_record, record
 from storage.store import FairpipeStore
 from storage.summary import has_summary
 
@@ -473,6 +474,11 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             group_names=group_names, lsh=lsh, layout=layout, suggested_radius=radius_hint,
             source=source, tuning=tuning,
         )  # fmt: skip
+        settings = options_record(options, source=source)
+        if source != "gaussian":  # the generator's settings only for the data it generates
+            settings = {k: v for k, v in settings.items() if not k.startswith("gaussian_")}
+        counts = {"added": plan.n, "n": n_total, "n_alive": int(sum(per_group)), "d": plan.d}
+        record(txn, "append" if appending else "ingest", settings, rows=counts)
     timings["total"] = time.perf_counter() - t_start
     rows_s = plan.n / timings["hash_and_write"] if timings["hash_and_write"] > 0 else math.inf
     return {

@@ -8,11 +8,13 @@ from fairpipe.cluster import DCKMeans, nearest
 from fairpipe.errors import FairpipeInputError
 from fairpipe.validation import check_points
 from storage.models import read_model, require_model
-from storage.store import FairpipeStore
+from storage.store import FairpipeStore, read_rows_at
 
 DEAD_ROW = "Row {row} of the store {url} has been forgotten; it cannot be used as a query."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
-ONE_QUERY = "Give exactly one of --query-row or --query-file."
+ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
+UNKNOWN_ID = "Id {id} given to --query-id is not in the store {url}."
+FORGOTTEN_ID = "Id {id} given to --query-id has been forgotten by the store {url}."
 
 
 def load_centroids(store: FairpipeStore, session=None) -> tuple[str, np.ndarray, np.ndarray]:
@@ -26,12 +28,32 @@ def load_centroids(store: FairpipeStore, session=None) -> tuple[str, np.ndarray,
     return kind, model.centroids_, model.sizes_[-1]
 
 
-def predict_store(store_url: str, *, query_rows=None, queries=None) -> dict:
+def rows_of_ids(store: FairpipeStore, ids, n: int) -> np.ndarray:
+    """The rows of the live stored ``ids`` (only the chunks of ids that may hold them are
+    read), or an error naming the first unknown or forgotten one."""
+    from fairpipe.validation import as_id_array, check_ids
+    from storage.index import StoredIds
+
+    ids = check_ids(np.atleast_1d(as_id_array(ids)), "--query-id")
+    session = store.readonly_session()
+    found, known = StoredIds(session, n).rows(ids)
+    if not known.all():
+        first = int(ids[np.argmin(known)])
+        raise FairpipeInputError(UNKNOWN_ID.format(id=first, url=store.url))
+    alive = read_rows_at(session, "alive", found)
+    if not alive.all():
+        raise FairpipeInputError(FORGOTTEN_ID.format(id=int(ids[np.argmin(alive)]), url=store.url))
+    return found
+
+
+def predict_store(store_url: str, *, query_rows=None, queries=None, query_ids=None) -> dict:
     store = FairpipeStore.open(store_url)
     attrs = store.require_data()
     kind, C, mass = load_centroids(store)
-    if (query_rows is None) == (queries is None):
+    if sum(x is not None for x in (query_rows, queries, query_ids)) != 1:
         raise FairpipeInputError(ONE_QUERY)
+    if query_ids is not None:
+        query_rows = rows_of_ids(store, query_ids, int(attrs["n"]))
     if query_rows is not None:
         rows = np.atleast_1d(np.asarray(query_rows, dtype=np.int64))
         n = int(attrs["n"])

@@ -27,8 +27,12 @@ from fairpipe.summary import (
     FairSummary,
     NodeOutput,
     SummaryParams,
+    Utility,
+    bound_error,
     check_bounds,
+    fair_greedy,
     merge_ancestors,
+    random_feasible_rows,
     resolve_bounds,
     root_figures,
     summarize_leaves,
@@ -43,7 +47,8 @@ from flows.runtime import (
     run_flow,
     shuffle_by_leaf,
 )
-from storage.store import FairpipeStore, read_array
+from storage.lineage import options_record, record
+from storage.store import FairpipeStore, read_array, read_rows_at
 from storage.summary import (
     summary_store_attrs,
     write_summary,
@@ -124,6 +129,61 @@ def check_request(store_url: str, o: SummarizeOptions, session=None):
     return store, attrs, names, params, groups
 
 
+# Random feasible selections drawn for the reference utility (their mean is reported).
+REFERENCE_DRAWS = 5
+
+
+def reference_utilities(session, root: NodeOutput, params: SummaryParams, groups: np.ndarray,
+                        alive: np.ndarray, lookup: IdLookup) -> dict:  # fmt: skip
+    """What the summary's utility is compared with, measured on the root's evaluation points:
+
+    - ``random``: the mean utility of REFERENCE_DRAWS random selections of the same size within
+      the same bounds (the gain of selecting over drawing). They are drawn from the evaluation
+      points themselves, a uniform sample of the live rows held in memory, and each is measured
+      on the other evaluation points (a point drawn would otherwise count as perfectly
+      represented). A group with fewer evaluation points than its lower bound is topped up with
+      random live rows of it: only those are read.
+    - ``unconstrained``: the lazy greedy over the root's candidates without the bounds (what
+      the bounds cost on the same candidates; no row is read).
+    """
+    rng = np.random.default_rng(int(params.seed))
+    lower, upper, k = np.asarray(params.lower), np.asarray(params.upper), int(params.k)
+    E = root.eval_points
+    m = E.shape[0]
+    eval_rows = lookup.rows(root.evaluation)[0]
+    pool_groups, pool_X = groups[eval_rows].astype(np.int64), E
+    short = lower - np.bincount(pool_groups, minlength=lower.size)[: lower.size]
+    if (short > 0).any():
+        outside = alive.copy()
+        outside[eval_rows] = False
+        extra = np.concatenate([
+            rng.choice(np.flatnonzero(outside & (groups == c)),
+                       size=int(min(short[c], (outside & (groups == c)).sum())), replace=False)
+            for c in np.flatnonzero(short > 0)
+        ]).astype(np.int64)  # fmt: skip
+        extra.sort()
+        pool_X = np.vstack([E, read_rows_at(session, "points", extra)])
+        pool_groups = np.concatenate([pool_groups, groups[extra].astype(np.int64)])
+    values = []
+    for _ in range(REFERENCE_DRAWS):
+        drawn = random_feasible_rows(pool_groups, lower, upper, k, rng)
+        others = np.ones(m, bool)
+        others[drawn[drawn < m]] = False
+        measured = E[others] if others.any() else E  # (every point drawn: eval_size <= k)
+        values.append(Utility(params.utility, measured, params.gamma).value(pool_X[drawn]))
+    out = {"random": {"value": float(np.mean(values)), "draws": REFERENCE_DRAWS}}
+    n_cand = int(root.candidates.shape[0])
+    if n_cand:
+        util = Utility(params.utility, E, params.gamma)
+        k_free = min(k, n_cand)
+        n_groups = lower.size
+        free = fair_greedy(root.cand_points, root.cand_groups, [0] * n_groups,
+                           [k_free] * n_groups, k_free, utility=util)  # fmt: skip
+        out["unconstrained"] = {"value": free.value,
+                                "error": int(bound_error(free.counts, lower, upper))}  # fmt: skip
+    return out
+
+
 @task(name="summarize-leaves", cache_policy=NO_CACHE)
 def summarize_leaves_task(session, n_rows, chunk_rows, params, n_leaves, leaves,
                           rows=None) -> dict:  # fmt: skip
@@ -168,6 +228,13 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         summary = {k: v for k, v in figures.items() if k != "ids"}
         store_attrs = summary_store_attrs(params, o.fanout, o.height)
         write_summary(txn.root, {**store_attrs, "group_names": names, **summary}, arrays)
+        t0 = time.perf_counter()
+        alive = read_array(txn.session, "alive")
+        reference = reference_utilities(txn.session, root, params, groups, alive, lookup)
+        timings["reference"] = time.perf_counter() - t0
+        record(txn, "summarize", options_record(o), rows={"n_alive": n_alive},
+               figures={"utility": figures["value"], "error": figures["error"],
+                        "random_utility": reference["random"]["value"]})  # fmt: skip
     timings["total"] = time.perf_counter() - t_start
     calls = int(sum(node.calls for lv in levels for node in lv.values()))
     return {
@@ -178,6 +245,7 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         "rule": params.rule,
         **figures,
         "eval_points": int(root.eval_points.shape[0]),
+        "reference": reference,
         "oracle_calls": calls,
         "n_alive": n_alive,
         "leaves": n_leaves,

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
+from storage.lineage import record
 from storage.receipts import read_receipts, write_receipts
 from storage.store import FairpipeStore, read_rows_at
 
@@ -60,6 +61,7 @@ def set_retention(store: FairpipeStore, value: str, lock_timeout: float = 0.0) -
         from storage.store import open_group
 
         open_group(txn.session, mode="a").attrs[RETENTION_KEY] = text
+        record(txn, "configure", {"erasure_retention": text, "before": before})
     return {"store": store.url, "erasure_retention": text, "before": before,
             "commit": txn.commit_id}  # fmt: skip
 
@@ -97,6 +99,11 @@ def erase_due(
                 marked += 1
         if marked:
             write_receipts(txn.root, receipts)
+        record(txn, "erase-history", {"erasure_retention": retention_of(store.attrs(txn.session)),
+                                      "everything_before_tip": now_all},
+               figures={k: purged[k] for k in ("snapshots_before", "snapshots_after",
+                                               "chunks_deleted", "bytes_deleted")},
+               rows={"requests_erased": marked})  # fmt: skip
     return {**purged, "receipts_erased": marked, "erased_at": stamp}
 
 

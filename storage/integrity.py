@@ -325,4 +325,7 @@ def add_checksums(store: FairpipeStore, lock_timeout: float = 0.0) -> dict:
                 return False
 
             sync(_each_chunk(arr, lambda coords: True, handle))
+        from storage.lineage import record
+
+        record(txn, "add-checksums", figures={"arrays": len(todo), "chunks": chunks})
     return {"arrays": todo, "chunks": chunks, "commit": txn.commit_id}

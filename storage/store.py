@@ -13,7 +13,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -155,6 +155,9 @@ class Transaction:
     branch: str
     session: Any
     base_snapshot: str
+    # Commit metadata added inside the block (the lineage log's operation key): like the
+    # transaction's own, it must hold nothing that identifies a person.
+    metadata: dict = field(default_factory=dict)
 
     @property
     def root(self):
@@ -1071,7 +1074,7 @@ class FairpipeStore:
                     txn.commit_id = base  # type: ignore[attr-defined]
                 else:
                     upgrade_names(txn.root)  # a store written with older attribute names
-                    tip = txn.session.commit(message, metadata=metadata)
+                    tip = txn.session.commit(message, metadata={**(metadata or {}), **txn.metadata})
                     self.repo.reset_branch("main", tip, from_snapshot_id=base)
                     txn.commit_id = tip  # type: ignore[attr-defined]
                 failed = False

@@ -3,7 +3,8 @@ streaming submodular maximisation (El Halabi et al., NeurIPS 2020).
 
 - :class:`Utility`: the exemplar (k-medoid) and facility-location objectives.
 - :func:`fair_stream` (FSM) and the baselines :func:`msm_stream`, :func:`fair_greedy` (offline,
-  the reference) and :func:`random_subset`; :func:`check_bounds`, :func:`bound_error`.
+  the reference) and :func:`random_subset`; :func:`random_feasible_rows` (a random selection
+  within the bounds); :func:`check_bounds`, :func:`bound_error`.
 - :class:`FairSummary`: FSM merged up a tree, with exact batch deletion; its node functions
   (:func:`summarize_leaves`, :func:`merge_ancestors`, ...) are what the flows run on Dask.
 - :func:`resolve_bounds`: bounds given as fractions of k or as a JSON file, as counts.
@@ -18,6 +19,7 @@ from fairpipe.summary._fair_streaming import (
     fair_greedy,
     fair_stream,
     msm_stream,
+    random_feasible_rows,
     random_subset,
     stream_kernel,
 )
@@ -46,6 +48,6 @@ __all__ = [
     "SelectionResult", "SummaryParams", "Utility", "bound_error", "bounds_from_fractions",
     "check_bounds", "check_groups", "fair_greedy", "fair_stream", "level_arrays",
     "load_bounds_file", "merge_ancestors", "merge_children", "merge_many", "msm_stream",
-    "nodes_from_arrays", "padded", "random_subset", "resolve_bounds", "root_figures",
-    "solve_node", "stream_kernel", "summarize_leaves", "summary_arrays",
+    "nodes_from_arrays", "padded", "random_feasible_rows", "random_subset", "resolve_bounds",
+    "root_figures", "solve_node", "stream_kernel", "summarize_leaves", "summary_arrays",
 ]  # fmt: skip

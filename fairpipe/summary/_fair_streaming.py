@@ -490,3 +490,22 @@ def random_subset(X, groups, lower, upper, k, utility="exemplar", seed=0, names=
     X, group, lo, up, util = _prepare(X, groups, lower, upper, k, utility, "random_subset", names)
     rows = np.random.default_rng(seed).choice(X.shape[0], size=int(k), replace=False)
     return _result(util, X, group, rows, lo, up, 0)
+
+
+def random_feasible_rows(group: np.ndarray, lower, upper, k: int, rng: np.random.Generator):
+    """A uniformly random feasible selection: the rows of ``lower[c]`` random elements of every
+    group c, then ``k - sum(lower)`` more drawn uniformly from the rest without passing any
+    ``upper[c]`` (``group``: each row's group, -1 for a row that cannot be chosen). Sorted rows;
+    fewer than k only where the groups hold too few elements. The reference a summary's utility
+    is compared with: what the bounds alone give, with no selection."""
+    lower, upper = np.asarray(lower, np.int64), np.asarray(upper, np.int64)
+    chosen, extra = [], []
+    for c in range(lower.shape[0]):
+        pool = np.flatnonzero(group == c)
+        draw = rng.choice(pool, size=int(min(upper[c], pool.size)), replace=False)
+        chosen.append(draw[: lower[c]])
+        extra.append(draw[lower[c] :])
+    taken = np.concatenate(chosen) if chosen else np.zeros(0, np.int64)
+    rest = np.concatenate(extra) if extra else np.zeros(0, np.int64)
+    more = rng.choice(rest, size=int(min(max(k - taken.size, 0), rest.size)), replace=False)
+    return np.sort(np.concatenate([taken, more]).astype(np.int64))

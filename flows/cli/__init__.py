@@ -67,6 +67,7 @@ from flows.cli import (  # noqa: E402
     demo,
     fit,
     forget,
+    history,
     info,
     ingest,
     predict,
@@ -74,6 +75,7 @@ from flows.cli import (  # noqa: E402
     rerank,
     sample,
     server,
+    show,
     summarize,
     verify,
 )
@@ -130,6 +132,7 @@ def _program(
 
 for _command in (
     ingest.ingest,
+    show.show,
     sample.sample,
     fit.fit,
     rerank.rerank,
@@ -143,6 +146,7 @@ for _command in (
     summarize.summarize,
     predict.predict,
     info.info,
+    history.history,
     verify.verify,
     demo.demo,
 ):

@@ -32,6 +32,10 @@ def _render(r: dict) -> None:
         f"fitted {r['model']} n_clusters={r['n_clusters']} on {r['n_alive']} points ({shape}); "
         f"commit {r['commit']} in {r['timings']['total']:.1f} s"
     )
+    out.print(
+        f"k-means cost (inertia, the sum of squared distances to the nearest centroid) "
+        f"{r['inertia']:.6g}; {r['mean_squared_distance']:.4g} per point"
+    )
     out.print("cluster masses: " + " ".join(f"{m:.0f}" for m in r["masses"]))
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
 from flows.cli._options import QueryFile, QueryRow, Store, check_options, read_query_file
 from flows.cli._runner import Shared, command
 
@@ -13,26 +17,35 @@ def _render(r: dict) -> None:
 
 def _check(**o) -> None:
     check_options("fairpipe predict", query_row=("count", o["query_row"]))
+    if o["query_id"] is not None:
+        from fairpipe.validation import check_ids
+
+        check_ids([o["query_id"]], "--query-id", lambda i: "given to --query-id")
 
 
 @command(render=_render, read_only=True, check=_check)
 def predict(
     store: Store,
+    query_id: Annotated[
+        int | None,
+        typer.Option("--query-id", help="Id of a stored point.", show_default=False),
+    ] = None,
     query_row: QueryRow = None,
     query_file: QueryFile = None,
     *,
     shared: Shared,
 ) -> dict:
-    """The nearest root centroid of a stored row or of each row of a .npy file.
+    """The nearest root centroid of a stored point (by id or row) or of each row of a .npy file.
 
-    Give one of --query-row or --query-file.
+    Give one of --query-id, --query-row or --query-file.
 
     \b
     Example (a store made by 'fairpipe ingest digits --store digits.store' and fitted by
     'fairpipe fit --store digits.store --n-clusters 10'):
       fairpipe predict --store digits.store --query-row 0
+      fairpipe predict --store digits.store --query-id 42
     """
     from flows.predict import predict_store
 
     queries = read_query_file(query_file)
-    return predict_store(store, query_rows=query_row, queries=queries)
+    return predict_store(store, query_rows=query_row, queries=queries, query_ids=query_id)

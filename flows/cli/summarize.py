@@ -28,6 +28,21 @@ def _render(r: dict) -> None:
         f"error(S) = {r['error']}, {r['oracle_calls']} gain evaluations; commit {r['commit']} "
         f"in {r['timings']['total']:.1f} s ({r['elements_per_second']:.0f} elements/s)"
     )
+    ref, value = r["reference"], r["value"]
+    rand = ref["random"]["value"]
+    line = (
+        f"references from the same evaluation points: {rand:.4g} for a random selection of "
+        f"{len(r['ids'])} "
+        f"within the same bounds (mean of {ref['random']['draws']})"
+    )
+    if rand > 0:
+        line += f", {value / rand:.2f}x"
+    if "unconstrained" in ref:
+        free = ref["unconstrained"]["value"]
+        line += f"; {free:.4g} for the greedy over the same candidates without the bounds"
+        if free > 0:
+            line += f" (the bounds cost {max(free - value, 0.0) / free:.1%})"
+    out.print(line)
     table = Table("group", "lower", "upper", "in summary")
     for name, count in r["counts"].items():
         lo, up = r["bounds"][name]

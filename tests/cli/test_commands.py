@@ -301,9 +301,9 @@ def test_demo_command_prints_progress_on_stderr_and_the_report_on_stdout(monkeyp
 
 def test_every_command_is_registered_in_order():
     names = [c.name or c.callback.__name__ for c in app.registered_commands]  # type: ignore[union-attr]
-    assert names == ["ingest", "sample", "fit", "rerank", "audit", "forget", "request_deletion",
-                     "receipts", "status", "configure", "backfill", "summarize", "predict", "info",
-                     "verify", "demo"]  # fmt: skip
+    assert names == ["ingest", "show", "sample", "fit", "rerank", "audit", "forget",
+                     "request_deletion", "receipts", "status", "configure", "backfill", "summarize",
+                     "predict", "info", "history", "verify", "demo"]  # fmt: skip
 
 
 def test_read_only_commands_as_the_program_end_with_their_whole_result(digits_store):

@@ -175,7 +175,7 @@ def open_ids(path) -> int:
 
 def test_every_command_runs_under_the_one_handler():
     handlers = {c.callback.__code__ for c in app.registered_commands}  # type: ignore[union-attr]
-    assert len(handlers) == 1 and len(app.registered_commands) == 16
+    assert len(handlers) == 1 and len(app.registered_commands) == 18
     (handler,) = handlers
     assert handler.co_name == "run" and handler.co_filename.endswith("flows/cli/_runner.py")
 

@@ -25,6 +25,9 @@ COMMANDS = [
     ("sample", "--query-row", "0"),
     ("predict", "--query-row", "0"),
     ("backfill", "--ids-file", "IDS", "--workers", "1"),
+    ("show", "--ids", "1"),
+    ("history",),
+    ("predict", "--query-id", "1"),
 ]
 
 

@@ -202,14 +202,14 @@ def run_once(deployment: str, parameters: dict, scheduler: str, env: dict) -> st
 
 def stored_objects(url) -> dict[str, bytes]:
     """Every object of the store's ``main`` (metadata and every stored chunk of every array;
-    receipts aside: they hold times), by key."""
+    receipts and the lineage log aside: they hold times), by key."""
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
     store = FairpipeStore.open(str(url)).readonly_session().store
 
     async def read() -> dict[str, bytes]:
-        keys = [k async for k in store.list() if not k.startswith("receipts/json/")]
+        keys = [k async for k in store.list() if not k.startswith(("receipts/json/", "lineage/"))]
         out = {}
         for k in sorted(keys):
             buf = await store.get(k, prototype=default_buffer_prototype())

@@ -121,3 +121,44 @@ def test_summarize_command_line(prefect_server, tmp_path):
     assert text.exit_code == 0 and "error(S) = 0" in text.stdout and "rare" in text.stdout
     bad = runner.invoke(app, ["summarize", "--store", str(path), "--k", "8"])
     assert bad.exit_code == 2 and "No fairness bounds" in bad.output
+
+
+def test_the_random_reference_is_drawn_within_the_bounds_and_measured_on_other_points(
+    monkeypatch,
+):
+    """The random reference draws from the root's evaluation points, tops up a group short of
+    its lower bound with live rows read from the store (only those), and measures each draw on
+    the evaluation points it did not draw: here, a reference computed by hand."""
+    import flows.summarize as summarize
+    from fairpipe.summary import NodeOutput, SummaryParams, Utility, random_feasible_rows
+    from fairpipe.validation import IdLookup
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 3))
+    groups = np.r_[np.zeros(150, int), np.ones(148, int), [2, 2]]  # group 2: rows 298, 299
+    alive = np.ones(300, bool)
+    alive[5] = False
+    evaluation = np.r_[0:40, 150:190]  # ids = rows; group 2 has no evaluation point
+    z = np.zeros(0, np.int64)
+    root = NodeOutput(z, np.zeros((0, 3)), z, evaluation, X[evaluation])
+    params = SummaryParams(k=6, lower=(1, 1, 2), upper=(3, 3, 2), seed=4)
+    read = []
+
+    def read_rows_at(session, name, rows):
+        read.append(rows.tolist())
+        return X[rows]
+
+    monkeypatch.setattr(summarize, "read_rows_at", read_rows_at)
+    got = summarize.reference_utilities(None, root, params, groups, alive, IdLookup(np.arange(300)))
+    assert read == [[298, 299]] and "unconstrained" not in got  # no candidates here
+    # By hand: the same generator, the same pool (evaluation rows, then the group's top-up).
+    rng = np.random.default_rng(4)
+    rng.choice(np.array([298, 299]), size=2, replace=False)  # the top-up's draw
+    pool = np.r_[evaluation, 298, 299]
+    values = []
+    for _ in range(summarize.REFERENCE_DRAWS):
+        drawn = random_feasible_rows(groups[pool], params.lower, params.upper, 6, rng)
+        assert np.bincount(groups[pool[drawn]], minlength=3).tolist()[2] == 2
+        others = np.setdiff1d(evaluation, pool[drawn])
+        values.append(Utility("exemplar", X[others]).value(X[pool[drawn]]))
+    assert got["random"]["value"] == pytest.approx(np.mean(values))

@@ -53,7 +53,7 @@ EXPECTED = {"points", "ids", "groups", "alive", "sketch", "sketch_residual", "id
             "lsh/projections", "lsh/offsets", "lsh/multipliers", "lsh/segments",
             "lsh/segment_lengths", "lsh/bucket_counts", "tree/level_0/centroids",
             "tree/level_0/masses", "summary/ids", "summary/level_0/candidates",
-            "receipts/json"}  # fmt: skip
+            "receipts/json", "receipts/row_receipt", "lineage/json"}  # fmt: skip
 runner = CliRunner()
 
 
@@ -196,6 +196,7 @@ def test_verify_reports_damage_and_exits_4(store):
         ("ids", ["sample", "--query-id", 2048]),
         ("summary/ids", ["info"]),
         ("receipts/json", ["receipts"]),
+        ("lineage/json", ["history"]),
         ("tree/level_0/centroids", ["predict", "--query-row", 3]),
     ],
 )

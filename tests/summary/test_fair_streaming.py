@@ -208,3 +208,29 @@ def test_bad_rows_and_groups_are_named():
         fair_stream(X, groups, [1, 1], [4, 4], 4, factor=0)
     with pytest.raises(FairpipeInputError, match="'utility' parameter of Utility must be one of"):
         fair_stream(X, groups, [1, 1], [4, 4], 4, utility="coverage")
+
+
+def test_random_feasible_rows_meet_the_bounds_and_draw_every_row_alike():
+    """Each draw has k rows of the choosable ones within the bounds; over 1,000 draws every
+    choosable row of a group is drawn about equally often (a chi-square bound at a false-failure
+    rate of about 1e-6)."""
+    from scipy.stats import chi2
+
+    from fairpipe.summary import random_feasible_rows
+
+    group = np.repeat([0, 1, 2], [20, 30, 50])
+    group[[3, 40, 77]] = -1  # rows that cannot be chosen (forgotten)
+    lower, upper = [2, 1, 0], [4, 3, 6]
+    rng = np.random.default_rng(0)
+    seen = np.zeros(group.size)
+    for _ in range(1000):
+        rows = random_feasible_rows(group, lower, upper, 8, rng)
+        counts = np.bincount(group[rows], minlength=3)
+        assert rows.size == 8 == np.unique(rows).size and (group[rows] >= 0).all()
+        assert (counts >= lower).all() and (counts <= upper).all()
+        seen[rows] += 1
+    assert (seen[[3, 40, 77]] == 0).all()
+    for c in range(3):
+        drawn = seen[group == c]
+        stat = ((drawn - drawn.mean()) ** 2 / drawn.mean()).sum()
+        assert stat < chi2.ppf(1 - 1e-6, drawn.size - 1), (c, stat)
