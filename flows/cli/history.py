@@ -37,7 +37,12 @@ def history(store: Store, *, shared: Shared) -> dict:
     """Every operation on a store: when, parameters, row counts, results, commit.
 
     Ingest, append, fit, summarize, drain, backfill, erase-history, configure: the list is kept
-    in the store, survives erasure from history and holds no id and no row."""
+    in the store, survives erasure from history and holds no id and no row.
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe history --store digits.store
+    """
     from storage.lineage import operations
     from storage.store import FairpipeStore
 

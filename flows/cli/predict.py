@@ -28,7 +28,11 @@ def predict(
     store: Store,
     query_id: Annotated[
         int | None,
-        typer.Option("--query-id", help="Id of a stored point.", show_default=False),
+        typer.Option(
+            "--query-id",
+            help="Id of a stored point (one --query-* option only).",
+            show_default="none",
+        ),
     ] = None,
     query_row: QueryRow = None,
     query_file: QueryFile = None,

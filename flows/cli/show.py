@@ -65,7 +65,12 @@ def _check(**o) -> None:
 
 @command(render=_render, read_only=True, check=_check)
 def show(store: Store, ids: Ids = None, ids_file: IdsFile = None, *, shared: Shared) -> dict:
-    """Show stored rows by id (group, features); for a forgotten id, when and its receipt."""
+    """Show stored rows by id (group, features); for a forgotten id, when and its receipt.
+
+    \b
+    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+      fairpipe show --store digits.store --ids 0,1,2
+    """
     from fairpipe.datasets import read_ids
     from flows.show import show_rows
 
