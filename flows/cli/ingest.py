@@ -8,9 +8,15 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from fairpipe.errors import check_int_range, check_open_unit
+from fairpipe.errors import check_int_range, check_one_of, check_open_unit
 from flows.cli._options import Store, check_options
-from flows.cli._runner import WRITES_STORES, Shared, command, result_console
+from flows.cli._runner import (
+    WRITES_STORES,
+    Shared,
+    command,
+    diagnostics_console,
+    result_console,
+)
 
 # A source file up to this size (and any .npy, whose plan reads its header and the ids and
 # groups files only) is planned before the flow starts, so that its errors come before anything
@@ -26,6 +32,7 @@ PARAMETER_FLAGS = {
     "n_hashes": "--lsh-k",
     "n_tables": "--lsh-tables",
     "bucket_width": "--lsh-width",
+    "scale": "--scale",
 }
 
 
@@ -38,6 +45,9 @@ def _render(r: dict) -> None:
                       f" rows -> {r['store']} ({r['n']} points x {r['d']} dims)")
     )  # fmt: skip
     out.print(f"groups: {r['groups']}", markup=False)
+    if r["scale"] != "none":
+        out.print(f"features scaled: {r['scale']} (the store's center and scale, also applied "
+                  "to appends and to queries given by value)", markup=False)  # fmt: skip
     lsh = r["lsh"]
     promise = recall_line(lsh, r["suggested_radius"])
     out.print(
@@ -68,6 +78,10 @@ def _check(**o) -> None:
     if o["recall"] is not None:
         check_open_unit(o["recall"], "--recall", "fairpipe ingest")
     check_recall_options(o["lsh_k"], o["lsh_tables"], o["lsh_width"], o["recall"])
+    if o["scale"] is not None:
+        from fairpipe.datasets import SCALE_CHOICES
+
+        check_one_of(o["scale"], SCALE_CHOICES, "--scale", "fairpipe ingest")
     check_int_range(o["lsh_tables"] or 1, "--lsh-tables", "fairpipe ingest", 1, MAX_TABLES)
     check_int_range(o["chunk_rows"] or 1, "--chunk-rows", "fairpipe ingest", 1, MAX_CHUNK_ROWS)
     from fairpipe.datasets import check_source_options
@@ -88,6 +102,7 @@ def _check(**o) -> None:
             plan = plan_source(o["source"], group_column=o["group_column"],
                                id_column=o["id_column"], gaussian=gaussian,
                                seed=o["seed"] or 0)  # fmt: skip
+            plan = _scaled(plan, o)
             new_store_parameters(plan, plan.ids, o["seed"] or 0, lsh_k=o["lsh_k"],
                                  lsh_tables=o["lsh_tables"], lsh_width=o["lsh_width"],
                                  radius=o["radius"], recall=o["recall"])  # fmt: skip
@@ -112,9 +127,17 @@ def _check(**o) -> None:
     if _new_local_store(o["store"]):  # the parameters' errors (the flow chooses them again)
         from flows.parameters import new_store_parameters
 
+        plan = _scaled(plan, o)
         new_store_parameters(plan, plan.ids, o["seed"] or 0, lsh_k=o["lsh_k"],
                              lsh_tables=o["lsh_tables"], lsh_width=o["lsh_width"],
                              radius=o["radius"], recall=o["recall"])  # fmt: skip
+
+
+def _scaled(plan, o: dict):
+    """A new store's plan with its scaler (its errors, a constant column, come here)."""
+    from flows.parameters import scaled_plan
+
+    return scaled_plan(plan, plan.ids, o["seed"] or 0, o["scale"] or "auto")[0]
 
 
 def _new_local_store(store: str) -> bool:
@@ -195,6 +218,19 @@ def ingest(
             "--lsh-width", help="Bucket width w (a new store: chosen).", show_default=False
         ),
     ] = None,
+    scale: Annotated[
+        str | None,
+        typer.Option(
+            "--scale",
+            help="How each feature column is scaled before it is stored: auto | none | "
+            "standard (minus its mean, over its standard deviation) | robust (minus its "
+            "median, over its interquartile range). A new store: auto, which is standard for "
+            "a CSV or Parquet table (columns in units of their own) and none for a .npy "
+            "matrix or a built-in data set. Appends and queries given by value are scaled "
+            "with the store's parameters.",
+            show_default=False,
+        ),
+    ] = None,
     chunk_rows: Annotated[
         int | None,
         typer.Option("--chunk-rows", help="Rows per chunk (default: about 16 MB of points)."),
@@ -219,6 +255,9 @@ def ingest(
         seed=seed, group_column=group_column, id_column=id_column, groups_file=groups_file,
         ids_file=ids_file, lsh_k=lsh_k, lsh_tables=lsh_tables, lsh_width=lsh_width,
         radius=radius, recall=recall, chunk_rows=chunk_rows, lock_timeout=shared.lock_timeout, gaussian=gaussian,
+        scale=scale,
     )  # fmt: skip
     result = run_ingest(source, store, options, **shared.cluster)
+    for warning in result["warnings"]:
+        diagnostics_console().print(f"warning: {warning}")
     return result
