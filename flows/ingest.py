@@ -356,7 +356,8 @@ def choose_parameters(plan, options: IngestOptions) -> dict:
     :class:`flows.parameters.Scaling`) and E2LSH parameters, chosen on the scaled rows
     (:func:`flows.parameters.new_store_parameters`)."""
     seed = options.get("seed")
-    plan, scaling = scaled_plan(plan, plan.ids, seed, options.get("scale"))
+    sampled = None in (options.lsh_k, options.lsh_tables, options.lsh_width)
+    plan, scaling = scaled_plan(plan, plan.ids, seed, options.get("scale"), sampled)
     chosen = new_store_parameters(
         plan, plan.ids, seed, lsh_k=options.lsh_k, lsh_tables=options.lsh_tables,
         lsh_width=options.lsh_width, radius=options.radius, recall=options.recall,

@@ -185,14 +185,15 @@ class Scaling:
 BUILT_IN_KINDS = ("gaussian", "memory")
 
 
-def scaled_plan(plan: SourcePlan, ids: np.ndarray | None, seed: int,
-                method: str) -> tuple[SourcePlan, Scaling]:  # fmt: skip
+def scaled_plan(plan: SourcePlan, ids: np.ndarray | None, seed: int, method: str,
+                sampled: bool = True) -> tuple[SourcePlan, Scaling]:  # fmt: skip
     """A new store's source plan with its scaler (``method``, ``auto`` resolved by the source's
     kind: :func:`fairpipe.datasets.resolve_scale`), fitted on the scaling sample
-    (:func:`scaling_sample`); unscaled, the sample says whether the spreads differ widely. A
-    built-in data set with ``none`` reads nothing."""
+    (:func:`scaling_sample`); unscaled, the sample says whether the spreads differ widely. With
+    ``none``, nothing is read for a built-in data set, nor where no sample is read for the LSH
+    parameters either (``sampled`` False: all three given): no warning then."""
     method = resolve_scale(method, plan.kind)
-    if method == "none" and plan.kind in BUILT_IN_KINDS:
+    if method == "none" and (plan.kind in BUILT_IN_KINDS or not sampled):
         return plan, Scaling(method)
     rows, sample = scaling_sample(plan, ids, seed)
     if method == "none":

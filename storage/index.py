@@ -499,6 +499,14 @@ def scale_points(attrs: dict, X: np.ndarray) -> np.ndarray:
     return X if scaler is None else apply_scaler(X, *scaler)
 
 
+def unscale_points(attrs: dict, X: np.ndarray) -> np.ndarray:
+    """Stored points back in the source's units (float64; up to float32 rounding): what a
+    user reads of a row of a scaled store."""
+    scaler = scaler_of(attrs)
+    X = np.asarray(X, dtype=np.float64)
+    return X if scaler is None else X * scaler[1] + scaler[0]
+
+
 # -- the bucket index -----------------------------------------------------------------------------
 def even_blocks(n: int, parts: int) -> list[tuple[int, int]]:
     """[0, n) in at most ``parts`` contiguous blocks of sizes differing by at most one (none

@@ -137,7 +137,8 @@ def _scaled(plan, o: dict):
     """A new store's plan with its scaler (its errors, a constant column, come here)."""
     from flows.parameters import scaled_plan
 
-    return scaled_plan(plan, plan.ids, o["seed"] or 0, o["scale"] or "auto")[0]
+    sampled = None in (o["lsh_k"], o["lsh_tables"], o["lsh_width"])
+    return scaled_plan(plan, plan.ids, o["seed"] or 0, o["scale"] or "auto", sampled)[0]
 
 
 def _new_local_store(store: str) -> bool:

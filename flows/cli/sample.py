@@ -20,8 +20,8 @@ SMALL = "query {i}: its neighbourhood within r={radius:.4g} {holds}{without}; {h
 HINT = "try --radius {suggested:.4g} (about {holding} of the {candidates:,} candidates it read)"
 ALL_HINT = "try --radius {suggested:.4g} (all {candidates:,} candidates it read)"
 NO_HINT = (
-    "its LSH buckets hold no other point: no radius helps; ingest with a larger --radius "
-    "(more points per bucket)"
+    "its LSH buckets hold no{other} point, so no radius helps here; a store ingested with a "
+    "larger --radius has fuller buckets"
 )
 RECALL = (
     "expected recall {recall:.3f} at r={radius:.4g}: a point within r is among the points the "
@@ -79,7 +79,7 @@ def small_line(i: int, q: dict, radius: float, excluded: bool) -> str | None:
     without = " besides the query itself" if excluded else ""
     suggested, candidates = q.get("suggested_radius"), q["candidates"]
     if suggested is None:
-        hint = NO_HINT
+        hint = NO_HINT.format(other=" other" if excluded else "")
     elif candidates < SUGGEST_HOLDING:
         hint = ALL_HINT.format(suggested=suggested, candidates=candidates)
     else:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from storage import open_store
+from storage.index import unscale_points
 
 runner = CliRunner()
 
@@ -64,6 +65,7 @@ def test_a_table_is_standardised_and_appends_use_the_stored_scaler(scaled_store)
     expected = (added - raw.mean(0)) / raw.std(0)
     assert np.allclose(points[300:], expected, atol=1e-5)
     assert not np.allclose(points[300:].mean(0), 0.0, atol=1e-3)  # a refit would centre them
+    assert np.allclose(unscale_points(st.attrs(), points[300:]), added, rtol=1e-6, atol=1e-4)
 
 
 def test_a_query_given_by_value_is_scaled_as_the_stored_points(scaled_store, tmp_path):
