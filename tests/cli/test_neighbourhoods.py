@@ -171,3 +171,16 @@ def test_include_query_with_a_query_file_is_refused(digits_store, tmp_path):
         "error: --include-query applies to --query-id and --query-row: the points of "
         "--query-file are given by value, not rows of the store. Leave out --include-query.\n"
     )
+
+
+def test_predict_scales_a_point_given_by_value(scaled_store, dask_address, tmp_path):
+    _, store, first, _, _, _ = scaled_store
+    fit = invoke("fit", "--store", store, "--k", 3, "--tree-width", 2, "--tree-height", 1,
+                 "--dask-address", dask_address)  # fmt: skip
+    assert fit.exit_code == 0, fit.output
+    np.save(tmp_path / "q.npy", first[COLUMNS].to_numpy()[[5]])  # row 5, in the source's units
+    by_value = json.loads(invoke("predict", "--store", store, "--query-file", tmp_path / "q.npy",
+                                 "--json").stdout)  # fmt: skip
+    by_row = json.loads(invoke("predict", "--store", store, "--query-row", 5, "--json").stdout)
+    assert by_value["clusters"] == by_row["clusters"]
+    assert np.allclose(by_value["distances"], by_row["distances"], atol=1e-5)
