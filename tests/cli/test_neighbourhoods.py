@@ -184,3 +184,14 @@ def test_predict_scales_a_point_given_by_value(scaled_store, dask_address, tmp_p
     by_row = json.loads(invoke("predict", "--store", store, "--query-row", 5, "--json").stdout)
     assert by_value["clusters"] == by_row["clusters"]
     assert np.allclose(by_value["distances"], by_row["distances"], atol=1e-5)
+
+
+def test_a_one_point_neighbourhood_and_few_candidates_are_said_as_they_are():
+    from flows.cli.sample import small_line
+
+    one = {"neighbourhood_size": 1, "suggested_radius": 2.5, "candidates": 30}
+    assert small_line(0, one, 1.0, True) == (
+        "query 0: its neighbourhood within r=1 holds one point besides the query itself; try "
+        "--radius 2.5 (all 30 candidates it read)"
+    )
+    assert small_line(0, {**one, "neighbourhood_size": 2}, 1.0, True) is None
