@@ -196,6 +196,8 @@ def scaled_plan(plan: SourcePlan, ids: np.ndarray | None, seed: int, method: str
     if method == "none" and (plan.kind in BUILT_IN_KINDS or not sampled):
         return plan, Scaling(method)
     rows, sample = scaling_sample(plan, ids, seed)
+    if ids is not None:  # in the order of the ids: the fit does not follow the file's order
+        sample = sample[np.argsort(ids[rows], kind="stable")]
     if method == "none":
         return plan, Scaling(method, warning=spread_warning(sample, plan.where,
                                                             plan.feature_columns))  # fmt: skip
