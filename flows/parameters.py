@@ -192,7 +192,7 @@ def scaled_plan(plan: SourcePlan, ids: np.ndarray | None, seed: int, method: str
     (:func:`scaling_sample`); unscaled, the sample says whether the spreads differ widely. With
     ``none``, nothing is read for a built-in data set, nor where no sample is read for the LSH
     parameters either (``sampled`` False: all three given): no warning then."""
-    method = resolve_scale(method, plan.kind)
+    by_default, method = method == "auto", resolve_scale(method, plan.kind)
     if method == "none" and (plan.kind in BUILT_IN_KINDS or not sampled):
         return plan, Scaling(method)
     rows, sample = scaling_sample(plan, ids, seed)
@@ -201,7 +201,8 @@ def scaled_plan(plan: SourcePlan, ids: np.ndarray | None, seed: int, method: str
     if method == "none":
         return plan, Scaling(method, warning=spread_warning(sample, plan.where,
                                                             plan.feature_columns))  # fmt: skip
-    center, scale = fit_scaler(sample, method, plan.where, plan.feature_columns, plan.n)
+    center, scale = fit_scaler(sample, method, plan.where, plan.feature_columns, plan.n,
+                               by_default)  # fmt: skip
     scaled = replace(plan, scaler=(center, scale))
     return scaled, Scaling(method, center, scale, int(rows.shape[0]))
 

@@ -37,8 +37,8 @@ SCALE_SAMPLE = 20_000
 SPREAD_RATIO = 100.0
 
 CONSTANT_COLUMN = (
-    "Column {col} of {where} holds one value ({value}) in {rows}; --scale {method} would divide "
-    "it by 0. Remove the column, or ingest with --scale none."
+    "Column {col} of {where} holds one value ({value}) in {rows}; --scale {method}{default} "
+    "would divide it by 0. Remove the column, or ingest with --scale none."
 )
 WIDE_SPREADS = (
     "The columns of {where} spread {ratio:,.0f} times wider in {col_wide} (standard deviation "
@@ -60,11 +60,12 @@ def column_name(names: list[str], j: int) -> str:
     return repr(names[j]) if names else str(j + 1)
 
 
-def fit_scaler(sample: np.ndarray, method: str, where: str, names: list[str],
-               n_rows: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def fit_scaler(sample: np.ndarray, method: str, where: str, names: list[str], n_rows: int,
+               by_default: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """(center, scale), float64 per column, of ``method`` (``standard`` or ``robust``) on the
     rows ``sample`` of ``where`` (of ``n_rows``; ``names``: its feature columns, if a table);
-    raises naming a column that holds one value."""
+    raises naming a column that holds one value (``by_default``: the method was not asked for,
+    ``auto`` chose it)."""
     S = np.asarray(sample, dtype=np.float64)
     std = S.std(axis=0)
     if method == "standard":
@@ -78,7 +79,7 @@ def fit_scaler(sample: np.ndarray, method: str, where: str, names: list[str],
         rows = "every row" if S.shape[0] >= n_rows else f"all {S.shape[0]:,} sampled rows"
         raise FairpipeInputError(CONSTANT_COLUMN.format(
             col=column_name(names, j), where=where, value=f"{S[0, j]:.6g}", rows=rows,
-            method=method))  # fmt: skip
+            method=method, default=" (a table's default)" if by_default else ""))  # fmt: skip
     return center, scale
 
 

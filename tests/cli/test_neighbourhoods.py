@@ -120,8 +120,9 @@ def test_robust_scaling_falls_back_to_the_spread_where_the_iqr_is_zero(
     [
         (["--scale", "minmax"], "must be one of 'auto', 'none', 'standard', 'robust'. Got "
                                 "'minmax'"),
-        ([], "Column 'const' of c.csv holds one value (3) in every row; --scale standard "
-             "would divide it by 0"),
+        ([], "Column 'const' of c.csv holds one value (3) in every row; --scale standard (a "
+             "table's default) would divide it by 0. Remove the column, or ingest with --scale "
+             "none."),
         (["--scale", "robust"], "Column 'const' of c.csv holds one value (3) in every row; "
                                 "--scale robust"),
     ],
