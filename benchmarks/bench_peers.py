@@ -108,11 +108,14 @@ class Fairpipe:
             self.preload_s, self.preload_rss = time.perf_counter() - t0, rss_bytes() - before
 
     def find(self, row: int, radius: float) -> np.ndarray:
-        # The gaussian source's ids are its row numbers (run checks it).
-        return np.sort(self.reader.neighbourhood(query_rows=[row], radius=radius)[0])
+        # The gaussian source's ids are its row numbers (run checks it). The query's own row
+        # counts, as in the peers' range searches.
+        return np.sort(self.reader.neighbourhood(query_rows=[row], radius=radius,
+                                                 include_query=True)[0])  # fmt: skip
 
     def sample(self, row: int, radius: float, k: int, seed: int) -> np.ndarray:
-        res = self.reader.sample(query_rows=[row], radius=radius, n_samples=k, seed=seed)
+        res = self.reader.sample(query_rows=[row], radius=radius, n_samples=k, seed=seed,
+                                 include_query=True)  # fmt: skip
         return res.rows[0, : res.counts[0]]
 
 

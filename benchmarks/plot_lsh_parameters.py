@@ -172,7 +172,8 @@ def measure(a) -> None:
         for name, (res, wall) in stores.items():
             path = str(folder / name)
             found = open_store(path).preload().neighbourhood(query_rows=queries, radius=r,
-                                                             mode="buckets")  # fmt: skip
+                                                             mode="buckets",
+                                                             include_query=True)  # fmt: skip
             coverage = np.array([np.isin(b, m).mean() for b, m in zip(balls, found)])
             latency = []
             for q in queries[:10]:

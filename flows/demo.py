@@ -119,7 +119,9 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     )
     # Forget 20 people who are near neighbours of the queries (then check they are never drawn)
     # and 2 members of the summary (which must then be replaced).
-    near = nn.sample(query_rows=queries, radius=radius, n_samples=20, seed=seed).ids
+    # (the query's own row counts, as in the evaluation above: the paper's setting)
+    near = nn.sample(query_rows=queries, radius=radius, n_samples=20, seed=seed,
+                     include_query=True).ids  # fmt: skip
     near = np.setdiff1d(near[near >= 0], nn.ids_[queries])
     gone = near[hash_order(near, seed, salt=0x0F)][:20]
     # (not queries: a forgotten row cannot be a query of the samples drawn after the drain)
@@ -132,7 +134,8 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     needles = row_needles(str(folder), gone_rows)  # their points and sketch rows
 
     def hits_in_samples(sampler) -> tuple[int, int]:
-        drawn = sampler.sample(query_rows=queries, radius=radius, n_samples=1000, seed=seed + 1)
+        drawn = sampler.sample(query_rows=queries, radius=radius, n_samples=1000, seed=seed + 1,
+                               include_query=True)  # fmt: skip
         return int(np.isin(drawn.ids, gone).sum()), int(drawn.ids.size)
 
     before, n_drawn = hits_in_samples(nn)

@@ -18,29 +18,32 @@ import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, dataclass, field, replace
 
 import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import (
+    SCALE_CHOICES,
     SourcePlan,
     chunk_plan,
     is_url,
     plan_source,
     read_source_rows,
     remap_groups,
+    resolve_scale,
     rows_plan,
 )
 from fairpipe.errors import (
     FairpipeInputError,
+    check_one_of,
     check_open_unit,
     check_positive_float,
     check_positive_int,
 )
 from fairpipe.neighbors import E2LSH, WIDTH_PER_RADIUS
 from flows.jobs import index_job, ingest_chunk, raise_bad_input
-from flows.parameters import check_recall_options, new_store_parameters
+from flows.parameters import check_recall_options, new_store_parameters, scaled_plan
 from flows.private import flow, task
 from flows.renamed import take_old_names
 from flows.runtime import (
@@ -72,6 +75,8 @@ from storage.index import (
     load_lsh,
     plan_layers,
     row_chunks,
+    scale_method,
+    scaler_of,
     sketch_arrays,
     table_blocks,
     upgrade_format1,
@@ -106,7 +111,7 @@ APPEND_CONFLICT = (
     "{flag} {given} contradicts the store {url}, built with {flag} {stored}. An append keeps "
     "the store's settings: leave {flag} out, or ingest into a new store."
 )
-DEFAULTS = {"seed": 0}
+DEFAULTS = {"seed": 0, "scale": "auto"}
 # The ``lsh`` attribute's record of what the parameters promise (flows.parameters).
 TUNING = ("radius", "recall_target", "expected_recall", "expected_candidates")
 # A small append is done by the flow itself, without Dask jobs (a round of jobs costs about
@@ -138,8 +143,8 @@ class IngestOptions:
     kebab-case). ``None`` means: the store's setting when appending, else the default (seed 0;
     n_hashes, n_tables and bucket_width chosen for ``recall`` 0.95 at ``radius``, by default
     the median nearest-neighbour distance of a sample:
-    :func:`flows.parameters.new_store_parameters`; about 16 MB of points per chunk). An append
-    given a setting that differs from the store's is refused."""
+    :func:`flows.parameters.new_store_parameters`; about 16 MB of points per chunk; scale
+    ``auto``). An append given a setting that differs from the store's is refused."""
 
     seed: int | None = None
     group_column: str | None = None
@@ -152,6 +157,9 @@ class IngestOptions:
     radius: float | None = None  # the query radius the parameters are chosen for
     recall: float | None = None  # the target recall at the radius (default 0.95)
     chunk_rows: int | None = None
+    # none | standard | robust, or auto: standard for a table (CSV, Parquet), none for a .npy
+    # matrix or a built-in data set (fairpipe.datasets.resolve_scale)
+    scale: str | None = None
 
     def get(self, name: str):
         value = getattr(self, name)
@@ -334,6 +342,8 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     check_recall_options(options.n_hashes, options.n_tables, options.bucket_width, options.recall)
     if options.chunk_rows is not None:
         check_positive_int(options.chunk_rows, "chunk_rows", "ingest")
+    if options.scale is not None:
+        check_one_of(options.scale, SCALE_CHOICES, "scale", "ingest")
     # A folder that is not a store fails before the source is read; a new store is created only
     # once the source has been planned, so a bad source leaves nothing behind.
     store = FairpipeStore.open_existing(store_url)  # raises for a folder that is not a store
@@ -343,7 +353,8 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     timings["plan"] = time.perf_counter() - t_start
     if store is not None:
         return _ingest_into(store, plan, source, options, timings, t_start)
-    # A new store's parameters are chosen before it is made (their errors leave nothing).
+    # A new store's scaling and parameters are chosen before it is made (their errors leave
+    # nothing).
     t0 = time.perf_counter()
     chosen = choose_parameters(plan, options)
     timings["choose_parameters"] = time.perf_counter() - t0
@@ -354,11 +365,17 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
 
 
 def choose_parameters(plan, options: IngestOptions) -> dict:
-    """A new store's E2LSH parameters (:func:`flows.parameters.new_store_parameters`)."""
-    return new_store_parameters(
-        plan, plan.ids, options.get("seed"), n_hashes=options.n_hashes, n_tables=options.n_tables,
+    """A new store's scaling (``plan``: the source's plan with its scaler; ``scaling``:
+    :class:`flows.parameters.Scaling`) and E2LSH parameters, chosen on the scaled rows
+    (:func:`flows.parameters.new_store_parameters`)."""
+    seed = options.get("seed")
+    sampled = None in (options.n_hashes, options.n_tables, options.bucket_width)
+    plan, scaling = scaled_plan(plan, plan.ids, seed, options.get("scale"), sampled)
+    chosen = new_store_parameters(
+        plan, plan.ids, seed, n_hashes=options.n_hashes, n_tables=options.n_tables,
         bucket_width=options.bucket_width, radius=options.radius, recall=options.recall,
     )  # fmt: skip
+    return {**chosen, "plan": plan, "scaling": scaling}
 
 
 def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict, t_start: float,
@@ -372,7 +389,8 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                 raise FairpipeInputError(
                     DIM_MISMATCH.format(where=plan.where, got=plan.d, url=store.url, d=attrs["d"])
                 )
-            check_append_options(options, attrs, store.url)
+            check_append_options(options, attrs, store.url, plan.kind)
+            plan = replace(plan, scaler=scaler_of(attrs))  # the store's, never refitted
             chunk_rows = int(attrs["chunk_rows"])
             lsh = load_lsh(txn.session, attrs)
             seed = int(attrs["seed"])
@@ -405,6 +423,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
                 timings["choose_parameters"] = time.perf_counter() - t0
             tuning = {name: chosen[name] for name in TUNING}
             radius_hint = chosen["radius"]
+            plan, scaling = chosen["plan"], chosen["scaling"]
             lsh = E2LSH(n_hashes=chosen["n_hashes"], n_tables=chosen["n_tables"],
                         bucket_width=chosen["bucket_width"], seed=seed).fit(plan.d)  # fmt: skip
             create_layout(txn.root, plan.d, lsh, chunk_rows)
@@ -472,7 +491,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             txn.root, attrs, n=n_total, per_group=per_group, d=plan.d, seed=seed,
             chunk_rows=chunk_rows,
             group_names=group_names, lsh=lsh, layout=layout, suggested_radius=radius_hint,
-            source=source, tuning=tuning,
+            source=source, tuning=tuning, scale=None if appending else scaling.attrs(),
         )  # fmt: skip
         settings = options_record(options, source=source)
         if source != "gaussian":  # the generator's settings only for the data it generates
@@ -495,15 +514,20 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         "segments_written": written,
         "new_groups": new_groups,
         "stale_staging_removed": swept,  # folders of killed ingests of this store, removed
+        # the store's scaling (an append's rows scaled by it), and the warnings to show
+        "scale": scale_method(attrs) if appending else scaling.method,
+        "warnings": [] if appending or scaling.warning is None else [scaling.warning],
         **updated,
         "rows_per_second": rows_s,
         "timings": timings,
     }
 
 
-def check_append_options(options: IngestOptions, attrs: dict, url: str) -> None:
-    """Refuse settings given for an append that differ from the store's."""
+def check_append_options(options: IngestOptions, attrs: dict, url: str, kind: str = "") -> None:
+    """Refuse settings given for an append that differ from the store's (``kind``: the
+    source's, which resolves a ``scale`` of ``auto``)."""
     stored = {
+        "--scale": scale_method(attrs),
         "--seed": attrs["seed"],
         "--n-hashes": attrs["lsh"]["n_hashes"],
         "--n-tables": attrs["lsh"]["n_tables"],
@@ -520,6 +544,7 @@ def check_append_options(options: IngestOptions, attrs: dict, url: str) -> None:
         "--radius": options.radius,
         "--recall": options.recall,
         "--chunk-rows": options.chunk_rows,
+        "--scale": None if options.scale is None else resolve_scale(options.scale, kind),
     }
     for flag, value in given.items():
         if value is not None and value != stored[flag]:

@@ -8,10 +8,19 @@ The choice itself is :func:`fairpipe.neighbors.choose_lsh_parameters`.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fairpipe.datasets import SourcePlan, read_source_sample
+from fairpipe.datasets import (
+    SCALE_SAMPLE,
+    SourcePlan,
+    apply_scaler,
+    fit_scaler,
+    read_source_sample,
+    resolve_scale,
+    spread_warning,
+)
 from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import (
     DEFAULT_RECALL,
@@ -110,8 +119,9 @@ def _choice_key(plan: SourcePlan, seed: int, given: tuple) -> tuple | None:
         except OSError:
             return None
         stat = (st.st_size, st.st_mtime_ns, st.st_ino)
+    scaler = None if plan.scaler is None else tuple(a.tobytes() for a in plan.scaler)
     return (plan.kind, plan.where, plan.path, stat, plan.n, plan.d, repr(sorted(plan.params.items())),
-            seed, given)  # fmt: skip
+            seed, given, scaler)  # fmt: skip
 
 
 def _new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *, n_hashes,
@@ -139,9 +149,86 @@ def _new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *
 
 def width_sample(plan: SourcePlan, ids: np.ndarray | None, seed: int) -> np.ndarray:
     """The rows of ``plan`` ingest samples for its parameters (2,000 by a hash of (seed, id);
-    ``ids``: the source's ids, None for the row numbers)."""
+    ``ids``: the source's ids, None for the row numbers), scaled by the plan's scaler. They are
+    among the scaling sample's rows (the same hash, fewer of them): taken from it where
+    :func:`scaling_sample` read it for this source, else read."""
     row_ids = np.arange(plan.n, dtype=np.int64) if ids is None else ids
-    return read_source_sample(plan, width_sample_rows(row_ids, seed))
+    rows = width_sample_rows(row_ids, seed)
+    key = _sample_key(plan, seed)
+    if key is not None and _SAMPLE.get("key") == key:
+        at = np.searchsorted(_SAMPLE["rows"], rows)
+        raw = _SAMPLE["values"][at]
+        return raw if plan.scaler is None else apply_scaler(raw, *plan.scaler)
+    return read_source_sample(plan, rows)
+
+
+# -- scaling ---------------------------------------------------------------------------------------
+@dataclass
+class Scaling:
+    """A new store's scaling: the ``method`` (none, standard, robust), its ``center`` and
+    ``scale`` (None for none), the rows it was fitted on, and the warning for unscaled columns
+    whose spreads differ widely (None where they do not, or for a built-in data set)."""
+
+    method: str
+    center: np.ndarray | None = None
+    scale: np.ndarray | None = None
+    fitted_rows: int = 0
+    warning: str | None = None
+
+    def attrs(self) -> dict:
+        """The store's ``scale`` attribute."""
+        if self.center is None or self.scale is None:
+            return {"method": self.method}
+        return {"method": self.method, "center": self.center.tolist(),
+                "scale": self.scale.tolist(), "fitted_rows": self.fitted_rows}  # fmt: skip
+
+
+# Sources read as they are, in units of their own (no warning about their spreads).
+BUILT_IN_KINDS = ("gaussian", "memory")
+
+
+def scaled_plan(plan: SourcePlan, ids: np.ndarray | None, seed: int, method: str,
+                sampled: bool = True) -> tuple[SourcePlan, Scaling]:  # fmt: skip
+    """A new store's source plan with its scaler (``method``, ``auto`` resolved by the source's
+    kind: :func:`fairpipe.datasets.resolve_scale`), fitted on the scaling sample
+    (:func:`scaling_sample`); unscaled, the sample says whether the spreads differ widely. With
+    ``none``, nothing is read for a built-in data set, nor where no sample is read for the LSH
+    parameters either (``sampled`` False: all three given): no warning then."""
+    by_default, method = method == "auto", resolve_scale(method, plan.kind)
+    if method == "none" and (plan.kind in BUILT_IN_KINDS or not sampled):
+        return plan, Scaling(method)
+    rows, sample = scaling_sample(plan, ids, seed)
+    if ids is not None:  # in the order of the ids: the fit does not follow the file's order
+        sample = sample[np.argsort(ids[rows], kind="stable")]
+    if method == "none":
+        return plan, Scaling(method, warning=spread_warning(sample, plan.where,
+                                                            plan.feature_columns))  # fmt: skip
+    center, scale = fit_scaler(sample, method, plan.where, plan.feature_columns, plan.n,
+                               by_default)  # fmt: skip
+    scaled = replace(plan, scaler=(center, scale))
+    return scaled, Scaling(method, center, scale, int(rows.shape[0]))
+
+
+def scaling_sample(plan: SourcePlan, ids: np.ndarray | None,
+                   seed: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(positions, unscaled rows) of the scaling sample of ``plan``: SCALE_SAMPLE rows by a hash
+    of (seed, id), kept for :func:`width_sample` (the last source's only)."""
+    raw = replace(plan, scaler=None)
+    row_ids = np.arange(plan.n, dtype=np.int64) if ids is None else ids
+    rows = width_sample_rows(row_ids, seed, SCALE_SAMPLE)
+    values = np.asarray(read_source_sample(raw, rows))
+    key = _sample_key(plan, seed)
+    _SAMPLE.clear()
+    if key is not None:
+        _SAMPLE.update(key=key, rows=rows, values=values)
+    return rows, values
+
+
+_SAMPLE: dict = {}
+
+
+def _sample_key(plan: SourcePlan, seed: int) -> tuple | None:
+    return _choice_key(replace(plan, scaler=None), seed, ())
 
 
 def recall_line(lsh: dict, radius: float) -> str:

@@ -7,6 +7,7 @@ import numpy as np
 from fairpipe.cluster import DCKMeans, nearest
 from fairpipe.errors import FairpipeInputError
 from fairpipe.validation import check_points
+from storage.index import scale_points
 from storage.models import read_model, require_model
 from storage.store import FairpipeStore, read_rows_at
 
@@ -70,6 +71,7 @@ def predict_store(store_url: str, *, query_rows=None, queries=None, query_ids=No
         X = check_points(
             Q[None, :] if Q.ndim == 1 else Q, where="the query file", n_features=int(attrs["d"])
         )
+        X = scale_points(attrs, X)  # as the store's points were
     label, d2 = nearest(X, C, mass > 0)
     return {
         "store": store.url,

@@ -4,6 +4,9 @@ query's buckets and candidates (:mod:`storage.reader`)."""
 from __future__ import annotations
 
 import time
+from typing import Any
+
+import numpy as np
 
 from fairpipe.neighbors import FairNN, lsh_recall
 from storage.reader import open_store
@@ -26,7 +29,10 @@ def path_of(sampler: str, st) -> str:
     return "flat" if st.extra.get("flattened") else "lazy"
 
 
-SAMPLING_DEFAULTS = {"n_samples": 10, "sampler": "exact", "mode": "exact", "seed": 0, "c": 2.0}
+SAMPLING_DEFAULTS = {"n_samples": 10, "sampler": "exact", "mode": "exact", "seed": 0, "c": 2.0,
+                     "include_query": False}  # fmt: skip
+# A neighbourhood of at most this many points gets a suggested radius (StoreReader.suggest_radius).
+SMALL_NEIGHBOURHOOD = 1
 
 
 def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=None,
@@ -34,9 +40,12 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
     """Fair samples of the store's points near each query (stored ids or rows, or points).
 
     ``sampling`` holds :meth:`FairNN.sample`'s options (``n_samples``, ``sampler``, ``mode``,
-    ``seed``, ``c``), with the command line's defaults (10 samples, seed 0); ``radius`` defaults
-    to the store's suggested radius. The result keeps the command line's keys (``method`` for the
-    sampler).
+    ``seed``, ``c``, ``include_query``), with the command line's defaults (10 samples, seed 0, a
+    query by id or row leaving its own row out); ``radius`` defaults to the store's suggested
+    radius. The result keeps the command line's keys (``method`` for the sampler). A query
+    whose neighbourhood holds at most one point gets ``suggested_radius``: the radius that
+    would hold about 50 of its candidates (None where its buckets hold no other point), and
+    ``candidates``; the others get None and their count of candidates where known.
     """
     sampling = {**SAMPLING_DEFAULTS, **sampling}
     t0 = time.perf_counter()
@@ -75,6 +84,16 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
                 },
             }
         )
+    small = [i for i, size in enumerate(sizes) if size <= SMALL_NEIGHBOURHOOD]
+    for q in out:
+        q["suggested_radius"] = None
+    if small:
+        wanted: dict[str, Any] = {"queries": None if queries is None else _subset(queries, small, 2),
+                  "query_rows": None if query_rows is None else _subset(query_rows, small, 1),
+                  "query_ids": None if query_ids is None else _subset(query_ids, small, 1)}  # fmt: skip
+        hints = reader.suggest_radius(**wanted, include_query=sampling["include_query"])
+        for i, hint in zip(small, hints):
+            out[i].update(hint)
     lsh = reader.attrs["lsh"]
     result = {
         "radius": radius,
@@ -86,9 +105,19 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
         "sampler": sampling["sampler"],
         "mode": sampling["mode"],
         "seed": sampling["seed"],
+        "include_query": sampling["include_query"],
+        # whether each query's own row is left out of its neighbourhood (by id or row)
+        "own_row_excluded": queries is None and not sampling["include_query"],
         "queries": out,
         "timings": {"load": t_load, "sample": t_sample},
     }
     if len(out) == 1:
         result.update(out[0])
     return result
+
+
+def _subset(queries, picked: list[int], ndim: int):
+    """The queries ``picked`` of ``queries`` (ids or rows: ``ndim`` 1; points: 2), where it
+    holds several (one query is kept as it is)."""
+    Q = np.asarray(queries)
+    return Q[picked] if Q.ndim == ndim else queries

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairpipe.datasets import apply_scaler
 from fairpipe.neighbors import (
     E2LSH,
     LSH_ARRAYS,
@@ -447,10 +448,11 @@ def erase_rows(session, root, rows: np.ndarray) -> None:
 def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: int, seed: int,
                         chunk_rows: int, group_names: list[str], lsh: E2LSH, layout: dict,
                         suggested_radius: float, source: str,
-                        tuning: dict | None = None) -> dict:  # fmt: skip
+                        tuning: dict | None = None, scale: dict | None = None) -> dict:  # fmt: skip
     """The root attributes after an ingest (``before``: those it started from); returns them.
     ``tuning``: what the parameters promise, kept in the ``lsh`` attribute (``radius``,
-    ``recall_target``, ``expected_recall``, ``expected_candidates``: flows.parameters)."""
+    ``recall_target``, ``expected_recall``, ``expected_candidates``: flows.parameters);
+    ``scale``: a new store's scaling (:func:`scaler_of`), None to keep the store's."""
     meta = {
         "fairpipe_format": FORMAT,
         "n": n,
@@ -464,8 +466,46 @@ def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: 
         "suggested_radius": suggested_radius,
         "sources": [*before.get("sources", []), source],
     }
+    if scale is not None:
+        meta[SCALE] = scale
     root.attrs.update(meta)
     return meta
+
+
+# -- scaling ---------------------------------------------------------------------------------------
+# The root attribute of the scaling ingest applied to the points: ``method`` (none, standard,
+# robust) and, when scaled, ``center`` and ``scale`` per column (float64) and the rows they were
+# fitted on. A store without it holds its points as they came.
+SCALE = "scale"
+
+
+def scale_method(attrs: dict) -> str:
+    """How the store's points are scaled: ``none``, ``standard`` or ``robust``."""
+    return str(attrs.get(SCALE, {}).get("method", "none"))
+
+
+def scaler_of(attrs: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """The store's scaler (center, scale), None where its points are unscaled."""
+    kept = attrs.get(SCALE, {})
+    if "center" not in kept:
+        return None
+    return (np.asarray(kept["center"], dtype=np.float64),
+            np.asarray(kept["scale"], dtype=np.float64))  # fmt: skip
+
+
+def scale_points(attrs: dict, X: np.ndarray) -> np.ndarray:
+    """Points given in the source's units, scaled as the store's points were (a query by
+    value); as they are for an unscaled store."""
+    scaler = scaler_of(attrs)
+    return X if scaler is None else apply_scaler(X, *scaler)
+
+
+def unscale_points(attrs: dict, X: np.ndarray) -> np.ndarray:
+    """Stored points back in the source's units (float64; up to float32 rounding): what a
+    user reads of a row of a scaled store."""
+    scaler = scaler_of(attrs)
+    X = np.asarray(X, dtype=np.float64)
+    return X if scaler is None else X * scaler[1] + scaler[0]
 
 
 # -- the bucket index -----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from storage.index import (
     layer_bits,
     load_sampler,
     lsh_from_arrays,
+    scale_points,
     store_format,
 )
 from storage.light import open_light
@@ -72,6 +73,8 @@ UNKNOWN_ID = "Id {id} is not in the store {url}."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
 DEAD_ROW = "Row {row} (id {id}) of the store {url} has been forgotten; it cannot be a query."
 ONE_QUERY = "Give exactly one of queries, query_rows or query_ids."
+# The neighbourhood size a suggested radius aims at (:meth:`StoreReader.suggest_radius`).
+SUGGEST_HOLDING = 50
 
 
 @dataclass
@@ -422,17 +425,25 @@ class StoreReader:
             )
         return rows
 
-    def _queries(self, queries, query_rows, query_ids) -> tuple[np.ndarray, bool]:
-        """(query points, whether they are live stored rows)."""
+    def _queries(self, queries, query_rows, query_ids) -> tuple[np.ndarray, np.ndarray | None]:
+        """(query points, their stored rows: None for points given by value, which are
+        scaled as the store's points were: :meth:`scale`)."""
         if sum(x is not None for x in (queries, query_rows, query_ids)) != 1:
             raise FairpipeInputError(ONE_QUERY)
         if query_ids is not None:
             query_rows = self.rows_of(query_ids)
         if query_rows is not None:
-            return self.points_at(self._check_rows(query_rows)), True
+            rows = self._check_rows(query_rows)
+            return self.points_at(rows), rows
         Q = np.asarray(queries)
         Q = check_points(Q[None, :] if Q.ndim == 1 else Q, where="the queries", n_features=self.d)
-        return Q, False
+        return self.scale(Q), None
+
+    def scale(self, X: np.ndarray) -> np.ndarray:
+        """Points in the source's units, scaled as ingest scaled the store's points (the
+        ``scale`` attribute: :func:`storage.index.scale_points`): how a point given by value
+        is compared with them."""
+        return scale_points(self.attrs, X)
 
     def _buckets(self, q: np.ndarray) -> _QueryIndex:
         """The query's bucket in every table, as an index of its candidates alone."""
@@ -471,9 +482,11 @@ class StoreReader:
                n_samples: int = 1, sampler: str = "exact", mode: str = "exact", c: float = 2.0,
                seed: int | None = None, max_outliers: int | None = None,
                failure_prob: float = 0.01, with_neighbourhood: bool = False,
-               path: str = "auto") -> SampleResult:  # fmt: skip
+               path: str = "auto", include_query: bool = False) -> SampleResult:  # fmt: skip
         """:meth:`FairNN.sample` over the store (``radius`` defaults to the store's suggested
-        radius; ``query_ids`` names stored points by id)."""
+        radius; ``query_ids`` names stored points by id, and a query by id or row never draws
+        its own row unless ``include_query``; ``queries`` are points in the source's units,
+        scaled as the store's points were)."""
         radius = self.suggested_radius if radius is None else radius
         radius, n_samples, sampler, mode, c, failure_prob, path = check_sample_options(
             "StoreReader.sample", radius, n_samples, sampler, mode, c, failure_prob, path
@@ -482,11 +495,15 @@ class StoreReader:
             nn = self.preload()
             if query_ids is not None:
                 query_rows, query_ids = self.rows_of(query_ids), None
+            if queries is not None:
+                queries = self._queries(queries, None, None)[0]
             return nn.sample(queries, query_rows=query_rows, radius=radius, n_samples=n_samples,
                              sampler=sampler, mode=mode, c=c, seed=seed,
                              max_outliers=max_outliers, failure_prob=failure_prob,
-                             with_neighbourhood=with_neighbourhood, path=path)  # fmt: skip
+                             with_neighbourhood=with_neighbourhood, path=path,
+                             include_query=include_query)  # fmt: skip
         Q, stored = self._queries(queries, query_rows, query_ids)
+        own = FairNN._own_rows(stored, include_query, Q.shape[0], "StoreReader.sample")
         max_outliers = 3 * self.n_tables if max_outliers is None else max_outliers
         check_sample_count("StoreReader.sample", n_samples, Q.shape[0])
         rng = query_generator(seed, "StoreReader.sample")
@@ -498,15 +515,16 @@ class StoreReader:
             qi = self._buckets(Q[i])
             cand, index, q_buckets = qi.rows, qi.index, qi.q_buckets
             points: Any = _Candidates(self, cand)  # the kernel's points
+            exclude = _local_row(cand, int(own[i]))
             hood = None
             if sizes is not None:
-                hood = neighbourhood(index, points, Q[i], q_buckets, mode, radius, c)
+                hood = neighbourhood(index, points, Q[i], q_buckets, mode, radius, c, exclude)
                 sizes[i] = hood.shape[0]
             got, st = sample_query(
                 index, qi.point_buckets if sampler == "approx" else None, points, Q[i],
                 q_buckets, n_samples, sampler, mode, radius, c, rng, max_outliers, failure_prob,
-                path=path, complete=stored and bool((q_buckets >= 0).all()),
-                degrees=qi.degrees, hood=hood,
+                path=path, complete=stored is not None and bool((q_buckets >= 0).all()),
+                degrees=qi.degrees, hood=hood, exclude=exclude,
             )  # fmt: skip
             rows[i, : got.shape[0]] = cand[got]
             counts[i] = got.shape[0]
@@ -520,19 +538,53 @@ class StoreReader:
                             stats=stats)  # fmt: skip
 
     def neighbourhood(self, queries=None, *, query_rows=None, query_ids=None, radius=None,
-                      mode: str = "exact", c: float = 2.0) -> list[np.ndarray]:  # fmt: skip
-        """Ids of each query's found neighbourhood (the union of its buckets, by mode)."""
+                      mode: str = "exact", c: float = 2.0,
+                      include_query: bool = False) -> list[np.ndarray]:  # fmt: skip
+        """Ids of each query's found neighbourhood (the union of its buckets, by mode), without
+        a query by id or row's own unless ``include_query``."""
         radius = self.suggested_radius if radius is None else radius
         radius, _, _, mode, c, _, _ = check_sample_options(
             "StoreReader.neighbourhood", radius, 1, "exact", mode, c, 0.5, "auto"
         )
-        Q, _ = self._queries(queries, query_rows, query_ids)
+        Q, stored = self._queries(queries, query_rows, query_ids)
+        own = FairNN._own_rows(stored, include_query, Q.shape[0], "StoreReader.neighbourhood")
         out = []
         for i in range(Q.shape[0]):
             qi = self._buckets(Q[i])
             local = neighbourhood(qi.index, _Candidates(self, qi.rows), Q[i], qi.q_buckets, mode,
-                                  radius, c)  # fmt: skip
+                                  radius, c, _local_row(qi.rows, int(own[i])))  # fmt: skip
             out.append(self.ids_at(qi.rows[local]))
+        return out
+
+    def suggest_radius(self, queries=None, *, query_rows=None, query_ids=None,
+                       include_query: bool = False,
+                       holding: int = SUGGEST_HOLDING) -> list[dict]:  # fmt: skip
+        """Per query, a radius whose neighbourhood would hold about ``holding`` points: the
+        distance to the ``holding``-th nearest of its candidates (the rows of its buckets,
+        without its own row unless ``include_query``), or to the farthest where it has fewer.
+        Each entry: ``suggested_radius`` (None where the buckets hold no other point) and
+        ``candidates`` (how many it was chosen among). The distances are estimated from the
+        candidates' sketch where the store has one (the midpoint of their bounds), else exact."""
+        Q, stored = self._queries(queries, query_rows, query_ids)
+        own = FairNN._own_rows(stored, include_query, Q.shape[0], "StoreReader.suggest_radius")
+        if self._nn is not None or store_format(self.attrs) == 1:
+            nn = self.preload()
+            out = []
+            for i in range(Q.shape[0]):
+                qb = nn.index_.find(nn.lsh_.hash_validated(Q[i : i + 1]))[0]
+                rows = neighbourhood(nn.index_, nn.points_, Q[i], qb, "buckets", 1.0, 1.0,
+                                     int(own[i]))  # fmt: skip
+                d2 = np.einsum("ij,ij->i", nn.points_[rows] - Q[i], nn.points_[rows] - Q[i])
+                out.append(_radius_holding(d2, holding))
+            return out
+        out = []
+        for i in range(Q.shape[0]):
+            qi = self._buckets(Q[i])
+            exclude = _local_row(qi.rows, int(own[i]))
+            local = np.arange(qi.rows.shape[0])
+            local = local[local != exclude] if exclude >= 0 else local
+            d2 = _Candidates(self, qi.rows).sq_distances(local, Q[i], ())
+            out.append(_radius_holding(np.asarray(d2, dtype=np.float64), holding))
         return out
 
     def predict(self, queries=None, *, query_rows=None, query_ids=None) -> np.ndarray:
@@ -548,6 +600,25 @@ class StoreReader:
         Q, _ = self._queries(queries, query_rows, query_ids)
         centroids, mass = self._model
         return nearest(Q, centroids, mass > 0)[0]
+
+
+def _local_row(rows: np.ndarray, row: int) -> int:
+    """The position of the stored ``row`` among a query's candidates ``rows`` (sorted), -1 where
+    it is none of them (or ``row`` is -1)."""
+    if row < 0:
+        return -1
+    at = int(np.searchsorted(rows, row))
+    return at if at < rows.shape[0] and int(rows[at]) == row else -1
+
+
+def _radius_holding(d2: np.ndarray, holding: int) -> dict:
+    """The distance to the ``holding``-th nearest of candidates at squared distances ``d2``
+    (the farthest, where there are fewer), and how many candidates there were."""
+    if d2.shape[0] == 0:
+        return {"suggested_radius": None, "candidates": 0}
+    k = min(holding, d2.shape[0]) - 1
+    return {"suggested_radius": float(np.sqrt(np.partition(d2, k)[k])),
+            "candidates": int(d2.shape[0])}  # fmt: skip
 
 
 def open_store(url: str, snapshot: str | None = None, keep_rows: bool = True) -> StoreReader:

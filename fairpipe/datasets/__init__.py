@@ -30,6 +30,15 @@ from fairpipe.datasets._loaders import (
     load_word2vec_bin,
 )
 from fairpipe.datasets._remote import is_url
+from fairpipe.datasets._scaling import (
+    SCALE_CHOICES,
+    SCALE_METHODS,
+    SCALE_SAMPLE,
+    apply_scaler,
+    fit_scaler,
+    resolve_scale,
+    spread_warning,
+)
 from fairpipe.datasets._sources import (
     BUILTINS,
     SourcePlan,
@@ -51,4 +60,6 @@ __all__ = [
     "load_gaussian", "load_mnist_csv", "load_word2vec_bin", "plan_source", "read_ids",
     "read_source_rows",
     "read_source_sample", "remap_groups", "rows_plan", "source_groups", "is_url",
+    "SCALE_CHOICES", "SCALE_METHODS", "SCALE_SAMPLE", "apply_scaler", "fit_scaler",
+    "resolve_scale", "spread_warning",
 ]  # fmt: skip

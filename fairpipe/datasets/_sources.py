@@ -25,6 +25,7 @@ from fairpipe.datasets._remote import (
     open_url,
     url_size,
 )
+from fairpipe.datasets._scaling import apply_scaler
 from fairpipe.errors import FairpipeInputError, check_positive_int, plain
 from fairpipe.validation import (
     EMPTY,
@@ -73,6 +74,9 @@ class SourcePlan:
     row_offsets: np.ndarray | None = None
     # A Parquet data set (a folder, or a prefix of objects): its files in order, and their rows.
     files: list[tuple[str, int]] = field(default_factory=list)
+    # The scaler (center, scale: float64 per column) every row read is put through
+    # (:func:`apply_scaler`); None: the values as they are.
+    scaler: tuple[np.ndarray, np.ndarray] | None = None
 
 
 OFFSET_STRIDE = 4096
@@ -649,8 +653,9 @@ def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
                 ))  # fmt: skip
         X = frame.to_numpy(dtype=np.float64)
         names = list(plan.feature_columns)
-    return check_points(X, where=plan.where, n_features=plan.d, row_offset=a, column_names=names,
-                        first_line=first_line)  # fmt: skip
+    checked = check_points(X, where=plan.where, n_features=plan.d, row_offset=a,
+                           column_names=names, first_line=first_line)  # fmt: skip
+    return checked if plan.scaler is None else apply_scaler(checked, *plan.scaler)
 
 
 def _read_csv_at(plan: SourcePlan, a: int, b: int):
@@ -739,7 +744,8 @@ def _sample_rows(plan: SourcePlan, rows: np.ndarray) -> np.ndarray | None:
             return None
         if X.shape != (rows.size, plan.d) or not np.isfinite(X).all():  # bool, ints: finite
             return None
-        return check_points(X, where=plan.where, n_features=plan.d)
+        checked = check_points(X, where=plan.where, n_features=plan.d)
+        return checked if plan.scaler is None else apply_scaler(checked, *plan.scaler)
     except (FairpipeInputError, ValueError, TypeError, OSError):
         return None
 

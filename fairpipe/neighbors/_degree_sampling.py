@@ -244,7 +244,8 @@ class FlatBuckets:
     removed: int  # outlier entries dropped
 
 
-def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, near2: float):
+def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, near2: float,
+             exclude: int = -1):  # fmt: skip
     rows = np.concatenate([index.members[a : a + s] for a, s in zip(qb.lo, qb.size)])
     bucket = np.repeat(np.arange(qb.lo.shape[0]), qb.size)
     uniq, inv = unique_inverse_ints(rows)
@@ -258,6 +259,9 @@ def _flatten(index, qb: QueryBuckets, points, query, mode: str, far2: float, nea
         rows, bucket, inv = rows[keep], bucket[keep], inv[keep]
         if mode == "exact":
             near = (d2 <= near2)[inv]
+    if exclude >= 0:  # the query's own row: kept as an entry (its buckets' sizes), never drawn
+        kept = rows != exclude
+        near = kept if near is None else near & kept
     counts = np.bincount(bucket, minlength=qb.lo.shape[0])
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     return FlatBuckets(rows, bucket, deg[inv], near, starts, counts, removed)
@@ -282,6 +286,7 @@ def sample_query(
     complete: bool = False,
     degrees: np.ndarray | None = None,
     hood: np.ndarray | None = None,
+    exclude: int = -1,
 ) -> tuple[np.ndarray, QueryStats]:
     """Draw ``n_samples`` rows for one query: all of them, unless its neighbourhood is empty
     or the draws reach their limit (:func:`draw_limit`); the stats say which (``asked``,
@@ -300,6 +305,11 @@ def sample_query(
     ``hood`` (M(q), sorted) are what the caller may know already (the store's reader builds an
     index of the query's buckets alone, whose rows' degrees are their counts); then
     ``point_buckets`` is needed by the ``approx`` sampler only.
+
+    ``exclude`` (a row of the index, -1 for none: the query's own row) is never drawn: every
+    path rejects it as it rejects a point outside the neighbourhood (the lazy and flat draws),
+    or leaves it out of M(q) (the enumeration; ``hood``, when given, must not hold it), so the
+    samples are distributed over M(q) without it exactly as they are over M(q) otherwise.
     """
     stats = QueryStats(asked=n_samples)
     qb = query_buckets(index, q_buckets, complete)
@@ -317,7 +327,7 @@ def sample_query(
     scalar = path != "flat" and mode == "buckets" and sampler in SCALAR_SAMPLERS
     if scalar and n_samples <= SCALAR_SAMPLES and path != "enumerate":
         filled = _draw_scalar(index, qb, point_buckets, q_buckets, degrees, out, sampler, rng,
-                              stats)  # fmt: skip
+                              stats, exclude)  # fmt: skip
     enumerable = sampler == "exact" and path in ("auto", "enumerate")
     while filled < n_samples:
         need = n_samples - filled
@@ -327,6 +337,8 @@ def sample_query(
         ):
             if hood is None:
                 hood = enumerate_neighbourhood(index, qb, points, query, mode, radius, c)
+                if exclude >= 0:
+                    hood = hood[hood != exclude]
             stats.extra["enumerated"] = True
             if hood.shape[0] == 0:
                 break
@@ -337,13 +349,13 @@ def sample_query(
         if enumerable and stats.draws == 0:
             n_draw = min(n_draw, max(SCALAR_DRAWS, total // 8))  # a probe of the acceptance
         if flat is None and path != "lazy" and (path == "flat" or stats.draws + n_draw > total):
-            flat = _flatten(index, qb, points, query, mode, far2, near2)
+            flat = _flatten(index, qb, points, query, mode, far2, near2, exclude)
             stats.outliers = flat.removed
             stats.extra["flattened"] = True
         if limit is None and (flat is not None or stats.draws >= total):
             # The draws a query may make follow its acceptance rate (that of the state the
             # lazy path converges to, for the active entries it still draws from).
-            state = flat or _flatten(index, qb, points, query, mode, far2, near2)
+            state = flat or _flatten(index, qb, points, query, mode, far2, near2, exclude)
             accept = acceptance(state, qb.buckets.shape[0], sampler, failure_prob)
             if flat is None:
                 accept *= state.rows.shape[0] / max(int(qb.cum[-1]), 1)
@@ -367,7 +379,7 @@ def sample_query(
         else:
             accept_mask, rows = _draw_lazy(
                 index, qb, point_buckets, degrees, points, query, q_buckets, n_draw, sampler,
-                mode, far2, near2, max_outliers, failure_prob, rng, stats,
+                mode, far2, near2, max_outliers, failure_prob, rng, stats, exclude,
             )  # fmt: skip
         got = rows[accept_mask][:need]
         out[filled : filled + got.shape[0]] = got
@@ -454,7 +466,16 @@ SCALAR_SAMPLERS = ("exact", "weighted", "uniform")
 
 
 def _draw_scalar(
-    index, qb: QueryBuckets, point_buckets, q_buckets, degrees, out, sampler, rng, stats
+    index,
+    qb: QueryBuckets,
+    point_buckets,
+    q_buckets,
+    degrees,
+    out,
+    sampler,
+    rng,
+    stats,
+    exclude: int = -1,
 ) -> int:
     """One draw at a time, on Python scalars: a query wanting a few samples (``buckets`` mode).
 
@@ -473,9 +494,13 @@ def _draw_scalar(
         if sampler == "uniform":
             b = int(rng.random() * g)
             row = index.members[qb.lo[b] + int(rng.random() * qb.size[b])]
+            if row == exclude:
+                continue
         else:
             v = int(rng.random() * total)
             row = index.members[qb.base[qb.cum.searchsorted(v, side="right")] + v]
+            if row == exclude:
+                continue
             if sampler == "exact":
                 if degrees is not None:
                     degree = int(degrees[row])
@@ -520,7 +545,7 @@ def _draw_flat(flat: FlatBuckets, qb, point_buckets, n_draw, sampler, failure_pr
 
 def _draw_lazy(
     index, qb, point_buckets, degrees, points, query, q_buckets, n_draw, sampler, mode, far2,
-    near2, max_outliers, failure_prob, rng, stats,
+    near2, max_outliers, failure_prob, rng, stats, exclude: int = -1,
 ):  # fmt: skip
     if sampler == "uniform":
         b, pos = _uniform_bucket_draws(qb.active, n_draw, rng)
@@ -551,6 +576,9 @@ def _draw_lazy(
         if accept is None:
             accept = np.ones(n_draw, dtype=bool)
         _approx_filter(accept, point_buckets, rows, qb, failure_prob, rng, stats)
+    if exclude >= 0:
+        kept = rows != exclude
+        accept = kept if accept is None else accept & kept
     return (np.ones(n_draw, dtype=bool) if accept is None else accept), rows
 
 
@@ -604,7 +632,10 @@ def enumerate_neighbourhood(index, qb: QueryBuckets, points, query, mode: str, r
     return rows[sq_distances(points, rows, query, (limit2,)) <= limit2]
 
 
-def neighbourhood(index, points, query, q_buckets, mode: str, radius: float, c: float):
-    """Unique rows in the union of the query's buckets, filtered by the neighbourhood mode."""
+def neighbourhood(index, points, query, q_buckets, mode: str, radius: float, c: float,
+                  exclude: int = -1):  # fmt: skip
+    """Unique rows in the union of the query's buckets, filtered by the neighbourhood mode,
+    without the row ``exclude`` (-1: none)."""
     qb = query_buckets(index, q_buckets)
-    return enumerate_neighbourhood(index, qb, points, query, mode, radius, c)
+    rows = enumerate_neighbourhood(index, qb, points, query, mode, radius, c)
+    return rows[rows != exclude] if exclude >= 0 else rows

@@ -186,14 +186,15 @@ def evaluate_tv(
     coverage |M(q) ∩ B(q, r)| / |B(q, r)| and, in ``exact`` mode (M(q) within B(q, r)), the
     TV on B(q, r) a sampler uniform on M(q) would give (:func:`expected_tv_on_ball`). The
     queries are those with |B(q, r)| >= ``min_size``; TV on M(q) is averaged, as the paper
-    does, over those with |M(q)| >= ``min_size``. ``progress(sampler, done, total)`` is called after each query. The result
+    does, over those with |M(q)| >= ``min_size``. As in the paper, a query's own row is part
+    of M(q) and B(q, r) (``include_query=True``). ``progress(sampler, done, total)`` is called after each query. The result
     keeps the key ``methods`` (one entry per sampler), as reports read it."""
     query_rows = np.asarray(query_rows, dtype=np.int64).reshape(-1)
     balls = true_balls(nn.points_, nn.points_[query_rows], radius, alive=nn.alive_)
     rows = []
     for q, B in zip(query_rows.tolist(), balls):
         if B.shape[0] >= min_size:
-            M = nn.neighbourhood(query_rows=[q], radius=radius, mode=mode)[0]
+            M = nn.neighbourhood(query_rows=[q], radius=radius, mode=mode, include_query=True)[0]
             rows.append((q, M, B))
     floor = noise_floor(per_point)
     table = {}
@@ -203,7 +204,13 @@ def evaluate_tv(
             S = per_point * max(M.shape[0], B.shape[0])
             t0 = time.perf_counter()
             res = nn.sample(
-                query_rows=[q], radius=radius, n_samples=S, sampler=m, mode=mode, seed=seed + j
+                query_rows=[q],
+                radius=radius,
+                n_samples=S,
+                sampler=m,
+                mode=mode,
+                seed=seed + j,
+                include_query=True,
             )
             seconds += time.perf_counter() - t0
             got = res.rows[0, : res.counts[0]]

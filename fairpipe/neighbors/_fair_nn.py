@@ -57,6 +57,10 @@ TOO_MANY_SAMPLES = (
     "{owner} is asked for {n} samples{detail}; at most 100000000 (an 8-byte id each) can be "
     "returned by one call."
 )
+INCLUDE_QUERY_BY_VALUE = (
+    "The 'include_query' parameter of {owner} applies to queries by row or id only: points "
+    "given by value are no rows of the index. Leave it out, or query by row."
+)
 ENUMERATE_EXACT_ONLY = (
     "The 'path' parameter of {owner} may be 'enumerate' only with the 'exact' sampler (a "
     "uniform draw from the enumerated neighbourhood is its distribution). Got sampler "
@@ -310,6 +314,7 @@ class FairNN(LSHParameters):
         failure_prob: float = 0.01,
         with_neighbourhood: bool = False,
         path: str = "auto",
+        include_query: bool = False,
     ) -> SampleResult:
         """Draw ``n_samples`` near neighbours for each query.
 
@@ -340,6 +345,7 @@ class FairNN(LSHParameters):
         if max_outliers is None:
             max_outliers = 3 * self.lsh_.n_tables
         Q, QB = self._resolve_queries(queries, query_rows)
+        own = self._own_rows(query_rows, include_query, Q.shape[0], "FairNN.sample")
         check_sample_count("FairNN.sample", n_samples, Q.shape[0])
         rng = query_generator(seed)
         rows = np.empty((Q.shape[0], n_samples), dtype=np.int64)
@@ -356,7 +362,8 @@ class FairNN(LSHParameters):
         for i in range(Q.shape[0]):
             cand = None
             if sampler == "rank" or with_neighbourhood:
-                cand = neighbourhood(self.index_, self.points_, Q[i], QB[i], mode, radius, c)
+                cand = neighbourhood(self.index_, self.points_, Q[i], QB[i], mode, radius, c,
+                                     int(own[i]))  # fmt: skip
                 assert sizes is not None
                 sizes[i] = cand.shape[0]
             if sampler == "rank":
@@ -384,6 +391,7 @@ class FairNN(LSHParameters):
                     path=path,
                     complete=complete,
                     hood=cand,
+                    exclude=int(own[i]),
                 )
             rows[i, : got.shape[0]] = got
             counts[i] = got.shape[0]
@@ -397,14 +405,34 @@ class FairNN(LSHParameters):
         )
 
     def neighbourhood(
-        self, *, query_rows=None, queries=None, radius: float, mode: str = "exact", c: float = 2.0
-    ) -> list[np.ndarray]:
-        """Rows of each query's found neighbourhood M(q) (union of its buckets, by mode)."""
+        self, *, query_rows=None, queries=None, radius: float, mode: str = "exact",
+        c: float = 2.0, include_query: bool = False,
+    ) -> list[np.ndarray]:  # fmt: skip
+        """Rows of each query's found neighbourhood M(q) (union of its buckets, by mode): the
+        points :meth:`sample` draws from, without a query row's own row unless
+        ``include_query``."""
         self._check_fitted()
         radius = check_positive_float(radius, "radius", "FairNN.neighbourhood")
         mode = check_one_of(mode, MODES, "mode", "FairNN.neighbourhood")
         Q, QB = self._resolve_queries(queries, query_rows)
+        own = self._own_rows(query_rows, include_query, Q.shape[0], "FairNN.neighbourhood")
         return [
-            neighbourhood(self.index_, self.points_, Q[i], QB[i], mode, radius, c)
+            neighbourhood(self.index_, self.points_, Q[i], QB[i], mode, radius, c, int(own[i]))
             for i in range(Q.shape[0])
         ]
+
+    @staticmethod
+    def _own_rows(query_rows, include_query: bool, n_queries: int, owner: str) -> np.ndarray:
+        """The row each query leaves out of its neighbourhood (-1: none), once the queries are
+        valid: its own, for a query by row unless ``include_query``."""
+        if not isinstance(include_query, (bool, np.bool_)):
+            raise FairpipeInputError(
+                f"The 'include_query' parameter of {owner} must be a bool. Got {include_query!r}."
+            )
+        if query_rows is None:
+            if include_query:
+                raise FairpipeInputError(INCLUDE_QUERY_BY_VALUE.format(owner=owner))
+            return np.full(n_queries, -1, dtype=np.int64)
+        if include_query:
+            return np.full(n_queries, -1, dtype=np.int64)
+        return np.atleast_1d(np.asarray(query_rows, dtype=np.int64)).reshape(-1)

@@ -8,9 +8,15 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from fairpipe.errors import check_int_range, check_open_unit
+from fairpipe.errors import check_int_range, check_one_of, check_open_unit
 from flows.cli._options import Store, check_options
-from flows.cli._runner import WRITES_STORES, Shared, command, result_console
+from flows.cli._runner import (
+    WRITES_STORES,
+    Shared,
+    command,
+    diagnostics_console,
+    result_console,
+)
 
 # A source file up to this size (and any .npy, whose plan reads its header and the ids and
 # groups files only) is planned before the flow starts, so that its errors come before anything
@@ -22,7 +28,12 @@ CHECK_AHEAD_BYTES = 16 << 20
 # Rows per chunk at most (the default is at most 65,536): a chunk is read into memory whole.
 MAX_CHUNK_ROWS = 1 << 20
 # E2LSH's parameters that its error messages name, and their flags.
-FLAGS = {"n_hashes": "--n-hashes", "n_tables": "--n-tables", "bucket_width": "--bucket-width"}
+FLAGS = {
+    "n_hashes": "--n-hashes",
+    "n_tables": "--n-tables",
+    "bucket_width": "--bucket-width",
+    "scale": "--scale",
+}
 # The old flags, hidden aliases for one release.
 RENAMED = {"--lsh-k": "n_hashes", "--lsh-tables": "n_tables", "--lsh-width": "bucket_width"}
 
@@ -36,6 +47,9 @@ def _render(r: dict) -> None:
                       f" rows -> {r['store']} ({r['n']} points x {r['d']} dims)")
     )  # fmt: skip
     out.print(f"groups: {r['groups']}", markup=False)
+    if r["scale"] != "none":
+        out.print(f"features scaled: {r['scale']} (the store's center and scale, also applied "
+                  "to appends and to queries given by value)", markup=False)  # fmt: skip
     lsh = r["lsh"]
     promise = recall_line(lsh, r["suggested_radius"])
     out.print(
@@ -67,6 +81,10 @@ def _check(**o) -> None:
     if o["recall"] is not None:
         check_open_unit(o["recall"], "--recall", "fairpipe ingest")
     check_recall_options(o["n_hashes"], o["n_tables"], o["bucket_width"], o["recall"])
+    if o["scale"] is not None:
+        from fairpipe.datasets import SCALE_CHOICES
+
+        check_one_of(o["scale"], SCALE_CHOICES, "--scale", "fairpipe ingest")
     check_int_range(o["n_tables"] or 1, "--n-tables", "fairpipe ingest", 1, MAX_TABLES)
     check_int_range(o["chunk_rows"] or 1, "--chunk-rows", "fairpipe ingest", 1, MAX_CHUNK_ROWS)
     from fairpipe.datasets import check_source_options
@@ -87,6 +105,7 @@ def _check(**o) -> None:
             plan = plan_source(o["source"], group_column=o["group_column"],
                                id_column=o["id_column"], gaussian=gaussian,
                                seed=o["seed"] or 0)  # fmt: skip
+            plan = _scaled(plan, o)
             new_store_parameters(plan, plan.ids, o["seed"] or 0, n_hashes=o["n_hashes"],
                                  n_tables=o["n_tables"], bucket_width=o["bucket_width"],
                                  radius=o["radius"], recall=o["recall"])  # fmt: skip
@@ -111,9 +130,18 @@ def _check(**o) -> None:
     if _new_local_store(o["store"]):  # the parameters' errors (the flow chooses them again)
         from flows.parameters import new_store_parameters
 
+        plan = _scaled(plan, o)
         new_store_parameters(plan, plan.ids, o["seed"] or 0, n_hashes=o["n_hashes"],
                              n_tables=o["n_tables"], bucket_width=o["bucket_width"],
                              radius=o["radius"], recall=o["recall"])  # fmt: skip
+
+
+def _scaled(plan, o: dict):
+    """A new store's plan with its scaler (its errors, a constant column, come here)."""
+    from flows.parameters import scaled_plan
+
+    sampled = None in (o["lsh_k"], o["lsh_tables"], o["lsh_width"])
+    return scaled_plan(plan, plan.ids, o["seed"] or 0, o["scale"] or "auto", sampled)[0]
 
 
 def _new_local_store(store: str) -> bool:
@@ -216,6 +244,19 @@ def ingest(
             show_default="chosen for --recall",
         ),
     ] = None,
+    scale: Annotated[
+        str | None,
+        typer.Option(
+            "--scale",
+            help="How each feature column is scaled before it is stored: auto | none | "
+            "standard (minus its mean, over its standard deviation) | robust (minus its "
+            "median, over its interquartile range). A new store: auto, which is standard for "
+            "a CSV or Parquet table (columns in units of their own) and none for a .npy "
+            "matrix or a built-in data set. Appends and queries given by value are scaled "
+            "with the store's parameters.",
+            show_default=False,
+        ),
+    ] = None,
     chunk_rows: Annotated[
         int | None,
         typer.Option("--chunk-rows", help="Rows per chunk.", show_default="about 16 MB of points"),
@@ -247,7 +288,9 @@ def ingest(
         seed=seed, group_column=group_column, id_column=id_column, groups_file=groups_file,
         ids_file=ids_file, n_hashes=n_hashes, n_tables=n_tables, bucket_width=bucket_width,
         radius=radius, recall=recall, chunk_rows=chunk_rows, lock_timeout=shared.lock_timeout,
-        gaussian=gaussian,
+        gaussian=gaussian, scale=scale,
     )  # fmt: skip
     result = run_ingest(source, store, options, **shared.cluster)
+    for warning in result["warnings"]:
+        diagnostics_console().print(f"warning: {warning}")
     return result

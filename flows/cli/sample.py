@@ -20,6 +20,17 @@ from flows.cli._options import (
 from flows.cli._runner import Shared, command, result_console
 
 ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
+INCLUDE_QUERY_FILE = (
+    "--include-query applies to --query-id and --query-row: the points of --query-file are "
+    "given by value, not rows of the store. Leave out --include-query."
+)
+SMALL = "query {i}: its neighbourhood within r={radius:.4g} {holds}{without}; {hint}"
+HINT = "try --radius {suggested:.4g} (about {holding} of the {candidates:,} candidates it read)"
+ALL_HINT = "try --radius {suggested:.4g} (all {candidates:,} candidates it read)"
+NO_HINT = (
+    "its LSH buckets hold no{other} point, so no radius helps here; a store ingested with a "
+    "larger --radius has fuller buckets"
+)
 RECALL = (
     "expected recall {recall:.3f} at r={radius:.4g}: a point within r is among the points the "
     "samples come from, M(q), with probability at least {recall:.3f}"
@@ -63,6 +74,29 @@ def _render(r: dict) -> None:
         line = short_line(i, q, r["sampler"])
         if line is not None:
             out.print(line, markup=False)
+        line = small_line(i, q, r["radius"], r["own_row_excluded"])
+        if line is not None:
+            out.print(line, markup=False)
+
+
+def small_line(i: int, q: dict, radius: float, excluded: bool) -> str | None:
+    """The line saying that query ``i``'s neighbourhood (without its own row: ``excluded``) is
+    empty or holds one point, with the radius suggested (None for a larger neighbourhood)."""
+    size = q["neighbourhood_size"]
+    if size > 1 or "candidates" not in q:
+        return None
+    from storage.reader import SUGGEST_HOLDING
+
+    holds = "is empty" if size == 0 else "holds one point"
+    without = " besides the query itself" if excluded else ""
+    suggested, candidates = q.get("suggested_radius"), q["candidates"]
+    if suggested is None:
+        hint = NO_HINT.format(other=" other" if excluded else "")
+    elif candidates < SUGGEST_HOLDING:
+        hint = ALL_HINT.format(suggested=suggested, candidates=candidates)
+    else:
+        hint = HINT.format(suggested=suggested, holding=SUGGEST_HOLDING, candidates=candidates)
+    return SMALL.format(i=i, radius=radius, holds=holds, without=without, hint=hint)
 
 
 def _check(**o) -> None:
@@ -121,6 +155,14 @@ def sample(
         float, typer.Option("--c", help="Approximation factor of the approximate mode.")
     ] = 2.0,
     seed: Seed = 0,
+    include_query: Annotated[
+        bool,
+        typer.Option(
+            "--include-query",
+            help="Let a query by --query-id or --query-row draw its own row (left out by "
+            "default: its neighbourhood is the other points near it).",
+        ),
+    ] = False,
     *,
     shared: Shared,
 ) -> dict:
@@ -137,7 +179,10 @@ def sample(
 
     if sum(x is not None for x in (query_id, query_row, query_file)) != 1:
         raise FairpipeInputError(ONE_QUERY)
+    if include_query and query_file is not None:
+        raise FairpipeInputError(INCLUDE_QUERY_FILE)
     result = sample_store(store, query_ids=query_id, query_rows=query_row,
                           queries=read_query_file(query_file), radius=radius, n_samples=n_samples,
-                          sampler=sampler, mode=mode, seed=seed, c=c)  # fmt: skip
+                          sampler=sampler, mode=mode, seed=seed, c=c,
+                          include_query=include_query)  # fmt: skip
     return result

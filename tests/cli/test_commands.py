@@ -84,7 +84,11 @@ def test_sample_says_how_many_it_drew_and_why_fewer(digits_store, tmp_path, monk
         "asked": 3000, "drawn": 3000, "why": None, "path": "enumerate"}  # fmt: skip
     assert (far["asked"], far["drawn"], far["why"], far["ids"]) == (3000, 0, "empty", [])
     text = invoke(*args, "--n-samples", 5).stdout.splitlines()
-    assert text[-1] == "query 1: 0 of 5 samples drawn: its neighbourhood M(q) is empty"
+    assert text[-2] == "query 1: 0 of 5 samples drawn: its neighbourhood M(q) is empty"
+    assert text[-1] == (
+        "query 1: its neighbourhood within r=30 is empty; its LSH buckets hold no point, so no "
+        "radius helps here; a store ingested with a larger --radius has fuller buckets"
+    )
     assert not any(line.startswith("query 0: 0 of") for line in text)
     monkeypatch.setattr(kernel, "MAX_DRAWS", 500)
     out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--n-samples", 3000,

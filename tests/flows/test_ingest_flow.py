@@ -101,7 +101,12 @@ def test_csv_with_ids_and_groups_and_parquet_agree(prefect_server, tmp_path):
     }
     arrays, attrs = snapshot(tmp_path / "a")
     assert np.array_equal(arrays["ids"], frame.person.to_numpy())
-    assert np.allclose(arrays["points"], frame[[f"f{i}" for i in range(5)]].to_numpy(), atol=1e-6)
+    # A table is standardised by default (every row is in the scaling sample of 600 rows).
+    values = frame[[f"f{i}" for i in range(5)]].to_numpy().astype(np.float32).astype(np.float64)
+    assert attrs["scale"]["method"] == "standard" and attrs["scale"]["fitted_rows"] == 600
+    assert np.allclose(attrs["scale"]["center"], values.mean(0), rtol=0, atol=1e-12)
+    assert np.allclose(attrs["scale"]["scale"], values.std(0), rtol=1e-12)
+    assert np.allclose(arrays["points"], (values - values.mean(0)) / values.std(0), atol=1e-6)
     assert_same_store(tmp_path / "a", tmp_path / "b")
     out = sample_store(str(tmp_path / "a"), query_ids=[1007], radius=2.0, n_samples=5, seed=0)
     assert set(out["ids"]) <= set(frame.person) and len(out["ids"]) == 5

@@ -397,7 +397,8 @@ def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, 
         txn.root.attrs["lsh"] = {**lsh, "delta_bits": bits, "delta_start": start}
     reader = fairpipe.open_store(str(store))
     assert "deltas" not in reader.attrs["lsh"]
-    found = reader.neighbourhood(query_rows=[405, 415], radius=4.0)  # rows of that delta
+    # rows of that delta, each finding itself (its own row kept in)
+    found = reader.neighbourhood(query_rows=[405, 415], radius=4.0, include_query=True)
     assert ids[405] in found[0] and ids[415] in found[1]
     run_forget(str(store), [ids[3], ids[410]], **THREADS)
     assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))

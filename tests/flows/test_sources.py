@@ -180,9 +180,11 @@ def test_bad_rows_found_by_the_client_and_a_failed_first_ingest_leaves_no_object
     bad.loc[2100, "c"] = np.nan
     bad.to_csv(tmp_path / "bad.csv", index=False)
     before = keys_under(s3_server, "")
-    # Given parameters: no sample read ahead, so the bad row is met by the chunk reads, after
-    # the store was made and the first chunks written.
-    opts = IngestOptions(**OPTS, bucket_width=1.0, id_column="who", group_column="sex")
+    # Given parameters and no scaling: no sample read ahead, so the bad row is met by the chunk
+    # reads, after the store was made and the first chunks written.
+    opts = IngestOptions(
+        **OPTS, bucket_width=1.0, id_column="who", group_column="sex", scale="none"
+    )
     with pytest.raises(FairpipeInputError, match="Line 2102 of bad.csv holds a NaN value"):
         run_ingest(str(tmp_path / "bad.csv"), f"s3://{BUCKET}/failed", opts, **cluster)
     # (the transaction removed its chunk objects and staging area before)
