@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from fairpipe.errors import check_int_range, check_one_of, check_open_unit
-from flows.cli._options import Store, check_options
+from flows.cli._options import Store, check_options, choice
 from flows.cli._runner import (
     WRITES_STORES,
     Shared,
@@ -140,7 +140,7 @@ def _scaled(plan, o: dict):
     """A new store's plan with its scaler (its errors, a constant column, come here)."""
     from flows.parameters import scaled_plan
 
-    sampled = None in (o["lsh_k"], o["lsh_tables"], o["lsh_width"])
+    sampled = None in (o["n_hashes"], o["n_tables"], o["bucket_width"])
     return scaled_plan(plan, plan.ids, o["seed"] or 0, o["scale"] or "auto", sampled)[0]
 
 
@@ -248,13 +248,13 @@ def ingest(
         str | None,
         typer.Option(
             "--scale",
-            help="How each feature column is scaled before it is stored: auto | none | "
-            "standard (minus its mean, over its standard deviation) | robust (minus its "
-            "median, over its interquartile range). A new store: auto, which is standard for "
-            "a CSV or Parquet table (columns in units of their own) and none for a .npy "
-            "matrix or a built-in data set. Appends and queries given by value are scaled "
-            "with the store's parameters.",
-            show_default=False,
+            help="How each feature column is scaled before it is stored: standard (minus its "
+            "mean, over its standard deviation), robust (minus its median, over its "
+            "interquartile range), none; auto is standard for a CSV or Parquet table (columns "
+            "in units of their own) and none for a .npy matrix or a built-in data set. Appends "
+            "and queries given by value are scaled with the store's parameters.",
+            show_default="auto (a new store); the store's (an append)",
+            **choice("auto", "none", "standard", "robust"),
         ),
     ] = None,
     chunk_rows: Annotated[

@@ -160,7 +160,8 @@ def sample(
         typer.Option(
             "--include-query",
             help="Let a query by --query-id or --query-row draw its own row (left out by "
-            "default: its neighbourhood is the other points near it).",
+            "default: its neighbourhood is the other points near it). Not with --query-file.",
+            show_default="off",
         ),
     ] = False,
     *,

@@ -172,8 +172,8 @@ CASES = [
     ("rerank {d}/good.csv --out {new}.csv --desired {d}/nan_share.json", r"nan_share.json must hold a JSON object .*; group '0' has the share nan, not a number >= 0\."),
     ("audit --protected sex --n-seeds 0", r"The --n-seeds option of fairpipe audit must be a positive integer"),
     ("audit --protected sex --seed -1", r"--seed .* Got -1 instead\."),
-    ("demo --store {new} --queries 0", r"The --queries option of fairpipe demo must be an integer from 1 to 1000. Got 0"),
-    ("demo --store {new} --queries 100000000", r"--queries .* Got 100000000 instead\."),
+    ("demo --store {new} --n-queries 0", r"The --n-queries option of fairpipe demo must be an integer from 1 to 1000. Got 0"),
+    ("demo --store {new} --n-queries 100000000", r"--n-queries .* Got 100000000 instead\."),
 ]  # fmt: skip
 
 

@@ -77,6 +77,7 @@ def test_every_example_parses_as_written(path):
 
 
 def test_the_choices_shown_are_the_librarys():
+    from fairpipe.datasets import SCALE_CHOICES
     from fairpipe.neighbors._degree_sampling import MODES, SAMPLERS
     from fairpipe.ranking._reranking import ALGORITHMS
     from fairpipe.summary import RULES, UTILITIES
@@ -87,6 +88,7 @@ def test_the_choices_shown_are_the_librarys():
         ("summarize", "--utility"): UTILITIES, ("summarize", "--rule"): RULES,
         ("rerank", "--algorithm"): ALGORITHMS, ("fit", "--model"): ("dc", "q", "auto"),
         ("audit", "--baseline"): audit.BASELINES, ("audit", "--train"): audit.TRAINABLE,
+        ("ingest", "--scale"): SCALE_CHOICES,
     }  # fmt: skip
     for (command, flag), values in shown.items():
         assert f"{flag} [{'|'.join(values)}]" in _help((command,)), (command, flag)
