@@ -10,6 +10,23 @@ import flows  # noqa: F401  (environment defaults for Prefect and Dask)
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def _prefect_console_on_an_open_stream():
+    """Prefect's console handler keeps the sys.stderr of its first import: under pytest, a
+    capture stream that a test's capture fixture may close. Rebound to the current one, so that a
+    later command's flow does not print "--- Logging error ---" into the stderr its test checks
+    (a command in a process of its own never meets this)."""
+    import logging
+    import sys
+
+    if "prefect" in sys.modules:
+        for handler in logging.getLogger().handlers:
+            if type(handler).__name__ == "PrefectConsoleHandler" and handler.stream.closed:
+                handler.stream = sys.stderr  # (setStream would flush the closed one)
+                handler.console.file = sys.stderr
+    yield
+
+
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory):
     """One Prefect API server for the whole session, shared by the Dask worker processes."""

@@ -49,8 +49,9 @@ def store_commands(store: str, cluster: list) -> None:
 
 
 def store_arrays(url: str) -> dict:
-    """Every array of the store's tip but its receipts (their times differ) and the index's
-    sparse tables (compared as their (key, id) entries), by path."""
+    """Every array of the store's tip but its receipts and its lineage log (their times differ,
+    and the log names each run's source) and the index's sparse tables (compared as their
+    (key, id) entries), by path."""
     import zarr
 
     from storage.index import index_entries
@@ -61,7 +62,7 @@ def store_arrays(url: str) -> dict:
     out = {
         path: np.asarray(member[...])
         for path, member in root.members(max_depth=None)
-        if isinstance(member, zarr.Array) and not path.startswith("receipts")
+        if isinstance(member, zarr.Array) and not path.startswith(("receipts", "lineage"))
         and member.size < 1 << 26
     }  # fmt: skip
     for t, (keys, ids) in enumerate(index_entries(session)):
