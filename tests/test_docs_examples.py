@@ -182,3 +182,48 @@ def test_the_pages_have_runnable_examples_and_the_skipped_ones_exist():
     commands = {shown(e.command) for doc in DOCS for e in examples(doc)}
     assert set(NOT_RUN) <= commands, set(NOT_RUN) - commands
     assert len(examples("README.md")) >= 6 and len(examples("docs/commands.md")) >= 40
+
+
+def rewrite(doc: str, folder: Path) -> int:
+    """Run the page's examples as the test does (in ``folder``, empty, beside ``shared``) and
+    write what each prints under it, in place of what the page shows. The examples NOT_RUN keep
+    their output. Returns the number of examples rewritten.
+
+    ``python -m tests.test_docs_examples docs/commands.md`` (with ``fairpipe server start``
+    running, or a Prefect server per command)."""
+    (folder / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
+    cwd = folder / "work"
+    cwd.mkdir()
+    os.chdir(cwd)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    lines = (REPO / doc).read_text().splitlines()
+    replaced: list[tuple[int, int, list[str]]] = []
+    for example in examples(doc):
+        if shown(example.command) in NOT_RUN:
+            continue
+        code, printed = run(example, cwd, env)
+        if not example.output:
+            continue  # an example shown without output keeps none
+        first = example.line  # the line after the command (its continuations included)
+        while lines[first - 1].rstrip().endswith("\\"):
+            first += 1
+        indent = " " * (len(lines[example.line - 1]) - len(lines[example.line - 1].lstrip()))
+        new = [indent + line.rstrip() for line in printed.rstrip("\n").splitlines()]
+        replaced.append((first, first + len(example.output), new))
+        print(f"{doc}:{example.line}: exit {code}: {example.command}", file=sys.stderr)
+    for start, stop, new in reversed(replaced):
+        lines[start:stop] = new
+    (REPO / doc).write_text("\n".join(lines) + "\n")
+    return len(replaced)
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    for page in sys.argv[1:] or DOCS:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"{page}: {rewrite(page, Path(tmp))} outputs rewritten", file=sys.stderr)

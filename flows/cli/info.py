@@ -50,7 +50,7 @@ def _render(r: dict) -> None:
 
 # The summary's attributes that are its parameters (the rest are its figures).
 SUMMARY_PARAMETERS = ("k", "lower", "upper", "utility", "gamma", "eval_size", "rule", "factor",
-                      "seed", "width", "height")  # fmt: skip
+                      "seed", "fanout", "height")  # fmt: skip
 
 
 @command(render=_render, read_only=True)
