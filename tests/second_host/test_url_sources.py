@@ -49,7 +49,9 @@ def test_a_url_source_the_workers_cannot_read_is_one_line_and_leaves_nothing(s3_
     out = invoke("ingest", source, "--store", store, *PEOPLE, "--dask-address", host.scheduler)
     assert out.exit_code == 2, out.output
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: Source {source} cannot be read on "), out.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: Source {source} cannot be read on "), (
+        out.stderr
+    )
     assert "the worker tcp://10.77." in lines[0]  # named: a worker on the second host
     left = host.s3.list_objects_v2(Bucket=BUCKET, Prefix="unreadable").get("Contents", [])
     assert left == []  # a failed first ingest leaves no object behind
