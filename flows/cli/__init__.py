@@ -231,8 +231,14 @@ def _unraisable(info) -> None:
     its next step (so the command still stops). Anything else: Python's own report."""
     if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
         import _thread
+        import threading
 
-        _thread.interrupt_main()
+        # Tripped from another thread, a moment later: tripped here, the handler would raise
+        # at once, inside this hook, whose exception Python only prints.
+        timer = threading.Timer(0.05, _thread.interrupt_main)
+        timer.daemon = True
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C now: the timer's trips
+            timer.start()
         return
     sys.__unraisablehook__(info)
 

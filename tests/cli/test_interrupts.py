@@ -129,3 +129,30 @@ def test_an_interrupted_command_leaves_nothing_it_started_running(kind, stores, 
         from storage.staging import stale_staging
 
         assert stale_staging(store) == []
+
+
+def test_an_interrupt_swallowed_in_a_c_callback_is_raised_in_the_main_thread_later(
+    monkeypatch, capsys
+):
+    """An interrupt that a C callback (numba's compiler, a finalizer) cannot raise reaches the
+    unraisable hook: raised again in the main thread at its next step, never inside the hook
+    (whose exception Python would only print, as 'Exception ignored in sys.unraisablehook')."""
+    from flows import cli
+    from flows.cli._runner import PROGRAM
+
+    class InterruptedFinalizer:
+        def __del__(self):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "unraisablehook", cli._unraisable)
+    previous = signal.signal(signal.SIGINT, cli._interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            finalized = InterruptedFinalizer()
+            del finalized  # its KeyboardInterrupt cannot propagate from __del__
+            for _ in range(500):
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        PROGRAM.interrupted = False
+    assert "Exception ignored" not in capsys.readouterr().err
