@@ -492,6 +492,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             chunk_rows=chunk_rows,
             group_names=group_names, lsh=lsh, layout=layout, suggested_radius=radius_hint,
             source=source, tuning=tuning, scale=None if appending else scaling.attrs(),
+            feature_names=None if appending else plan.feature_columns,
         )  # fmt: skip
         settings = options_record(options, source=source)
         if source != "gaussian":  # the generator's settings only for the data it generates

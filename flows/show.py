@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from storage.index import StoredIds
+from storage.index import StoredIds, feature_names, scale_method, unscale_points
 from storage.receipts import read_receipts, receipts_of_rows
 from storage.store import FairpipeStore, read_rows_at
 
@@ -42,6 +42,8 @@ def show_rows(store_url: str, ids: np.ndarray) -> dict:
     live_rows = found[alive]
     names = list(attrs.get("group_names") or ["all"])
     points = read_rows_at(session, "points", live_rows) if live_rows.size else None
+    if points is not None:
+        points = unscale_points(attrs, points)  # in the source's units, as the user gave them
     groups = read_rows_at(session, "groups", live_rows) if live_rows.size else None
     gone = found[~alive]
     receipts = read_receipts(session) if gone.size else []
@@ -63,4 +65,5 @@ def show_rows(store_url: str, ids: np.ndarray) -> dict:
         out.append({"id": i, "row": row, "forgotten": True,
                     "forgotten_at": receipt["applied_at"] if receipt else None,
                     "receipt": receipt})  # fmt: skip
-    return {"store": store.url, "d": int(attrs["d"]), "rows": out}
+    return {"store": store.url, "d": int(attrs["d"]), "feature_names": feature_names(attrs),
+            "scale": scale_method(attrs), "rows": out}  # fmt: skip

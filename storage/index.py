@@ -448,11 +448,13 @@ def erase_rows(session, root, rows: np.ndarray) -> None:
 def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: int, seed: int,
                         chunk_rows: int, group_names: list[str], lsh: E2LSH, layout: dict,
                         suggested_radius: float, source: str,
-                        tuning: dict | None = None, scale: dict | None = None) -> dict:  # fmt: skip
+                        tuning: dict | None = None, scale: dict | None = None,
+                        feature_names: list[str] | None = None) -> dict:  # fmt: skip
     """The root attributes after an ingest (``before``: those it started from); returns them.
     ``tuning``: what the parameters promise, kept in the ``lsh`` attribute (``radius``,
     ``recall_target``, ``expected_recall``, ``expected_candidates``: flows.parameters);
-    ``scale``: a new store's scaling (:func:`scaler_of`), None to keep the store's."""
+    ``scale``: a new store's scaling (:func:`scaler_of`), None to keep the store's;
+    ``feature_names``: a new store's feature columns (a table's), None to keep the store's."""
     meta = {
         "fairpipe_format": FORMAT,
         "n": n,
@@ -468,8 +470,21 @@ def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: 
     }
     if scale is not None:
         meta[SCALE] = scale
+    if feature_names:
+        meta[FEATURE_NAMES] = list(feature_names)
     root.attrs.update(meta)
     return meta
+
+
+# The root attribute naming a table's feature columns, in the order of the points' columns.
+FEATURE_NAMES = "feature_names"
+
+
+def feature_names(attrs: dict) -> list[str]:
+    """The names of the store's feature columns: a table's own, else x0, x1, ..."""
+    names = attrs.get(FEATURE_NAMES)
+    d = int(attrs["d"])
+    return list(names) if names and len(names) == d else [f"x{j}" for j in range(d)]
 
 
 # -- scaling ---------------------------------------------------------------------------------------

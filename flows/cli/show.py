@@ -22,13 +22,14 @@ def _render(r: dict) -> None:
         ids = [str(row["id"]) for row in live]
         groups = [row["group"] for row in live]
         used = 1 + max(map(len, ids + ["id"])) + 3 + max(map(len, groups + ["group"])) + 3
+        names = r["feature_names"]
         shown = 0
         for j in range(int(r["d"])):
-            width = max(len(f"x{j}"), *(len(c[j]) for c in cells)) + 3
+            width = max(len(names[j]), *(len(c[j]) for c in cells)) + 3
             if shown and used + width > out.width:
                 break
             used, shown = used + width, shown + 1
-        table = Table("id", "group", *(f"x{j}" for j in range(shown)))
+        table = Table("id", "group", *names[:shown])
         for column in table.columns:
             column.no_wrap = True
         for i, g, c in zip(ids, groups, cells):
@@ -36,6 +37,8 @@ def _render(r: dict) -> None:
         out.print(table)
         if shown < int(r["d"]):
             out.print(f"(the first {shown} of {r['d']} features; --json has all)")
+        if r["scale"] != "none":
+            out.print(f"(in the source's units; the store keeps them scaled: {r['scale']})")
     for row in r["rows"]:
         if not row["forgotten"]:
             continue

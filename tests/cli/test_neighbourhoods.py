@@ -66,6 +66,17 @@ def test_a_table_is_standardised_and_appends_use_the_stored_scaler(scaled_store)
     assert np.allclose(points[300:], expected, atol=1e-5)
     assert not np.allclose(points[300:].mean(0), 0.0, atol=1e-3)  # a refit would centre them
     assert np.allclose(unscale_points(st.attrs(), points[300:]), added, rtol=1e-6, atol=1e-4)
+    # show prints a row as the table gave it: the source's column names and units.
+    shown = invoke("show", "--store", store, "--ids", "305,7", "--json")
+    assert shown.exit_code == 0, shown.output
+    rows = json.loads(shown.stdout)
+    assert rows["feature_names"] == COLUMNS and rows["scale"] == "standard"
+    given = pd.concat([first, more]).set_index("id")
+    for row in rows["rows"]:
+        assert np.allclose(row["features"], given.loc[row["id"], COLUMNS].to_numpy(float),
+                           rtol=1e-5, atol=1e-3)  # fmt: skip
+    text = invoke("show", "--store", store, "--ids", "305").stdout
+    assert "weight" in text and "the store keeps them scaled: standard" in text
 
 
 def test_a_query_given_by_value_is_scaled_as_the_stored_points(scaled_store, tmp_path):

@@ -218,7 +218,8 @@ def test_show_never_cuts_an_id_or_a_group_to_fit_the_features(capsys):
     big = 2**62 + 12345
     rows = [{"id": big, "row": 0, "forgotten": False, "group": "a rather long group name",
              "features": [-1234.5678] * 64}]  # fmt: skip
-    _render({"store": "s", "d": 64, "rows": rows})
+    _render({"store": "s", "d": 64, "feature_names": [f"x{j}" for j in range(64)],
+             "scale": "none", "rows": rows})  # fmt: skip
     text = capsys.readouterr().out
     assert str(big) in text and "a rather long group name" in text and "…" not in text
     assert max(map(len, text.splitlines())) <= 80
