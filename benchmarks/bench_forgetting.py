@@ -10,7 +10,7 @@ L tables), a DC-k-means fit and a fair summary; that build's time is the baselin
   erasure from history included: its ids/s, the time of each batch, and the peak RSS of the
   flow's process and of each Dask worker.
 
-Targets (issue 15): backfill <= 1.5x the build; drain of 1,000 ids <= 1/20 of the build.
+Targets: backfill <= 1.5x the build; drain of 1,000 ids <= 1/20 of the build.
 All runs share one LocalCluster with 2 worker processes and one Prefect server.
 
 Run: .venv/bin/python benchmarks/bench_forgetting.py [--n 1000000] [--d 32] [--batch 50000]

@@ -4,7 +4,7 @@ chunk) in a module that imports neither Prefect nor a flow.
 A job is pickled by reference, so a worker imports the module that defines it before running
 it. A worker that runs only jobs (while the other runs the Prefect task mapping them) then never
 loads Prefect and the flows: importing this module takes about 0.12 s, ``flows.ingest`` about
-1.3 s, and at the start of a 1M-row ingest that second worker used to sit idle that long.
+1.3 s, which a worker importing the flows would sit idle at the start of a 1M-row ingest.
 """
 
 from __future__ import annotations
