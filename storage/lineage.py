@@ -18,7 +18,6 @@ which.
 from __future__ import annotations
 
 import contextlib
-import json
 import uuid
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from storage.store import create_array, open_group, read_array
+from storage.store import open_group, read_json_array, write_json_array
 
 LINEAGE = "lineage/json"
 OPERATION_KEY = "fairpipe_operation"  # commit metadata: the operation key of the commit's entry
@@ -63,17 +62,11 @@ def operation_name(default: str) -> str:
 
 def read_lineage(session) -> list[dict]:
     """The log's entries, oldest first ([] for a store without one)."""
-    group = open_group(session)
-    if "lineage" not in group or "json" not in group["lineage"]:
-        return []
-    return json.loads(read_array(session, LINEAGE).tobytes().decode())
+    return read_json_array(session, LINEAGE)
 
 
 def _write(root, entries: list[dict]) -> None:
-    data = np.frombuffer(json.dumps(entries).encode(), dtype=np.uint8)
-    if "lineage" in root and "json" in root["lineage"]:
-        del root[LINEAGE]
-    create_array(root, LINEAGE, shape=data.shape, dtype="uint8")[...] = data
+    write_json_array(root, LINEAGE, entries)
 
 
 def _flat(values: Mapping[str, Any] | None) -> dict:

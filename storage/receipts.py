@@ -15,17 +15,16 @@ last forget, or a store made before the array existed) has no receipt recorded.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from storage.store import (
     create_array,
     open_array,
     open_group,
-    read_array,
+    read_json_array,
     read_rows_at,
     rewrite_rows_at,
+    write_json_array,
 )
 
 RECEIPTS = "receipts/json"
@@ -34,17 +33,11 @@ REQUESTS_KEY = "fairpipe_requests"  # commit metadata: the request ids a commit 
 
 
 def read_receipts(session) -> list[dict]:
-    group = open_group(session)
-    if "receipts" not in group or "json" not in group["receipts"]:
-        return []
-    return json.loads(read_array(session, RECEIPTS).tobytes().decode())
+    return read_json_array(session, RECEIPTS)
 
 
 def write_receipts(root, receipts: list[dict]) -> None:
-    data = np.frombuffer(json.dumps(receipts).encode(), dtype=np.uint8)
-    if "receipts" in root and "json" in root["receipts"]:
-        del root[RECEIPTS]
-    create_array(root, RECEIPTS, shape=data.shape, dtype="uint8")[...] = data
+    write_json_array(root, RECEIPTS, receipts)
 
 
 def mark_forgotten(session, root, n_rows: int, rows: np.ndarray, numbers: np.ndarray) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import uuid
@@ -764,6 +765,19 @@ def replace_array(root, name: str, values: np.ndarray) -> None:
     arr = create_array(root, name, shape=values.shape, dtype=values.dtype)
     if values.size:
         arr[...] = values
+
+
+def read_json_array(session, name: str) -> list:
+    """The list kept as the UTF-8 JSON bytes of the uint8 array ``name`` (the receipts, the
+    lineage log); [] where the store has none."""
+    if name not in open_group(session):
+        return []
+    return json.loads(read_array(session, name).tobytes().decode())
+
+
+def write_json_array(root, name: str, values: list) -> None:
+    """Keep ``values`` as the UTF-8 JSON bytes of the uint8 array ``name`` of an open group."""
+    replace_array(root, name, np.frombuffer(json.dumps(values).encode(), dtype=np.uint8))
 
 
 def _check_empty_folder(url: str, local: Path | None) -> None:

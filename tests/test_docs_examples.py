@@ -137,22 +137,29 @@ def normalised(message: str) -> str:
     return " ".join(NUMBER.sub("#", message).split())
 
 
+def page_folder(folder: Path) -> tuple[Path, dict[str, str]]:
+    """The empty folder a page's examples run in (``folder/work``, beside a ``shared`` link to
+    the data sets, as the repository sits), and the environment of the commands run in a shell:
+    the virtual environment's ``bin`` first on the PATH, the repository importable."""
+    (folder / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
+    cwd = folder / "work"
+    cwd.mkdir()
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    return cwd, env
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("doc", DOCS)
 def test_every_shell_example_runs_as_written(doc, prefect_server, tmp_path, monkeypatch):
     if not SHARED_DATA.is_dir():
         pytest.fail(f"{SHARED_DATA} is missing: the examples read the real data sets from there")
-    (tmp_path / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
-    cwd = tmp_path / "work"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "PREFECT_API_URL": prefect_server,
-    }
     monkeypatch.setenv("PREFECT_API_URL", prefect_server)
+    cwd, env = page_folder(tmp_path)
+    monkeypatch.chdir(cwd)
     problems, ran, timings = [], 0, []
     for example in examples(doc):
         where = f"{doc}:{example.line}: $ {example.command}"
@@ -191,15 +198,8 @@ def rewrite(doc: str, folder: Path) -> int:
 
     ``python -m tests.test_docs_examples docs/commands.md`` (with ``fairpipe server start``
     running, or a Prefect server per command)."""
-    (folder / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
-    cwd = folder / "work"
-    cwd.mkdir()
+    cwd, env = page_folder(folder)
     os.chdir(cwd)
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
     lines = (REPO / doc).read_text().splitlines()
     replaced: list[tuple[int, int, list[str]]] = []
     for example in examples(doc):

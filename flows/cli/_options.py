@@ -80,6 +80,14 @@ IdsFile = Annotated[
         show_default="none",
     ),
 ]
+QueryId = Annotated[
+    int | None,
+    typer.Option(
+        "--query-id",
+        help="Id of a stored point (one --query-* option only).",
+        show_default="none",
+    ),
+]
 QueryRow = Annotated[
     int | None,
     typer.Option(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
-from flows.cli._options import QueryFile, QueryRow, Store, check_options, read_query_file
+from flows.cli._options import (
+    QueryFile,
+    QueryId,
+    QueryRow,
+    Store,
+    check_options,
+    read_query_file,
+)
 from flows.cli._runner import Shared, command
 
 
@@ -26,14 +29,7 @@ def _check(**o) -> None:
 @command(render=_render, read_only=True, check=_check)
 def predict(
     store: Store,
-    query_id: Annotated[
-        int | None,
-        typer.Option(
-            "--query-id",
-            help="Id of a stored point (one --query-* option only).",
-            show_default="none",
-        ),
-    ] = None,
+    query_id: QueryId = None,
     query_row: QueryRow = None,
     query_file: QueryFile = None,
     *,

@@ -10,6 +10,7 @@ from fairpipe.errors import FairpipeInputError, check_int_range
 from fairpipe.validation import check_ids
 from flows.cli._options import (
     QueryFile,
+    QueryId,
     QueryRow,
     Seed,
     Store,
@@ -115,14 +116,7 @@ def _check(**o) -> None:
 @command(FLAGS, render=_render, read_only=True, check=_check, renamed=RENAMED)
 def sample(
     store: Store,
-    query_id: Annotated[
-        int | None,
-        typer.Option(
-            "--query-id",
-            help="Id of a stored point (one --query-* option only).",
-            show_default="none",
-        ),
-    ] = None,
+    query_id: QueryId = None,
     query_row: QueryRow = None,
     query_file: QueryFile = None,
     radius: Annotated[
