@@ -13,7 +13,14 @@ without faults (the reference: every object of ``main`` recorded after each step
   waits for or is refused by the other's lock (exit 3, its error in one line), and is then run
   again;
 - before a drain, hostile objects dropped into its queue (bad JSON, a name that disagrees with
-  its content, a huge object, a folder, a link): the drain sets them aside and applies the rest.
+  its content, objects and arrays nested 200,000 deep, a huge object, a folder, a link): the
+  drain sets them aside and applies the rest;
+- before a step (after the first), damaged metadata: a byte flipped in, or the end cut from, a
+  manifest, the current snapshot or an older one, or a manifest made to list one chunk fewer
+  (the one an older commit made, as Icechunk wrote it). ``verify``, a query, ``info`` and the
+  step itself then each exit 4 with one error line (``verify``: its report), or exit 0 with the
+  answer the undamaged store gives (a query, ``info``); never 1, never another answer. Then the
+  file is restored (from a copy, as the error line says) and the step is run again.
 
 After each step, checked: nothing of an interrupted command is left running; every exit is 0, 3
 (busy), 130 (interrupted), -9 (killed), or 2 for an append rerun that finds its ids already
@@ -23,6 +30,7 @@ object of ``main`` (receipts aside: they hold times and request ids) equals the 
 the same step; no request is left pending; each receipt appears once.
 
 Run: .venv/bin/python benchmarks/bench_hostile.py [--episodes 9] [--n 4000] [--seed 0]
+[--faults damaged-metadata,SIGKILL,...]
 (about 8 minutes at the defaults: 54 faults). Prints a table and, with --json, one JSON line.
 """
 
@@ -100,6 +108,9 @@ HOSTILE = {
     "20261127T000000000001Z-aaaaaaab.json": b'{"request": ',
     "20261127T000000000002Z-aaaaaaac.json": b"\xff\xfe",
     "notes.json": b"{}",
+    # Nested past the JSON parser's recursion limit, as objects and as arrays.
+    "20261127T000000000005Z-aaaaaaaf.json": b'{"a":' * 200_000 + b"1" + b"}" * 200_000,
+    "20261127T000000000006Z-aaaaaab0.json": b"[" * 200_000 + b"]" * 200_000,
 }
 
 
@@ -118,6 +129,75 @@ def drop_hostile(store: Path, rng) -> int:
     return len(names) + extra
 
 
+# What a reader answers, compared with the undamaged store's (times aside).
+READERS = [["verify"], ["sample", "--query-row", "7", "--mode", "buckets", "--json"],
+           ["info", "--json"]]  # fmt: skip
+
+
+def comparable(text: str):
+    """A command's JSON output without what varies from run to run (timings, times)."""
+
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in ("timings", "seconds")}
+        return [strip(v) for v in x] if isinstance(x, list) else x
+
+    try:
+        return strip(json.loads(text))
+    except ValueError:
+        return text
+
+
+def damage_metadata(store: Path, rng) -> tuple[str, list[tuple[Path, bytes]]]:
+    """Damage one metadata object of ``store`` at random; returns (what was done, the files and
+    their bytes to restore)."""
+    from storage.store import FairpipeStore
+    from tests.storage.test_manifests import coordinates, drop_chunk_reference, manifest_file
+
+    how = str(rng.choice(["manifest", "tip-snapshot", "older-snapshot", "dropped-reference"]))
+    if how == "dropped-reference":  # a manifest Icechunk wrote, listing one chunk fewer
+        array = str(rng.choice(["points", "ids", "alive", "lsh/segments"]))
+        target = manifest_file(store, array)
+        saved = [(target, target.read_bytes())]
+        chunk = coordinates(store, array)[0]
+        drop_chunk_reference(store, array, "/".join(["c", *map(str, chunk)]))
+        return f"{how} of {array}", saved
+    history = [h["id"] for h in FairpipeStore.open(str(store)).history()]
+    if how == "manifest":
+        manifests = sorted((store / "manifests").iterdir())
+        target = manifests[int(rng.integers(len(manifests)))]
+    elif how == "tip-snapshot" or len(history) < 2:
+        target = store / "snapshots" / history[0]
+    else:
+        target = store / "snapshots" / history[int(rng.integers(1, len(history)))]
+    data = target.read_bytes()
+    if rng.random() < 0.5:
+        at = int(rng.integers(0, len(data)))
+        flipped = bytes([data[at] ^ (1 << int(rng.integers(8)))])
+        target.write_bytes(data[:at] + flipped + data[at + 1 :])
+        return f"{how} byte {at} flipped", [(target, data)]
+    target.write_bytes(data[: int(rng.integers(0, len(data)))])
+    return f"{how} cut short", [(target, data)]
+
+
+def damage_outcome(out: subprocess.CompletedProcess, want: str | None) -> str | None:
+    """What is wrong with a command's outcome on damaged metadata (None: nothing): exit 4 ending
+    in one error line (after progress, which a backfill shows; ``verify``: its report on
+    stdout), or exit 0 with the undamaged answer."""
+    lines = out.stderr.strip().splitlines()
+    if out.returncode == 4:
+        report = not lines and ("damaged: " in out.stdout or "corrupt: " in out.stdout)
+        ended = bool(lines) and lines[-1].startswith("error: ") and "Traceback" not in out.stderr
+        if report or (ended and not out.stdout):
+            return None
+        return f"exit 4 without one error line: {out.stderr[-300:]}"
+    if out.returncode == 0:
+        if want is None or comparable(out.stdout) == comparable(want):
+            return None
+        return "exit 0 with another answer than the undamaged store's"
+    return f"exit {out.returncode}: {out.stderr[-300:]}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--episodes", type=int, default=9)
@@ -126,7 +206,10 @@ def main() -> None:
     ap.add_argument("--own-servers", action="store_true",
                     help="each command starts its own Prefect server, as with no PREFECT_API_URL")  # fmt: skip
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--faults", default="",
+                    help="the kinds of fault to draw from, comma-separated (default: every kind)")  # fmt: skip
     a = ap.parse_args()
+    only = {f for f in a.faults.split(",") if f}
 
     from flows.runtime import prefect_api
     from storage.queue import pending
@@ -151,6 +234,11 @@ def main() -> None:
             env.pop("PREFECT_API_URL", None)
         else:
             env["PREFECT_API_URL"] = api
+
+        def read(command, store):
+            return subprocess.run([str(BIN / "fairpipe"), command[0], "--store", str(store),
+                                   *command[1:]], env=env, capture_output=True, text=True,
+                                  timeout=900)  # fmt: skip
 
         def run(step, store, check=True):
             out = subprocess.run(argv(step, store), env=env, capture_output=True, text=True,
@@ -182,10 +270,36 @@ def main() -> None:
                 kinds = ["SIGKILL", "SIGTERM", "SIGINT", "twice"]
                 if name == "forget":
                     kinds.append("hostile-queue")
+                if k > 0:  # a store to damage
+                    kinds.append("damaged-metadata")
+                if only:  # (none of them at this step: the step alone)
+                    kinds = [kind for kind in kinds if kind in only] or ["none"]
                 kind = str(rng.choice(kinds))
                 faults[kind] += 1
                 where = f"episode {episode} {name} ({kind})"
-                if kind == "hostile-queue":
+                if kind == "none":
+                    pass
+                elif kind == "damaged-metadata":
+                    sound = {tuple(r): read(r, store) for r in READERS[1:]}
+                    wanted = {r: out.stdout for r, out in sound.items() if out.returncode == 0}
+                    how, saved = damage_metadata(store, rng)
+                    where = f"{where[:-1]}: {how})"
+                    for r in READERS:
+                        if tuple(r) in sound and tuple(r) not in wanted:
+                            continue  # (refused on the sound store too: a forgotten row)
+                        out = read(r, store)
+                        codes[out.returncode] += 1
+                        wrong = damage_outcome(out, wanted.get(tuple(r)))
+                        if wrong:
+                            failures.append(f"{where} {r[0]}: {wrong}")
+                    out = run(step, store, check=False)
+                    codes[out.returncode] += 1
+                    wrong = damage_outcome(out, None)
+                    if wrong and not (out.returncode == 2 and "already in the store" in out.stderr):
+                        failures.append(f"{where} {name}: {wrong}")
+                    for path, data in saved:  # restored from a copy, as the error line says
+                        path.write_bytes(data)
+                elif kind == "hostile-queue":
                     dropped = drop_hostile(store, rng)
                     out = run(step, store, check=False)
                     codes[out.returncode] += 1

@@ -145,3 +145,19 @@ def check_fraction(value: Any, name: str, owner: str) -> float:
     if not ok:
         raise _bad(FRACTION, value, name, owner)
     return float(value)
+
+
+# What became of the work an error stopped (a deletion request withdrawn, or left filed for the
+# next drain): a note on the exception (PEP 678) that the command line prints on the error's line.
+OUTCOME = "fairpipe outcome: "
+
+
+def note_outcome(error: BaseException, text: str) -> None:
+    """Tell, with ``error``, what became of the work it stopped."""
+    error.add_note(OUTCOME + text)
+
+
+def outcomes(error: BaseException) -> list[str]:
+    """The outcomes :func:`note_outcome` gave ``error``."""
+    notes = getattr(error, "__notes__", ())
+    return [n.removeprefix(OUTCOME) for n in notes if isinstance(n, str) and n.startswith(OUTCOME)]

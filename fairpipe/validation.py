@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -12,6 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError, plain
+from fairpipe.jsontext import MAX_JSON_BYTES, JSONTextError, parse_json
+from fairpipe.number_text import NOT_A_NUMBER, flaw, read_integer
 
 NOT_2D = "{where} expects a 2-dimensional matrix of points. Got an array of shape {shape}."
 WRONG_DIM = (
@@ -132,13 +133,15 @@ _NUMBER = re.compile(r"[+-]?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
 
 def id_from_text(token: str) -> tuple[int | None, str]:
     """(the id a token of text names, "") or (None, why it names none): the text rule of ids."""
-    t = token.strip()
+    t = token.strip(" \t")  # the spaces a list or a table puts around its fields
     whole = _WHOLE.fullmatch(t)
-    try:
-        value = int(whole.group(1) if whole else t)
-    except ValueError:
+    value = read_integer(whole.group(1) if whole else t)  # ASCII digits only
+    if value is None:
         number = _NUMBER.fullmatch(t)
-        return None, EXPONENT if number and number.group(2) else NOT_AN_INTEGER
+        if number and number.group(2):
+            return None, EXPONENT
+        problem = flaw(t)
+        return None, NOT_AN_INTEGER if problem == NOT_A_NUMBER else problem
     return _in_range(value)
 
 
@@ -388,15 +391,17 @@ def load_npy(path, bad: str, **options) -> np.ndarray:
 
 
 def read_json_object(path: str, missing: str, bad: str) -> dict:
-    """The JSON object in the file ``path``. Raises ``missing`` (a message) when there is no such
-    file, and ``bad`` (a template with ``{problem}``) when it is not valid JSON or not an object."""
+    """The JSON object in the file ``path``, parsed within :mod:`fairpipe.jsontext`'s bounds.
+    Raises ``missing`` (a message) when there is no such file, and ``bad`` (a template with
+    ``{problem}``) when it is too large, not UTF-8, nested too deep, not JSON or not an object."""
     p = Path(path)
     if not p.is_file():
         raise FairpipeInputError(missing)
     try:
-        spec = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise FairpipeInputError(bad.format(problem=f"it is not valid JSON ({exc})")) from None
+        with open(p, "rb") as f:
+            spec = parse_json(f.read(MAX_JSON_BYTES + 1))  # one byte over: refused as too large
+    except JSONTextError as exc:
+        raise FairpipeInputError(bad.format(problem=exc)) from None
     if not isinstance(spec, dict):
         raise FairpipeInputError(bad.format(problem="it is not an object"))
     return spec

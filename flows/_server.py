@@ -71,6 +71,7 @@ class LocalServer:
     def __init__(self) -> None:
         self.port = free_port()
         self.process: subprocess.Popen | None = None
+        self._first: int | None = None  # the lock of a new database's first server (its fd)
 
     @property
     def api_url(self) -> str:
@@ -79,6 +80,9 @@ class LocalServer:
     def launch(self, prefect_settings: bool = False) -> None:
         """Start the subprocess (not waiting for it). ``prefect_settings``: also pass it the
         settings this process set explicitly (Prefect is imported then), as Prefect does."""
+        if self.process is None:
+            check_prefect_home()
+            self._first = _first_server_lock()
         env = {**os.environ, **EPHEMERAL_ENV}
         if prefect_settings:
             from prefect.settings import get_current_settings
@@ -104,6 +108,14 @@ class LocalServer:
         while not self._wait_healthy(timeout):
             self.port = free_port()
             self.launch(prefect_settings=True)
+        if self._first is not None:  # its database is made: other servers may start on it
+            (prefect_home() / DATABASE_READY).touch()
+            self._release_first()
+
+    def _release_first(self) -> None:
+        if self._first is not None:
+            os.close(self._first)  # releases the lock
+            self._first = None
 
     def _wait_healthy(self, timeout: float) -> bool:
         """True once the server answers; False if it exited because its port was taken."""
@@ -126,6 +138,7 @@ class LocalServer:
         )
 
     def stop(self) -> None:
+        self._release_first()
         if self.process is None or self.process.poll() is not None:
             return
         self.process.terminate()
@@ -134,6 +147,53 @@ class LocalServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+# -- PREFECT_HOME: usable, and its database made by one server at a time -------------------------
+BAD_PREFECT_HOME = (
+    "PREFECT_HOME is {path}, which {why}; Prefect keeps its database and settings there. Point "
+    "PREFECT_HOME at a folder you may write, or unset it (default ~/.prefect)."
+)
+# Prefect's server makes its database (migrations) on its first start in a PREFECT_HOME; two
+# servers doing so at once (two commands started together on a new PREFECT_HOME) fail with
+# database errors. The first server's command holds FIRST_SERVER_LOCK until its server answers;
+# DATABASE_READY then says the database is made.
+FIRST_SERVER_LOCK = "fairpipe-database.lock"
+DATABASE_READY = "fairpipe-database.ready"
+
+
+def check_prefect_home() -> None:
+    """A FairpipeInputError unless PREFECT_HOME is (or can be made) a folder this user may
+    write: Prefect's server would otherwise retry its database for minutes, printing
+    tracebacks."""
+    home = prefect_home()
+    at = home
+    while not at.exists() and at.parent != at:  # the nearest existing folder it would be made in
+        at = at.parent
+    why = None
+    if at.exists() and not at.is_dir():
+        why = "is not a folder" if at == home else f"cannot be made: {at} is a file"
+    elif not os.access(at, os.W_OK | os.X_OK):
+        why = "this user may not write" if at == home else f"cannot be made in {at}"
+    if why is not None:
+        raise FairpipeInputError(BAD_PREFECT_HOME.format(path=home, why=why))
+
+
+def _first_server_lock() -> int | None:
+    """The lock a new database's first server holds until it answers (waiting for another
+    command's first server to finish making it), or None where the database is made."""
+    import fcntl
+
+    home = prefect_home()
+    if (home / DATABASE_READY).exists():
+        return None
+    home.mkdir(parents=True, exist_ok=True)
+    fd = os.open(home / FIRST_SERVER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    if (home / DATABASE_READY).exists():  # made by the server this command waited for
+        os.close(fd)
+        return None
+    return fd
 
 
 def free_port() -> int:
@@ -256,10 +316,10 @@ def pid_file() -> Path:
 
 def kept_server() -> KeptServer | None:
     """The server of ``fairpipe server start`` if its pid file names a live Prefect server."""
-    import json
+    from fairpipe.jsontext import parse_json
 
     try:
-        record = json.loads(pid_file().read_text())
+        record = parse_json(pid_file().read_bytes(), max_bytes=64 * 1024)
         server = KeptServer(int(record["pid"]), str(record["url"]), str(record["log"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -292,6 +352,7 @@ def _start_stop_lock():
     only once the server answers)."""
     import fcntl
 
+    check_prefect_home()
     home = prefect_home()
     home.mkdir(parents=True, exist_ok=True)
     fd = os.open(home / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
@@ -317,6 +378,7 @@ def _start_kept_server(port: int | None) -> KeptServer:
     url = f"http://127.0.0.1:{port}/api"
     log = home / LOG_FILE
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    first = _first_server_lock()  # a new database: made by this server alone
     # Spawned, not a Popen: it outlives this process, which does not wait for it.
     pid = os.posix_spawn(
         sys.executable,
@@ -332,9 +394,14 @@ def _start_kept_server(port: int | None) -> KeptServer:
     server = KeptServer(pid, url, str(log))
     try:
         _wait_started(server)
+        if first is not None:  # its database is made: other servers may start on it
+            (home / DATABASE_READY).touch()
     except BaseException:
         _end(pid)
         raise
+    finally:
+        if first is not None:
+            os.close(first)  # releases the lock
     fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with open(fd, "w") as fh:
         json.dump({"pid": server.pid, "url": server.url, "log": server.log}, fh)

@@ -63,8 +63,10 @@ def check_forget(url: str, ids) -> None:
     """The store of a forget, and its ``ids`` (None: a drain): not all unknown to the store."""
     from fairpipe.datasets import NO_IDS
     from fairpipe.validation import IdLookup, as_id_array, check_ids
+    from storage.queue import check_queue
 
     store, _ = existing_store(url, remember=True)
+    check_queue(url)  # forget files its ids as a request, then drains the queue
     if ids is None:
         return
     ids = np.unique(check_ids(np.atleast_1d(as_id_array(ids)), "the ids to forget"))

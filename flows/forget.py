@@ -33,7 +33,7 @@ import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import NO_IDS
-from fairpipe.errors import FairpipeInputError, check_positive_int
+from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int, note_outcome
 from fairpipe.validation import IdLookup, as_id_array, check_ids, deletion_request
 from flows import update
 from flows.checks import ALL_UNKNOWN
@@ -54,6 +54,7 @@ from storage.index import (
     write_removal,
 )
 from storage.lineage import operation_name, record
+from storage.lock import StoreBusyError
 from storage.models import write_model
 from storage.queue import (
     MalformedRequest,
@@ -93,9 +94,22 @@ def update_index_task(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, blo
                     [b for _, b in blocks], scatter=(2, 3))  # fmt: skip
 
 
+UNAPPLIED = ("withdraw", "keep")
+WITHDRAWN = "the request for these {n} ids is withdrawn: nothing of it is applied"
+NOT_FILED = "no request for these {n} ids is filed: nothing of it is applied"
+KEPT = (
+    "the request {rid} for these {n} ids stays filed: the next drain applies it ('fairpipe "
+    "status --store {url}' lists it)"
+)
+
+
 @dataclass
 class ForgetOptions:
     lock_timeout: float = 0.0
+    # What becomes of the request ``ids`` make when the drain cannot apply it (the store busy,
+    # a full disk, damage, an interrupt): withdrawn, or kept filed for the next drain. Either
+    # way the error says which.
+    unapplied: str = "withdraw"
     # Drop every earlier snapshot and the objects only they used now, whatever the store's
     # erasure_retention (storage.erasure): time travel before this drain is lost.
     purge_history: bool = False
@@ -116,6 +130,7 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
     per batch. Ids none of which the store holds are an error, and nothing is filed."""
     o = options or ForgetOptions()
     check_positive_int(o.max_batch, "max_batch", "forget")
+    check_one_of(o.unapplied, UNAPPLIED, "unapplied", "forget")
     t_start = time.perf_counter()
     store = FairpipeStore.open(store_url)
     store.require_data()
@@ -130,9 +145,15 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
                 ALL_UNKNOWN.format(n=ids.size, url=store.url, first=int(ids[0]))
             )
         if has_queue(store.url):
-            file_request(store.url, ids, o.reason)  # durable: a crash leaves it for a drain
-        else:  # no queue beside a memory:// store: applied at once, with its receipt
-            extra.append(new_request(ids, o.reason))
+            with _filed(store, ids, o):  # under the writer lock: the drain applies it next
+                return _drain_and_erase(store, o, [], t_start)
+        # No queue beside a memory:// store: applied at once, with its receipt.
+        extra.append(new_request(ids, o.reason))
+    return _drain_and_erase(store, o, extra, t_start)
+
+
+def _drain_and_erase(store: FairpipeStore, o: ForgetOptions, extra: list[Request],
+                     t_start: float) -> dict:  # fmt: skip
     result = drain(store, o, extra)
     t0 = time.perf_counter()
     erased = erase_due(store, o.lock_timeout, now_all=o.purge_history)
@@ -143,6 +164,56 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
         result["timings"]["erasure"] = time.perf_counter() - t0
     result["timings"]["total"] = time.perf_counter() - t_start
     return result
+
+
+@contextlib.contextmanager
+def _filed(store: FairpipeStore, ids: np.ndarray, o: ForgetOptions):
+    """File ``ids`` as a request while holding the store's writer lock for the block (the drain
+    that applies it), so that no other drain can apply it meanwhile. If the block cannot apply
+    it (or the lock is busy), the request is withdrawn, or kept filed (``o.unapplied``), and the
+    error says which (:func:`fairpipe.errors.note_outcome`): nothing is applied later without
+    the user being told."""
+    n = int(ids.size)
+    try:
+        lock = store.writer_lock(o.lock_timeout)
+        lock.__enter__()
+    except BaseException as refused:  # busy, or the lock's note refused (a full disk)
+        if isinstance(refused, StoreBusyError) and o.unapplied == "keep":
+            request = file_request(store.url, ids, o.reason)
+            note_outcome(refused, KEPT.format(rid=request.request_id, n=n, url=store.url))
+        else:
+            note_outcome(refused, NOT_FILED.format(n=n))
+        raise
+    try:
+        tip = store.repo.lookup_branch("main")
+        try:
+            request = file_request(store.url, ids, o.reason)  # durable: a crash leaves it
+        except BaseException as failed:
+            note_outcome(failed, NOT_FILED.format(n=n))
+            raise
+        try:
+            yield request
+        except BaseException as failed:
+            if not _applied(store, request.request_id, tip):
+                if o.unapplied == "keep":
+                    note_outcome(failed, KEPT.format(rid=request.request_id, n=n, url=store.url))
+                else:
+                    delete_requests(store.url, [request.request_id])
+                    note_outcome(failed, WITHDRAWN.format(n=n))
+            raise
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _applied(store: FairpipeStore, request_id: str, tip: str) -> bool:
+    """Whether the request ``request_id`` has a receipt (``tip``: ``main`` when it was filed;
+    unmoved, nothing was applied since)."""
+    try:
+        if store.repo.lookup_branch("main") == tip:
+            return False
+        return any(r["request"] == request_id for r in read_receipts(store.readonly_session()))
+    except Exception:  # the store cannot say (damaged): a batch was committed, so leave it be
+        return True
 
 
 def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request],

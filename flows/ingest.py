@@ -86,7 +86,8 @@ from storage.index import (
     write_segment_lengths,
 )
 from storage.lineage import options_record, record
-from storage.store import FairpipeStore
+from storage.lock import StoreBusyError
+from storage.store import CREATED_MEANWHILE, FairpipeStore
 from storage.summary import has_summary
 
 DIM_MISMATCH = (
@@ -167,6 +168,10 @@ class IngestOptions:
 
     gaussian: dict = field(default_factory=dict)
     lock_timeout: float = 0.0
+    # The caller found no store at the URL when it started (a command line meaning to create
+    # one): a store found there now was made by another command meanwhile, which is a busy
+    # store (exit 3), not one to append to.
+    new_store: bool = False
     # The old names (flows.renamed), accepted for one release.
     lsh_k: InitVar[int | None] = None
     lsh_tables: InitVar[int | None] = None
@@ -347,6 +352,8 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     # A folder that is not a store fails before the source is read; a new store is created only
     # once the source has been planned, so a bad source leaves nothing behind.
     store = FairpipeStore.open_existing(store_url)  # raises for a folder that is not a store
+    if store is not None and options.new_store:
+        raise StoreBusyError(CREATED_MEANWHILE.format(url=store_url))
     # Planned here, not on the cluster: an append small enough for the flow to do itself
     # then never starts one (the embedded LocalCluster costs about 2 s to start).
     plan = plan_source_task(source, options)

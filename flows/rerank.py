@@ -61,7 +61,8 @@ class RerankOptions:
 def prepare(path: str, o: RerankOptions) -> CandidateLists:
     """Check the options and read and check the table; nothing is written."""
     check_rerank_options(o.algorithm, o.k, o.smoothing)
-    return read_candidates(path, o.desired, o.list_column, o.score_column, o.group_column)
+    lists = read_candidates(path, o.desired, o.list_column, o.score_column, o.group_column)
+    return lists
 
 
 @task(name="rerank-batch", cache_policy=NO_CACHE)

@@ -14,21 +14,21 @@ The cost: time travel to any snapshot before the cutoff is lost.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
+from fairpipe.number_text import flaw, read_duration
 from storage.lineage import record
 from storage.receipts import read_receipts, write_receipts
 from storage.store import FairpipeStore, read_rows_at
 
 RETENTION_KEY = "erasure_retention"
 DEFAULT_RETENTION = "0"
-UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 BAD_RETENTION = (
-    "erasure_retention must be a duration >= 0 such as 0, 3600s, 90m, 24h or 7d; got {value!r}."
+    "erasure_retention must be a duration >= 0 such as 0, 3600s, 90m, 24h or 7d, in ASCII "
+    "without spaces; got {value!r}, which {why}."
 )
 # Snapshots older than the retention are found by subtracting it from now: a century keeps
 # every date computable.
@@ -37,12 +37,12 @@ LONG_RETENTION = "erasure_retention must be at most 36500d (100 years); got {val
 
 
 def parse_retention(value) -> timedelta:
-    """``'24h'`` -> 24 hours; a negative, unparsable or non-finite value is an error."""
-    text = str(value).strip().lower()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", text)
-    if m is None:
-        raise FairpipeInputError(BAD_RETENTION.format(value=value))
-    seconds = float(m.group(1)) * UNITS[m.group(2)]
+    """``'24h'`` -> 24 hours; a negative, unparsable or non-finite value is an error, and so is
+    one not written by the rule of numbers (:func:`fairpipe.number_text.read_duration`: ASCII
+    digits, no spaces)."""
+    seconds = read_duration(str(value))
+    if seconds is None:
+        raise FairpipeInputError(BAD_RETENTION.format(value=value, why=flaw(str(value))))
     if seconds > MAX_RETENTION.total_seconds():  # (a float: inf for a number too large)
         raise FairpipeInputError(LONG_RETENTION.format(value=value))
     return timedelta(seconds=seconds)

@@ -75,10 +75,12 @@ from fairpipe.neighbors import (
     partition_bits,
     patch,
     segment_of,
+    segment_problem,
     sketch_levels,
     unmix,
 )
 from fairpipe.validation import IdLookup
+from storage.damage import DamagedPartError
 from storage.names import current_names
 from storage.staging import STAGING_MARK, Staging, stale_staging  # noqa: F401 (re-exported)
 from storage.store import (
@@ -608,15 +610,31 @@ def _padded(length: int) -> int:
     return -(-length // SEGMENT_CHUNK) * SEGMENT_CHUNK
 
 
-def read_tables_entries(session, t0: int, lengths: np.ndarray,
-                        layer: str = MAIN) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+def read_checked_segments(session, layer: str, sels: list,
+                          n_rows: int | None = None) -> list[np.ndarray]:  # fmt: skip
+    """Segments ``sels`` ((table, segment, slice of its length) each) of ``layer``, fetched
+    together, each checked before anything indexes with it (:func:`fairpipe.neighbors.
+    _segments.segment_problem`; its members against ``n_rows`` where given): one whose bytes
+    changed yet passed their checksum (a store without checksums) is a
+    :class:`storage.damage.DamagedPartError` naming it, never an index out of bounds."""
+    name = f"lsh/{layer_arrays(layer)[0]}"
+    got = read_many(session, name, sels)
+    for (t, p, _), seg in zip(sels, got):
+        problem = segment_problem(seg, n_rows)
+        if problem is not None:
+            raise DamagedPartError(f"Segment ({t}, {p}) of array '{name}'", problem)
+    return got
+
+
+def read_tables_entries(session, t0: int, lengths: np.ndarray, layer: str = MAIN,
+                        n_rows: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
     """(mixed keys, rows) of every entry of tables ``t0, t0 + 1, ...`` in ``layer``
     (``lengths``: their segment lengths there, a row per table), their segments fetched
     together (a read per table cost about 4 ms for a small delta, mostly opening the array
-    again)."""
+    again) and checked (:func:`read_checked_segments`)."""
     sels = [(t0 + j, int(p), slice(0, int(v[p])))
             for j, v in enumerate(lengths) for p in np.flatnonzero(v)]  # fmt: skip
-    got = iter(read_many(session, f"lsh/{layer_arrays(layer)[0]}", sels))
+    got = iter(read_checked_segments(session, layer, sels, n_rows))
     out = []
     for v in lengths:
         parts = [entries(next(got)) for _ in np.flatnonzero(v)]
@@ -640,13 +658,13 @@ def _table_runs(held: np.ndarray):
         j = last
 
 
-def _indexed_entries(session, t0: int, t1: int, given: list):
+def _indexed_entries(session, t0: int, t1: int, given: list, n_rows: int | None = None):
     """Per table of [t0, t1), the (mixed keys, rows) each layer of ``given`` ((layer, its
     segment lengths of those tables)) holds, read ahead in runs of tables holding at most
     READ_AHEAD_ENTRIES entries (or one table)."""
     held = sum((lengths.sum(axis=1) for _, lengths in given), np.zeros(t1 - t0, np.int64))
     for j, last in _table_runs(held):
-        per_layer = [read_tables_entries(session, t0 + j, lengths[j:last], name)
+        per_layer = [read_tables_entries(session, t0 + j, lengths[j:last], name, n_rows)
                      for name, lengths in given]  # fmt: skip
         for i in range(last - j):
             yield [layer[i] for layer in per_layer]
@@ -881,6 +899,9 @@ def _stored_keys(segs, t: int, lengths: np.ndarray, rows: np.ndarray, layer: str
     order = np.argsort(rows, kind="stable")
     for p in np.flatnonzero(lengths):
         assert block is not None
+        problem = segment_problem(block[p, : int(lengths[p])])
+        if problem is not None:
+            raise DamagedPartError(f"Segment ({t}, {p}) of array '{segs.path}'", problem)
         bucket_h, ends, members = decode(block[p, : int(lengths[p])])
         pos = np.flatnonzero(np.isin(members, rows))
         at = order[np.searchsorted(rows[order], members[pos])]
@@ -910,7 +931,7 @@ def load_index(session, attrs: dict) -> BucketIndex:
     got = read_arrays(session, [f"lsh/{layer_arrays(name)[1]}" for name in names])
     given = list(zip(names, got))
     tables = []
-    for parts in _indexed_entries(session, 0, got[0].shape[0], given):
+    for parts in _indexed_entries(session, 0, got[0].shape[0], given, int(attrs["n"])):
         h = np.concatenate([p[0] for p in parts])
         r = np.concatenate([p[1] for p in parts])
         if len(parts) > 1:
@@ -976,11 +997,16 @@ def load_sampler(session, attrs: dict) -> FairNN:
     release_free_memory()
     points = read_array(session, "points")
     release_free_memory()
+    ids, alive = read_array(session, "ids"), read_array(session, "alive")
+    for name, values in (("points", points), ("ids", ids), ("alive", alive)):
+        if values.shape[0] != int(attrs["n"]):  # (the index's members were checked against n)
+            why = f"it holds {values.shape[0]} rows where the store holds {int(attrs['n'])}"
+            raise DamagedPartError(f"Array '{name}'", why)
     arrays = {
         **lsh.to_arrays(),
         "points": points,
-        "ids": read_array(session, "ids"),
-        "alive": read_array(session, "alive"),
+        "ids": ids,
+        "alive": alive,
         "bucket_keys": index.bucket_keys,
         "bucket_starts": index.starts,
         "members": index.members,
@@ -1017,7 +1043,8 @@ def load_compact_index(session, attrs: dict) -> BucketIndex:
     n_entries = n_buckets = 0
     held = sum((v.sum(axis=1) for v in lengths), np.zeros(n_tables, np.int64))
     for j, last in _table_runs(held):
-        per_layer = [_read_segments(session, name, j, v[j:last]) for name, v in zip(names, lengths)]
+        per_layer = [_read_segments(session, name, j, v[j:last], int(attrs["n"]))
+                     for name, v in zip(names, lengths)]  # fmt: skip
         for i in range(last - j):
             h, sizes, rows = _table_buckets([layer[i] for layer in per_layer])
             nb, ne = h.shape[0], rows.shape[0]
@@ -1034,12 +1061,14 @@ def load_compact_index(session, attrs: dict) -> BucketIndex:
     return BucketIndex(keys, starts, members, n_tables)
 
 
-def _read_segments(session, layer: str, t0: int, lengths: np.ndarray) -> list[list[np.ndarray]]:
+def _read_segments(session, layer: str, t0: int, lengths: np.ndarray,
+                   n_rows: int | None = None) -> list[list[np.ndarray]]:  # fmt: skip
     """The non-empty segments of tables ``t0, t0 + 1, ...`` of ``layer``, per table in
-    segment order (increasing mixed keys), fetched together."""
+    segment order (increasing mixed keys), fetched together and checked
+    (:func:`read_checked_segments`)."""
     sels = [(t0 + j, int(p), slice(0, int(v[p])))
             for j, v in enumerate(lengths) for p in np.flatnonzero(v)]  # fmt: skip
-    got = iter(read_many(session, f"lsh/{layer_arrays(layer)[0]}", sels))
+    got = iter(read_checked_segments(session, layer, sels, n_rows))
     return [[next(got) for _ in np.flatnonzero(v)] for v in lengths]
 
 

@@ -1,4 +1,5 @@
-"""Checking a store's chunks against their checksums, and giving checksums to arrays without.
+"""Checking a store against what was written: its chunks against their checksums, its snapshots
+and manifests against what their commits recorded; and giving checksums to arrays without.
 
 Every array a store creates ends its codec chain with a crc32c checksum of the encoded chunk
 (:func:`storage.store.checksummed`): a stored chunk whose bytes change no longer matches it, and
@@ -7,6 +8,11 @@ zarr where :func:`storage.store.zarr_checked` wraps the read). This module finds
 without decoding them: :func:`verify_store` checks every chunk of every array of a snapshot
 (``fairpipe verify``), :func:`first_corrupt_chunk` the chunks a failed zarr read covered, and
 :func:`add_checksums` gives a checksum to the arrays of a store written before they had one.
+
+:func:`verify_store` first checks every snapshot of the history, newest first, against what its
+commit recorded (:func:`storage.manifests.verify_history`: the snapshot can be read, names itself
+as its child names it, and its arrays' metadata and chunks as their manifests list them are what
+its commit wrote), so a chunk a damaged manifest no longer lists is reported, not skipped.
 
 An array without a checksum cannot be verified: a damaged chunk of an uncompressed array still
 decodes, to wrong numbers. :func:`verify_store` decodes such an array's chunks (a damaged
@@ -28,15 +34,18 @@ from typing import Any
 import numpy as np
 from icechunk import IcechunkError
 
+from storage.damage import icechunk_reason
 from storage.store import (
     READ_CONCURRENCY,
     CorruptChunkError,
     FairpipeStore,
+    _metadata_read,
     _plain_chunks,
     checksum_ok,
     crc32c_of,
     decode_chunk,
     open_group,
+    zarr_api,
 )
 
 # The most damaged chunks a report lists (it counts them all).
@@ -49,13 +58,6 @@ CANNOT_ADD = (
 )
 
 
-def icechunk_reason(error: BaseException) -> str:
-    """The innermost cause in an Icechunk error's report (``Data corruption detected``)."""
-    lines = [line.strip(" |`-") for line in str(error).splitlines() if "-> " in line]
-    lines = [line.removeprefix("> ").strip() for line in lines if line]
-    return lines[-1] if lines else (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
 def has_checksum(arr) -> bool:
     """Whether array ``arr``'s last codec is a crc32c checksum (a zarr array's metadata)."""
     from zarr.codecs import Crc32cCodec
@@ -64,11 +66,13 @@ def has_checksum(arr) -> bool:
     return bool(codecs) and isinstance(codecs[-1], Crc32cCodec)
 
 
-def store_arrays(session) -> list[tuple[str, Any]]:
-    """(path, zarr array) of every array of a session's store, by path."""
-    root = open_group(session)
-    found = [(name, node) for name, node in root.members(max_depth=None)
-             if not hasattr(node, "members")]  # fmt: skip
+def store_arrays(session, checked: bool = True) -> list[tuple[str, Any]]:
+    """(path, zarr array) of every array of a session's store, by path (``checked``: its
+    groups' metadata checked first, :func:`storage.store.open_group`)."""
+    with _metadata_read("a node"):
+        root = open_group(session) if checked else zarr_api().open_group(session.store, mode="r")
+        found = [(name, node) for name, node in root.members(max_depth=None)
+                 if not hasattr(node, "members")]  # fmt: skip
     return sorted(found, key=lambda pair: pair[0])
 
 
@@ -226,19 +230,36 @@ def first_corrupt_chunk(arr, sel: Any = None) -> CorruptChunkError | None:
 
 def verify_store(store: FairpipeStore, snapshot: str | None = None,
                  progress: Callable[[str, int, int, int], None] | None = None) -> dict:  # fmt: skip
-    """Check every stored chunk of every array of ``snapshot`` (default: the tip of ``main``).
+    """Check every snapshot from ``snapshot`` (default: the tip of ``main``) back against what
+    its commit recorded, then every stored chunk of every array of ``snapshot``.
 
-    Returns ``{"store", "snapshot", "arrays", "chunks", "bytes", "corrupt": [{"array",
-    "chunk", "why"}, ...] (at most LISTED_CORRUPT), "n_corrupt", "unverifiable": [{"array",
-    "chunks", "decoded"}, ...]}``: arrays with a checksum are checked against it; arrays without
-    are decoded and listed as unverifiable. A chunk whose object Icechunk cannot read is
-    corrupt too, and so is an array whose list of chunks it cannot read (``chunk`` None). ``progress(array, arrays done, arrays, chunks checked)``
-    is called as each array starts and every 64 chunks."""
+    Returns ``{"store", "snapshot", "snapshots", "unrecorded", "damaged": [{"snapshot",
+    "array", "what", "why"}, ...], "arrays", "chunks", "bytes", "corrupt": [{"array", "chunk",
+    "why"}, ...] (at most LISTED_CORRUPT), "n_corrupt", "unverifiable": [{"array", "chunks",
+    "decoded"}, ...]}``: ``damaged`` lists the snapshots, manifests and metadata that are not
+    what their commits wrote (:func:`storage.manifests.verify_history`; ``unrecorded`` counts
+    the snapshots written before commits recorded it, whose manifests are only counted against
+    Icechunk's own count). Arrays with a checksum are checked against it; arrays without are
+    decoded and listed as unverifiable. A chunk whose object Icechunk cannot read is corrupt
+    too, and so is an array whose list of chunks it cannot read (``chunk`` None).
+    ``progress(array, arrays done, arrays, chunks checked)`` is called as each array starts and
+    every 64 chunks."""
     from zarr.core.sync import sync
 
-    session = store.readonly_session(snapshot)
-    arrays = store_arrays(session)
-    report: dict[str, Any] = {"store": store.url, "snapshot": session.snapshot_id,
+    from storage.manifests import verify_history
+
+    with store.named():
+        tip = snapshot if snapshot is not None else store.repo.lookup_branch("main")
+        history = verify_history(store, tip)
+        # (unchecked: what is damaged in it is listed above, and its chunks are still read)
+        session = store.repo.readonly_session(snapshot_id=tip)
+    try:
+        arrays = store_arrays(session, checked=False)
+    except Exception:
+        if not any(d["snapshot"] == tip for d in history["damaged"]):
+            raise
+        arrays = []  # its metadata, which zarr cannot read: listed above
+    report: dict[str, Any] = {"store": store.url, "snapshot": tip, **history,
                               "arrays": len(arrays), "chunks": 0, "bytes": 0, "corrupt": [],
                               "n_corrupt": 0, "unverifiable": []}  # fmt: skip
 

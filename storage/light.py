@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from storage.manifests import check_groups, expect
 from storage.names import current_names
 from storage.store import _fetch_many, _PlainChunks
 
@@ -185,6 +186,12 @@ class LightSession:
         except KeyError:
             return None
 
+    def coordinate_batches(self, array_path: str, batch_size: int = 1000):
+        """The coordinates of every chunk array ``array_path`` (``/points``) lists, in batches
+        (lists of lists): what ``icechunk.Session.chunk_coordinates`` gives one by one, and
+        :mod:`storage.manifests` checks against the snapshot's record."""
+        return self._native.chunk_coordinates(array_path, batch_size)
+
     def json(self, *keys: str) -> list[dict | None]:
         """The JSON documents at ``keys`` (None where there is none), fetched together."""
 
@@ -298,6 +305,8 @@ def open_light(local_dir: Path, snapshot: str | None = None) -> tuple[LightSessi
             session = LightSession(repo.readonly_session(branch="main"))
         else:
             session = LightSession(repo.readonly_session(snapshot_id=snapshot))
+        expect(repo, session.snapshot_id)  # its arrays are checked as they are opened
+        check_groups(session)  # and every node's metadata (the root's attributes) now
         # arrays a store lacks (no sketch) are never read; older attribute names read as current
         attrs = current_names(session.load(QUERY_ARRAYS))
         if attrs.get("fairpipe_format") is None or not attrs.get("n"):
@@ -305,5 +314,5 @@ def open_light(local_dir: Path, snapshot: str | None = None) -> tuple[LightSessi
         if delta_arrays(attrs):  # a second round trip, for the deltas' arrays
             session.load(delta_arrays(attrs))
         return session, attrs
-    except Exception:  # anything unexpected: the ordinary path opens it and names the problem
+    except Exception:  # anything unexpected (damage too): the ordinary path opens it and names it
         return None

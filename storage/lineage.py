@@ -32,7 +32,7 @@ from storage.store import open_group, read_json_array, write_json_array
 LINEAGE = "lineage/json"
 OPERATION_KEY = "fairpipe_operation"  # commit metadata: the operation key of the commit's entry
 # Option fields that are not parameters of what the store holds (how long to wait for its lock).
-NOT_PARAMETERS = ("lock_timeout",)
+NOT_PARAMETERS = ("lock_timeout", "new_store")
 NOT_FLAT = "A lineage entry holds numbers, text, booleans and None; {name!r} is a {kind}."
 
 # A snapshot's time and its entry's come from clocks that may differ a little (a writer's and

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from fairpipe.errors import FairpipeInputError
+from fairpipe.jsontext import parse_json
 
 LOCK_NAME = ".fairpipe.lock"
 BUSY = (
@@ -87,7 +88,7 @@ class WriterLock:
     def _holder(self) -> str:
         """Who holds the lock, as noted (``pid 8891 on vm since 2026-11-27T07:21:57``)."""
         try:
-            note = json.loads(self._holder_file.read_text())
+            note = parse_json(self._holder_file.read_bytes(), max_bytes=64 * 1024)
             return f"pid {int(note['pid'])} on {note['host']} since {note['since']}"
         except FileNotFoundError:
             return "a command creating the store" if self._folder else "not noted"
@@ -122,7 +123,10 @@ class WriterLock:
         """Write this process as the holder (pid, host, since) for a waiter's message."""
         note = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                            "since": time.strftime("%Y-%m-%dT%H:%M:%S")})  # fmt: skip
-        with open(self._holder_file, "w") as fh:
+        # Never through a link: the note is the store's own file, not one a link leads to.
+        fd = os.open(self._holder_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                     0o644)  # fmt: skip
+        with open(fd, "w") as fh:
             fh.write(note)
         self._noted = True
 
@@ -131,8 +135,11 @@ class WriterLock:
             return
         if self._noted:
             try:
-                with open(self._holder_file, "r+") as fh:
-                    fh.truncate(0)
+                fd = os.open(self._holder_file, os.O_WRONLY | os.O_NOFOLLOW)
+                try:
+                    os.ftruncate(fd, 0)
+                finally:
+                    os.close(fd)
             except OSError:  # removed with its folder by a failed creation
                 pass
             self._noted = False

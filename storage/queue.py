@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
+from fairpipe.jsontext import JSONTextError, parse_json
+from storage.paths import own_folder
 from storage.urls import object_store, parse_store_url
 
 QUEUE_DIR = "queue"
@@ -64,6 +66,9 @@ UNLISTABLE = (
     "the bucket's own tools (for example 'aws s3 rm'), then drain again."
 )
 MALFORMED = "The request object {path} is not a fairpipe deletion request ({why})."
+# A note of the drain's names an object, where it went, why and when: a few hundred bytes.
+MAX_NOTE_BYTES = 64 * 1024
+_NOTE_FIELDS = ("object", "moved_to", "why", "at")
 REQUEST_ID = re.compile(r"[0-9]{8}T[0-9]{12}Z-[0-9a-z]{1,40}")
 # A producer writes a request under a temporary name and links it to its own within
 # milliseconds; a temporary file older than this was left by a producer killed before its
@@ -83,21 +88,32 @@ class _Folder:
     def __init__(self, store_dir: Path):
         self.folder = store_dir / QUEUE_DIR
         self.quarantine = store_dir / QUARANTINE_DIR
+        # Anything else under their names would make every listing find nothing and every
+        # filing or drain fail (a file, a dangling link), or write requests where the link
+        # leads, outside the store (a link to a folder).
+        own_folder(self.folder, "the store's deletion requests")
+        own_folder(self.quarantine, "the queue objects a drain sets aside")
 
     def where(self, name: str) -> str:
         return str(self.folder / name)
 
     def create(self, name: str, body: bytes) -> None:
+        made = not self.folder.exists()
         self.folder.mkdir(exist_ok=True)  # in the store's folder, which must exist
         tmp = self.folder / f".{name}.{uuid.uuid4().hex[:6]}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
         try:
+            with open(tmp, "wb") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
             os.link(tmp, self.folder / name)  # raises FileExistsError if the name exists
-        finally:
-            tmp.unlink()
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # (it holds ids)
+            if made:  # a request not filed leaves the store as it was (unless another came)
+                with contextlib.suppress(OSError):
+                    self.folder.rmdir()
+            raise
+        tmp.unlink()
         _sync_folder(self.folder)  # the new name itself is durable
 
     def names(self) -> list[str]:
@@ -108,22 +124,7 @@ class _Folder:
 
     def read(self, name: str, limit: int) -> bytes:
         """The bytes of a regular file (never through a link), at most ``limit`` of them."""
-        try:
-            fd = os.open(self.folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise MalformedRequest("it is a symbolic link") from None
-            raise
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise MalformedRequest("it is not a regular file")
-            if st.st_size > limit:
-                raise MalformedRequest(f"it holds {st.st_size:,} bytes, over {limit:,}")
-            with os.fdopen(os.dup(fd), "rb") as f:
-                return f.read(limit + 1)
-        finally:
-            os.close(fd)
+        return _read_regular_file(self.folder / name, limit)
 
     def delete(self, name: str) -> None:
         (self.folder / name).unlink(missing_ok=True)
@@ -136,9 +137,15 @@ class _Folder:
         _sync_folder(self.quarantine)
 
     def notes(self) -> list[bytes]:
+        """The notes' bytes; a note that is not a regular file of at most MAX_NOTE_BYTES is
+        none of the drain's, and left out."""
         if not self.quarantine.is_dir():
             return []
-        return [p.read_bytes() for p in sorted(self.quarantine.glob("*.why.json"))]
+        notes = []
+        for path in sorted(self.quarantine.glob("*.why.json")):
+            with contextlib.suppress(OSError, MalformedRequest):
+                notes.append(_read_regular_file(path, MAX_NOTE_BYTES))
+        return notes
 
     def abandoned(self, now: float) -> list[Path]:
         """Temporary request files older than ABANDONED_AFTER_SECONDS (their producer died
@@ -155,6 +162,27 @@ class _Folder:
             except FileNotFoundError:  # linked and removed by its producer meanwhile
                 continue
         return old
+
+
+def _read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (never through a link, and a pipe is never waited
+    on), at most ``limit`` of them; :class:`MalformedRequest` saying why not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise MalformedRequest("it is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise MalformedRequest("it is not a regular file")
+        if st.st_size > limit:
+            raise MalformedRequest(f"it holds {st.st_size:,} bytes, over {limit:,}")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit + 1)
+    finally:
+        os.close(fd)
 
 
 def _sync_folder(folder: Path) -> None:
@@ -234,7 +262,8 @@ class _Bucket:
         import obstore
 
         paths = sorted(m["path"] for batch in obstore.list(self.store, prefix=f"{QUARANTINE_DIR}/")
-                       for m in batch if m["path"].endswith(".why.json"))  # fmt: skip
+                       for m in batch if m["path"].endswith(".why.json")
+                       and int(m["size"]) <= MAX_NOTE_BYTES)  # fmt: skip
         return [bytes(obstore.get(self.store, p).bytes()) for p in paths]
 
 
@@ -260,6 +289,13 @@ def _backend(url: str) -> _Folder | _Bucket | None:
 def has_queue(url: str) -> bool:
     """Whether requests can be filed beside the store at ``url``."""
     return parse_store_url(url).scheme in ("file", "s3", "gcs", "azure")
+
+
+def check_queue(url: str) -> None:
+    """Before a command files or drains requests: a FairpipeInputError naming the path where
+    the store's queue or quarantine is something else than a folder."""
+    if has_queue(url):
+        _backend(url)
 
 
 def _queue(url: str) -> _Folder | _Bucket:
@@ -346,11 +382,9 @@ def parse_request(request_id: str, data: bytes) -> Request:
     """The request in the bytes of object ``<request_id>.json``; :class:`MalformedRequest`
     saying what is wrong unless it is exactly what :func:`file_request` writes for that id."""
     try:
-        body = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise MalformedRequest("it is not UTF-8 text") from None
-    except ValueError as e:
-        raise MalformedRequest(f"it is not JSON: {e}") from None
+        body = parse_json(data, max_bytes=MAX_REQUEST_BYTES)
+    except JSONTextError as e:  # not UTF-8, not JSON, too large, or nested too deep
+        raise MalformedRequest(str(e)) from None
     if not isinstance(body, dict):
         raise MalformedRequest(f"it holds a JSON {type(body).__name__}, not an object")
     if body.get("request") != request_id:
@@ -405,9 +439,11 @@ def quarantined(url: str) -> list[dict]:
     notes = []
     for data in backend.notes():
         try:
-            notes.append(json.loads(data))
-        except ValueError:  # a note cut short by a crash: the object is still set aside
+            note = parse_json(data, max_bytes=MAX_NOTE_BYTES)
+        except JSONTextError:  # a note cut short by a crash: the object is still set aside
             continue
+        if isinstance(note, dict) and all(isinstance(note.get(f), str) for f in _NOTE_FIELDS):
+            notes.append(note)  # (anything else under a note's name is none of the drain's)
     return notes
 
 

@@ -54,6 +54,7 @@ from storage.index import (
     layer_bits,
     load_sampler,
     lsh_from_arrays,
+    read_checked_segments,
     scale_points,
     store_format,
 )
@@ -65,7 +66,6 @@ from storage.store import (
     open_array,
     read_array,
     read_arrays,
-    read_many,
 )
 from storage.urls import parse_store_url
 
@@ -357,8 +357,8 @@ class StoreReader:
         sels = [(t, p, slice(0, int(self._lengths[layer][t, p]))) for layer, t, p in missing]
         for layer in {w[0] for w in missing}:
             mine = [i for i, w in enumerate(missing) if w[0] == layer]
-            got = read_many(self.session, f"lsh/{layer_arrays(layer)[0]}",
-                            [sels[i] for i in mine])  # fmt: skip
+            # (checked: a query indexes the store's rows with their members)
+            got = read_checked_segments(self.session, layer, [sels[i] for i in mine], self.n)
             for i, seg in zip(mine, got):
                 self._segments[missing[i]] = seg
         return [self._segments[w] for w in wanted]
@@ -410,13 +410,14 @@ class StoreReader:
         return rows
 
     def _check_rows(self, rows) -> np.ndarray:
-        rows = np.atleast_1d(np.asarray(rows))
-        if rows.dtype.kind not in "iu":
+        rows = np.atleast_1d(np.asarray(rows))  # a Python int of 2^63 or more: uint64 or object
+        values = rows.tolist()
+        if rows.dtype.kind not in "iuO" or not all(type(r) is int for r in values):
             raise FairpipeInputError(f"Query rows must be integers. Got {rows.dtype}.")
-        rows = rows.astype(np.int64)
-        for r in rows.tolist():
+        for r in values:  # before any cast to int64, which would wrap 2^63 to -2^63
             if not 0 <= r < self.n:
                 raise FairpipeInputError(BAD_ROW.format(row=r, url=self.url, last=self.n - 1))
+        rows = rows.astype(np.int64)
         alive = self._cached("alive").rows(np.sort(rows))
         if not alive.all():
             r = int(np.sort(rows)[np.argmin(alive)])

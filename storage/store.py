@@ -22,10 +22,13 @@ from typing import Any
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
+from storage.damage import DamagedMetadataError, DamagedStoreError, raise_damage
 from storage.lock import LOCK_NAME, StoreBusyError, WriterLock, lock_path_for
 from storage.names import current_names, upgrade_names
+from storage.paths import NESTED, check_own_objects
 from storage.urls import (
     delete_objects,
+    enclosing_repository_url,
     list_objects,
     make_storage,
     parse_store_url,
@@ -36,6 +39,7 @@ FORMAT = 2
 TXN_PREFIX = "fairpipe-txn-"
 INTERNAL = "fairpipe_checkpoint"  # commit metadata key of a transaction's checkpoints
 CHECKPOINT = "checkpoint before distributed writes"
+CREATED = "create fairpipe store"  # the message of a store's first commit
 # Where Icechunk's local storage keeps a branch's ref (its folder outlives the branch).
 LOCAL_REF_FOLDER = "refs/branch.{branch}"
 NOT_A_STORE = "{url} is not a fairpipe store ({why}). Give an empty or new folder to create one."
@@ -51,6 +55,7 @@ CREATED_MEANWHILE = (
 
 __all__ = [
     "CorruptChunkError",
+    "DamagedStoreError",
     "FairpipeStore",
     "NotAStoreError",
     "StoreBusyError",
@@ -73,7 +78,7 @@ CHECKSUM_MISMATCH = "its crc32c checksum does not match its bytes"
 UNDECODABLE = "its bytes cannot be decoded ({error})"
 
 
-class CorruptChunkError(Exception):
+class CorruptChunkError(DamagedStoreError):
     """A chunk of an array whose stored bytes are not what was written: they fail the crc32c
     checksum every array carries as its last codec, or (an array stored without one) cannot be
     decoded. Damaged storage, never bad input and never a wrong answer: the read stops.
@@ -126,14 +131,48 @@ def zarr_api():
 
 
 def open_group(session, mode: str = "r"):
-    """The root group of a session's store."""
-    return zarr_api().open_group(session.store, mode=mode)
+    """The root group of a session's store (read: its groups' metadata checked against what
+    their commit recorded, :mod:`storage.manifests`)."""
+    if mode == "r":
+        from storage.manifests import check_groups
+
+        check_groups(session)
+    with _metadata_read("the root group"):
+        return zarr_api().open_group(session.store, mode=mode)
 
 
 def open_array(session, name: str, mode: str = "r"):
+    """Array ``name`` of a session's store (read: its metadata and its chunks as its manifest
+    lists them checked against what their commit recorded, once per snapshot:
+    :func:`storage.manifests.check_array`)."""
+    if mode == "r":
+        from storage.manifests import check_array
+
+        check_array(session, name)
     if _is_light(session):  # storage.light: read-only, without zarr
         return session.array(name)
-    return zarr_api().open_array(session.store, path=name, mode=mode)
+    with _metadata_read(f"array '{name}'"):
+        return zarr_api().open_array(session.store, path=name, mode=mode)
+
+
+@contextlib.contextmanager
+def _metadata_read(what: str):
+    """Around zarr's read of a node's metadata: metadata that is not JSON or not Zarr's (a
+    damaged snapshot of a store without a record of it) is a :class:`DamagedMetadataError`, and
+    so is what Icechunk reports as damage (:func:`storage.damage.icechunk_damage`)."""
+    from zarr.errors import MetadataValidationError, UnknownCodecError
+
+    try:
+        yield
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        why = f"it is not valid JSON ({type(e).__name__}: {e})"
+        raise DamagedMetadataError(f"The metadata of {what}", why) from e
+    except (MetadataValidationError, UnknownCodecError) as e:
+        why = f"it is not Zarr metadata ({' '.join(str(e).split())})"
+        raise DamagedMetadataError(f"The metadata of {what}", why) from e
+    except Exception as e:
+        raise_damage(e)
+        raise
 
 
 def _is_light(obj) -> bool:
@@ -167,7 +206,7 @@ class Transaction:
     def checkpoint(self, message: str) -> str:
         """Commit what is written so far to the private branch and continue in a new session."""
         snap = (
-            self.session.commit(message, metadata={INTERNAL: True})
+            commit_recorded(self.store.repo, self.session, message, {INTERNAL: True})
             if self.session.has_uncommitted_changes
             else None
         )
@@ -182,6 +221,14 @@ class Transaction:
     def merge(self, forks) -> None:
         if forks:
             self.session.merge(*forks)
+
+
+def commit_recorded(repo, session, message: str, metadata: dict | None = None) -> str:
+    """``session.commit(message, metadata)`` with the record of what the commit writes
+    (:func:`storage.manifests.commit`): how every commit of a store is made."""
+    from storage.manifests import commit
+
+    return commit(repo, session, message, metadata)
 
 
 def write_rows(session, name: str, start: int, values: np.ndarray) -> None:
@@ -302,13 +349,12 @@ def _put_chunks(session, plain: _PlainChunks, keep_empty: bool, parts) -> None:
         gate = asyncio.Semaphore(READ_CONCURRENCY)
 
         async def one(key: str, data: bytes | None) -> None:
-            async with gate:
-                if data is None:
-                    await store.delete(key)
-                else:
-                    await store.set(key, proto.buffer.from_bytes(data))
+            if data is None:
+                await store.delete(key)
+            else:
+                await store.set(key, proto.buffer.from_bytes(data))
 
-        await asyncio.gather(*(one(k, d) for k, d in puts))
+        await _every(gate, [lambda k=k, d=d: one(k, d) for k, d in puts])
 
     sync(put())
 
@@ -491,13 +537,36 @@ def _fetch_many(session, items: list[tuple[_PlainChunks, tuple[int, ...]]], take
         gate = asyncio.Semaphore(READ_CONCURRENCY)
 
         async def one(i: int, plain: _PlainChunks, c: tuple[int, ...]) -> None:
-            async with gate:
-                data = await get(f"{plain.path}/{plain.encode_key(c)}")
+            data = await get(f"{plain.path}/{plain.encode_key(c)}")
             take(i, decode_chunk(plain, c, data))
 
-        await asyncio.gather(*(one(i, p, c) for i, (p, c) in enumerate(items)))
+        await _every(gate, [lambda i=i, p=p, c=c: one(i, p, c) for i, (p, c) in enumerate(items)])
 
     run(fetch)
+
+
+async def _every(gate, jobs: list) -> None:
+    """Run ``jobs`` (coroutine functions), as many at once as ``gate`` lets in; once one fails,
+    start no more, wait for those under way, then raise the first error. No job outlives this
+    call: a fetch still in flight in Icechunk's compiled store when the error reaches the
+    program's exit would call back into an interpreter being torn down (a Rust panic, SIGABRT),
+    and one on the light path's event loop after it is closed."""
+    import asyncio
+
+    failed: list[BaseException] = []
+
+    async def guarded(job) -> None:
+        async with gate:
+            if failed:
+                return
+            try:
+                await job()
+            except BaseException as e:  # (a cancellation too: the others still end first)
+                failed.append(e)
+
+    await asyncio.gather(*(guarded(job) for job in jobs))
+    if failed:
+        raise failed[0]
 
 
 def decode_chunk(plain: _PlainChunks, coord: tuple[int, ...], data) -> np.ndarray:
@@ -840,6 +909,9 @@ class FairpipeStore:
         self.spec = spec
         self._ids: tuple[str, np.ndarray] | None = None  # (snapshot, its ids): see ids_at
         self._lock: WriterLock | None = None  # held by :meth:`creating` for the whole block
+        # The snapshot this object's last transaction published (its record made from a checked
+        # base and what it wrote): the next transaction on it need not check it again.
+        self._published: str | None = None
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -867,6 +939,7 @@ class FairpipeStore:
         try:
             exists = icechunk.Repository.exists(storage)
         except icechunk.IcechunkError as e:  # no server, no bucket, no credentials
+            raise_damage(e, url)  # or a damaged ref of main
             if local is not None:
                 raise
             why = (str(e).strip().splitlines() or [type(e).__name__])[0].strip()
@@ -877,7 +950,9 @@ class FairpipeStore:
                 raise FairpipeInputError(NO_STORE.format(url=url))
             with cls.creating(url) as store:
                 return store
-        store = cls(url, icechunk.Repository.open(storage), spec)
+        store = cls(url, None, spec)
+        with store.named():
+            store.repo = icechunk.Repository.open(storage)
         attrs = store.attrs()
         if not attrs and local is not None and _abandoned_creation(store.repo, local):
             # A creation killed before its first commit: no store yet (the next creator, under
@@ -942,6 +1017,9 @@ class FairpipeStore:
                 # folder was empty or absent then).
                 taken = bool(before)
             else:
+                outer = enclosing_repository_url(url, spec)
+                if outer is not None:
+                    raise FairpipeInputError(NESTED.format(path=url, outer=outer))
                 before = list_objects(url, spec)
             if taken or icechunk.Repository.exists(storage):
                 raise StoreBusyError(CREATED_MEANWHILE.format(url=url))
@@ -953,7 +1031,7 @@ class FairpipeStore:
             # Mark the repository as ours at once, so an empty store reopens as one.
             session = store.repo.writable_session("main")
             open_group(session, mode="a").attrs["fairpipe_format"] = FORMAT
-            session.commit("create fairpipe store")
+            commit_recorded(store.repo, session, CREATED)
             yield store
         except BaseException:
             if store is not None:
@@ -999,17 +1077,29 @@ class FairpipeStore:
 
     # -- reading ---------------------------------------------------------------------------
     def readonly_session(self, snapshot_id: str | None = None):
-        if snapshot_id is not None:
-            return self.repo.readonly_session(snapshot_id=snapshot_id)
-        return self.repo.readonly_session(branch="main")
+        """A read-only session at ``snapshot_id`` (default: the tip of ``main``) whose reads are
+        checked against what its commit recorded (:func:`storage.manifests.expect`). Damage
+        met opening it is a :class:`DamagedStoreError` naming this store."""
+        from storage.manifests import expect
+
+        with self.named():
+            if snapshot_id is not None:
+                session = self.repo.readonly_session(snapshot_id=snapshot_id)
+            else:
+                session = self.repo.readonly_session(branch="main")
+            expect(self.repo, session.snapshot_id)
+        return session
 
     def attrs(self, session=None) -> dict:
-        session = session or self.readonly_session()
-        try:
-            group = open_group(session)
-        except Exception:  # an empty repository has no root group yet
-            return {}
-        return current_names(dict(group.attrs))
+        with self.named():
+            session = session or self.readonly_session()
+            try:
+                group = open_group(session)
+            except DamagedStoreError:
+                raise
+            except (FileNotFoundError, zarr_api().errors.BaseZarrError):
+                return {}  # an empty repository has no root group yet (or not a group)
+            return current_names(dict(group.attrs))
 
     def is_empty(self) -> bool:
         return "n" not in self.attrs()
@@ -1023,7 +1113,16 @@ class FairpipeStore:
     def history(self) -> list[dict]:
         """``main``'s snapshots, newest first; ``internal`` marks a transaction's checkpoints
         (commits on its private branch before it was published), which no reader ever saw as
-        ``main``."""
+        ``main``. A snapshot that cannot be read, or is not what its commit recorded
+        (:func:`storage.manifests.history_problem`), is a :class:`DamagedStoreError`."""
+        from storage.manifests import RECORD_KEY, ancestry, history_problem
+
+        with self.named():
+            tip = self.repo.lookup_branch("main")
+            snapshots = list(ancestry(self.repo, tip))
+            problem = history_problem(snapshots, tip)
+        if problem is not None:
+            raise DamagedMetadataError(*problem, store=self.url)
         return [
             {
                 "id": s.id,
@@ -1031,9 +1130,9 @@ class FairpipeStore:
                 "time": s.written_at.isoformat(),
                 # Stores written before the metadata existed: the checkpoint's fixed message.
                 "internal": bool((s.metadata or {}).get(INTERNAL)) or s.message == CHECKPOINT,
-                "metadata": dict(s.metadata or {}),
+                "metadata": {k: v for k, v in (s.metadata or {}).items() if k != RECORD_KEY},
             }
-            for s in self.repo.ancestry(branch="main")
+            for s in snapshots
         ]
 
     def read(self, name: str, sel=slice(None), session=None) -> np.ndarray:
@@ -1042,13 +1141,31 @@ class FairpipeStore:
 
     @contextlib.contextmanager
     def named(self):
-        """A :class:`CorruptChunkError` raised inside names this store."""
+        """Damage met inside (a :class:`DamagedStoreError`, or what Icechunk reports as damage:
+        :func:`storage.damage.icechunk_damage`) is raised as a :class:`DamagedStoreError`
+        naming this store."""
+        from storage.damage import is_panic, probe_snapshots
+
         try:
             yield
-        except CorruptChunkError as e:
+        except DamagedStoreError as e:
             if e.store:
                 raise
             raise e.with_store(self.url) from e
+        except BaseException as e:
+            if is_panic(e) and self.repo is not None:  # a damaged snapshot Icechunk panics on?
+                from storage.manifests import snapshots_opened
+
+                snapshots = snapshots_opened()
+                with contextlib.suppress(Exception):
+                    snapshots.append(self.repo.lookup_branch("main"))
+                try:
+                    probe_snapshots(self.repo, dict.fromkeys(snapshots), e)
+                except DamagedStoreError as found:
+                    raise found.with_store(self.url) from e
+            if isinstance(e, Exception):
+                raise_damage(e, self.url)
+            raise
 
     def ids_at(self, snapshot: str) -> np.ndarray:
         """The ``ids`` array of ``snapshot``, read once per snapshot (a snapshot never changes):
@@ -1069,8 +1186,12 @@ class FairpipeStore:
         erase it).
 
         An exception inside the block (or a crash) leaves ``main`` at its last commit. The new
-        ``main`` snapshot id is ``txn.commit_id`` afterwards.
+        ``main`` snapshot id is ``txn.commit_id`` afterwards. The base snapshot is checked
+        against what its commit recorded first (:func:`storage.manifests.check_snapshot`):
+        nothing is written on top of damage.
         """
+        from storage.manifests import check_snapshot
+
         with self.writer_lock(lock_timeout):
             stale = [b for b in self.repo.list_branches() if b.startswith(TXN_PREFIX)]
             for name in stale:  # left by a crashed writer; we hold the lock
@@ -1078,6 +1199,9 @@ class FairpipeStore:
             if stale:  # its objects too: written, never published
                 self._collect_garbage()
             base = self.repo.lookup_branch("main")
+            if base != self._published:
+                with self.named():  # nothing is written on top of damage (storage.manifests)
+                    check_snapshot(self, base)
             branch = f"{TXN_PREFIX}{uuid.uuid4().hex[:12]}"
             self.repo.create_branch(branch, base)
             txn = Transaction(self, branch, self.repo.writable_session(branch), base)
@@ -1088,9 +1212,11 @@ class FairpipeStore:
                     txn.commit_id = base  # type: ignore[attr-defined]
                 else:
                     upgrade_names(txn.root)  # a store written with older attribute names
-                    tip = txn.session.commit(message, metadata={**(metadata or {}), **txn.metadata})
+                    tip = commit_recorded(self.repo, txn.session, message,
+                                          {**(metadata or {}), **txn.metadata})  # fmt: skip
                     self.repo.reset_branch("main", tip, from_snapshot_id=base)
                     txn.commit_id = tip  # type: ignore[attr-defined]
+                    self._published = tip
                 failed = False
             finally:
                 with contextlib.suppress(Exception):
@@ -1101,14 +1227,20 @@ class FairpipeStore:
 
     @contextlib.contextmanager
     def writer_lock(self, lock_timeout: float = 0.0) -> Iterator[None]:
-        """Hold the store's writer lock (already held inside :meth:`creating`'s block)."""
+        """Hold the store's writer lock (already held inside :meth:`creating`'s block, and
+        inside an outer ``writer_lock``: the store's transactions in it use it, one after the
+        other, with no other writer in between)."""
         if self._lock is not None and self._lock.held:
             yield
             return
         local = self.spec.local_dir
         with WriterLock(lock_path_for(self.url, local), self.url, lock_timeout,
-                        folder=local is not None):  # fmt: skip
-            yield
+                        folder=local is not None) as lock:  # fmt: skip
+            self._lock = lock
+            try:
+                yield
+            finally:
+                self._lock = None
 
     def _delete_branch(self, name: str) -> None:
         """Delete a transaction's branch. Icechunk's local storage deletes the branch's ref
@@ -1125,6 +1257,8 @@ class FairpipeStore:
         """Delete every object no branch reaches, under the writer lock (the objects of a
         transaction that failed or crashed: chunks written, never published). History is
         untouched: every snapshot of ``main`` stays reachable."""
+        if self.spec.local_dir is not None:
+            check_own_objects(self.spec.local_dir, self.url)
         self.repo.garbage_collect(datetime.now(UTC))
 
     def purge_history(self, lock_timeout: float = 0.0, older_than: datetime | None = None) -> dict:
@@ -1140,6 +1274,8 @@ class FairpipeStore:
         Chunks the tip still uses are never touched. Readers with a session on an expired
         snapshot may fail afterwards.
         """
+        if self.spec.local_dir is not None:
+            check_own_objects(self.spec.local_dir, self.url)
         with self.writer_lock(lock_timeout):
             tip = self.repo.lookup_snapshot(self.repo.lookup_branch("main"))
             cutoff = tip.written_at if older_than is None else min(older_than, tip.written_at)

@@ -9,6 +9,7 @@ is named by ``AWS_ENDPOINT_URL`` (path-style requests; plain http allowed when t
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from urllib.parse import urlparse
 from fairpipe.datasets._remote import object_store as remote_store
 from fairpipe.datasets._remote import s3_endpoint
 from fairpipe.errors import FairpipeInputError
+from storage.paths import store_folder
 
 OBJECT_SCHEMES = ("s3", "gs", "gcs", "az", "r2", "tigris")
 
@@ -41,7 +43,7 @@ def parse_store_url(url: str) -> StorageSpec:
     scheme = parsed.scheme.lower()
     if scheme in ("", "file") or (len(scheme) == 1 and str(url)[1:3] == ":\\"):
         path = parsed.path if scheme == "file" else str(url)
-        return StorageSpec("file", local_dir=Path(path).expanduser().resolve())
+        return StorageSpec("file", local_dir=store_folder(path))
     if scheme == "memory":
         return StorageSpec("memory", kwargs={})
     if scheme not in OBJECT_SCHEMES:
@@ -109,6 +111,27 @@ def delete_objects(url: str, spec: StorageSpec, names) -> None:
     import obstore
 
     obstore.delete(store, names)
+
+
+def enclosing_repository_url(url: str, spec: StorageSpec) -> str | None:
+    """The URL of the store whose prefix holds the object-store URL ``url``'s (an ancestor
+    prefix with a repository's ``refs/`` objects), or None: a store is never made inside
+    another (:mod:`storage.paths` says why). One listing request per ancestor prefix."""
+    store = object_store(StorageSpec(spec.scheme, kwargs={**spec.kwargs, "prefix": ""}))
+    if store is None:
+        return None
+    import obstore
+
+    parts = [p for p in spec.kwargs.get("prefix", "").split("/") if p]
+    for depth in range(len(parts)):
+        above = "/".join(parts[:depth])
+        listed = obstore.list(store, prefix="/".join(p for p in (above, "refs/") if p),
+                              chunk_size=1)  # fmt: skip
+        if any(batch for batch in itertools.islice(listed, 1)):
+            base = url.rstrip("/")
+            base = base[: len(base) - len("/".join(parts))].rstrip("/")
+            return f"{base}/{above}" if above else base
+    return None
 
 
 PROBE_SECONDS = 5.0

@@ -53,6 +53,10 @@ NOT_RUN = {
     "damages one and checks verify's report",
     "fairpipe sample --store people --query-row 2048": "needs a damaged chunk; "
     "tests/storage/test_integrity.py checks every command's line and exit 4",
+    "fairpipe verify --store damaged": "needs a manifest that lost a chunk reference; "
+    "tests/storage/test_manifests.py makes one and checks verify's report",
+    "fairpipe sample --store damaged --query-row 5": "needs a manifest that lost a chunk "
+    "reference; tests/test_hostile_cases.py checks every reader's line and exit 4",
     "fairpipe verify --store old --add-checksums": "needs a store written before chunks carried "
     "checksums; tests/storage/test_integrity.py makes one and adds them",
     "fairpipe fit --store people --n-clusters 5": "needs another process writing the store; "

@@ -42,6 +42,7 @@ from fairpipe.datasets._scaling import (
 from fairpipe.datasets._sources import (
     BUILTINS,
     SourcePlan,
+    check_gaussian_sizes,
     check_source_options,
     check_url_source,
     chunk_plan,
@@ -55,7 +56,7 @@ from fairpipe.datasets._sources import (
 
 __all__ = [
     "AGE_NAMES", "BUILTINS", "GAUSSIAN_BLOCK", "NO_IDS", "PROTECTED", "AuditData", "Dataset", "SourcePlan",
-    "check_source_options", "check_url_source", "chunk_plan", "gaussian_block", "load_adult", "load_audit_adult", "load_audit_bank", "load_audit_csv",
+    "check_gaussian_sizes", "check_source_options", "check_url_source", "chunk_plan", "gaussian_block", "load_adult", "load_audit_adult", "load_audit_bank", "load_audit_csv",
     "load_audit_data", "load_audit_german", "load_bank", "load_census_kdd", "load_digits",
     "load_gaussian", "load_mnist_csv", "load_word2vec_bin", "plan_source", "read_ids",
     "read_source_rows",

@@ -20,7 +20,6 @@ set). Numbers are binned with fixed rules, so the domain does not depend on the 
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import numpy as np
 from fairpipe.audit._discrimination import Domain
 from fairpipe.datasets._loaders import ADULT_COLUMNS
 from fairpipe.errors import FairpipeInputError, plain
+from fairpipe.tables import read_csv_table
 from fairpipe.validation import text_row_name
 
 PROTECTED = {"adult": ("age", "race", "sex"), "german": ("age", "sex"), "bank": ("age",)}
@@ -54,13 +54,10 @@ class AuditData:
 
 
 def _read_csv(path, **kw):
-    import pandas as pd
-
     p = Path(path)
     if not p.is_file():
         raise FairpipeInputError(NO_FILE.format(path=path))
-    with gzip.open(p, "rt") if p.suffix == ".gz" else open(p) as fh:
-        frame = pd.read_csv(fh, **kw)
+    frame = read_csv_table(p, **kw)  # not UTF-8, not CSV: one error naming the file
     # How its rows are found in its lines, for messages naming a row (_row_of).
     frame.attrs["text"] = {"header": kw.get("header", "infer") is not None,
                            "comment": kw.get("comment")}  # fmt: skip

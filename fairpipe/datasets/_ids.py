@@ -23,6 +23,10 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.validation import NO_ID, bad_id, check_ids, id_from_text, is_number_text, load_npy
 
 NO_IDS = "No ids to forget: give --ids 1,2,3 or --ids-file FILE."
+EMPTY_ITEM = (
+    "Item {i} of the {n} comma-separated items of --ids is empty; give ids separated by single "
+    "commas, such as --ids 1,2,3."
+)
 NO_FILE = "The ids file {path} does not exist."
 EMPTY_FILE = "The ids file {path} holds no ids."
 NOT_NPY = "The ids file {path} is not a numeric .npy array (save the ids with numpy.save)."
@@ -48,9 +52,13 @@ def read_ids(text: str | None = None, path: str | None = None) -> np.ndarray:
         if ids.size == 0:
             raise FairpipeInputError(EMPTY_FILE.format(path=path))
         return ids
-    if text is None or not text.strip():
+    if text is None or not text.strip(" \t"):
         raise FairpipeInputError(NO_IDS)
-    return _ints([t for t in text.split(",") if t.strip()], lambda i: "in --ids")
+    items = text.split(",")
+    for i, item in enumerate(items):
+        if not item.strip(" \t"):
+            raise FairpipeInputError(EMPTY_ITEM.format(i=i + 1, n=len(items)))
+    return _ints(items, lambda i: "in --ids")
 
 
 def _read_text(p: Path) -> str:
@@ -90,12 +98,15 @@ def _text_ids(body: str, where: str, csv: bool) -> np.ndarray:
         if any("," in ln for ln in lines[:1]):  # a headerless CSV of several columns: its first
             return _by_line(lines, 0, 0, where)
     tokens = body.replace(",", " ").split()
-    try:
-        ids = np.array(tokens, dtype=np.int64)  # the fast path: every token an int64
-        if ids.size == 0 or ids.min() >= 0:
-            return ids
-    except (ValueError, OverflowError):
-        pass
+    # The fast path, where numpy's reading and the rule of ids agree: ASCII text without the
+    # '+' and '_' numpy would read (numpy reads other scripts' digits too).
+    if body.isascii() and "+" not in body and "_" not in body:
+        try:
+            ids = np.array(tokens, dtype=np.int64)  # every token an int64
+            if ids.size == 0 or ids.min() >= 0:
+                return ids
+        except (ValueError, OverflowError):
+            pass
     located = [(t, number) for number, line in enumerate(lines, start=1)
                for t in line.replace(",", " ").split()]  # fmt: skip
     return _ints([t for t, _ in located], lambda i: f"on line {located[i][1]} of {where}")

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
-from fairpipe.errors import FairpipeInputError, check_positive_int
+from fairpipe.errors import FairpipeInputError, check_positive_int, plain
+from fairpipe.tables import read_csv_table
+from fairpipe.validation import text_row_name
+
+NOT_NUMBERS = "{At} holds {value} in column {col!r}, which must hold numbers."
+WORD2VEC_TOO_SHORT = (
+    "{path}: its first line announces {n} vectors of {d} values, more than its {size:,} bytes hold."
+)
+GZIP_MOST = 1032  # the most bytes a gzip stream gives per byte
 
 GAUSSIAN_BLOCK = 4096
 
@@ -28,10 +36,34 @@ class Dataset:
 
 
 def _open(path: str | Path):
+    path = _existing(path)
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _numbers(frame, columns: list, path, header: bool = True,
+             comment: str | None = None) -> np.ndarray:  # fmt: skip
+    """The ``columns`` of a data set's table as float64, or an error naming the first value that
+    is not a number (its column, and its line in the file ``path``)."""
+    import pandas as pd
+
+    for col in columns:
+        values = frame[col]
+        if pd.api.types.is_numeric_dtype(values.dtype):
+            continue
+        bad = (pd.to_numeric(values, errors="coerce").isna() & values.notna()).to_numpy()
+        if bad.any():
+            row = int(np.argmax(bad))
+            at = text_row_name(path, row, header=header, comment=comment)
+            raise FairpipeInputError(NOT_NUMBERS.format(
+                col=col, At=at[:1].upper() + at[1:], value=plain(values.iloc[row])))  # fmt: skip
+    return frame[columns].to_numpy(dtype=np.float64)
+
+
+def _existing(path: str | Path) -> Path:
     path = Path(path)
     if not path.exists():
         raise FairpipeInputError(f"Data file {str(path)!r} does not exist.")
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    return path
 
 
 def load_digits() -> Dataset:
@@ -99,15 +131,13 @@ def load_gaussian(
 
 def load_mnist_csv(path: str | Path) -> Dataset:
     """MNIST in CSV (784 pixel columns then the label; optional .gz), group = digit."""
-    import pandas as pd
 
-    with _open(path) as fh:
-        frame = pd.read_csv(fh, header=None)
+    frame = read_csv_table(_existing(path), header=None)
     if frame.shape[1] != 785:
         raise FairpipeInputError(
             f"{path}: an MNIST CSV has 785 columns (784 pixels and the label). Got {frame.shape[1]}."
         )
-    values = frame.to_numpy()
+    values = _numbers(frame, list(frame.columns), path, header=False)
     return Dataset(
         points=values[:, :784].astype(np.float32),
         groups=values[:, 784].astype(np.int32),
@@ -120,10 +150,17 @@ def load_word2vec_bin(path: str | Path, limit: int | None = None) -> tuple[Datas
     """word2vec binary format: a line ``n d``, then per word its bytes, a space, d float32s."""
     with _open(path) as fh:
         header = fh.readline().split()
-        if len(header) != 2:
+        n = d = 0
+        if len(header) == 2 and all(v.isdigit() for v in header):
+            n, d = int(header[0]), int(header[1])
+        if n < 1 or d < 1:
             raise FairpipeInputError(f"{path}: the first line of a word2vec file is 'n d'.")
-        n, d = int(header[0]), int(header[1])
         n = n if limit is None else min(n, limit)
+        # Each vector takes 4 d bytes: a header announcing more than the file can hold is
+        # refused before the array is made (a gzip holds at most 1032 times its size).
+        size = Path(path).stat().st_size
+        if 4 * n * d > size * (GZIP_MOST if Path(path).suffix == ".gz" else 1):
+            raise FairpipeInputError(WORD2VEC_TOO_SHORT.format(path=path, n=n, d=d, size=size))
         words, vectors = [], np.empty((n, d), dtype=np.float32)
         for i in range(n):
             word = bytearray()
@@ -167,14 +204,12 @@ def load_adult(path: str | Path, group: str = "sex") -> Dataset:
     """UCI Adult (adult.data or adult.test, optional .gz): the six numeric columns, standardised,
     as points; ``group`` (a categorical column such as sex or race) as the group. Rows with a
     missing value ('?') are dropped."""
-    import pandas as pd
 
     if group not in ADULT_COLUMNS:
         raise FairpipeInputError(f"Adult has no column {group!r}; columns are {ADULT_COLUMNS}.")
-    with _open(path) as fh:
-        frame = pd.read_csv(
-            fh, header=None, names=ADULT_COLUMNS, skipinitialspace=True, na_values="?", comment="|"
-        )
+    frame = read_csv_table(_existing(path), header=None, names=ADULT_COLUMNS,
+                           skipinitialspace=True, na_values="?", comment="|")  # fmt: skip
+    _numbers(frame, ADULT_NUMERIC, path, header=False, comment="|")
     frame = frame.dropna().reset_index(drop=True)
     X = frame[ADULT_NUMERIC].to_numpy(dtype=np.float64)
     X = (X - X.mean(axis=0)) / X.std(axis=0)
@@ -203,26 +238,23 @@ def _age_colours(points: np.ndarray, age: np.ndarray, name: str) -> Dataset:
 def load_bank(path: str | Path) -> Dataset:
     """UCI Bank Marketing (bank-full.csv, ';' or ',' separated, optional .gz): the seven numeric
     columns, standardised, as points; six age groups (0-29, ..., 70+) as the group."""
-    import pandas as pd
 
-    with _open(path) as fh:
-        frame = pd.read_csv(fh, sep=None, engine="python")
+    frame = read_csv_table(_existing(path), sep=None, engine="python")
     missing = [c for c in BANK_NUMERIC if c not in frame.columns]
     if missing:
         raise FairpipeInputError(
             f"{str(path)!r} has no column {missing[0]!r}; Bank Marketing's numeric columns are "
             f"{BANK_NUMERIC}."
         )
-    X = frame[BANK_NUMERIC].to_numpy(dtype=np.float64)
+    X = _numbers(frame, BANK_NUMERIC, path)
     return _age_colours(X, frame["age"].to_numpy(), "bank")
 
 
 def load_census_kdd(path: str | Path) -> Dataset:
     """UCI Census-Income (KDD) (no header, ', ' separated, optional .gz): seven numeric columns,
     standardised, as points; six age groups (0-29, ..., 70+) as the group."""
-    import pandas as pd
 
-    with _open(path) as fh:
-        frame = pd.read_csv(fh, header=None, usecols=CENSUS_KDD_NUMERIC, skipinitialspace=True)
-    X = frame[CENSUS_KDD_NUMERIC].to_numpy(dtype=np.float64)
+    frame = read_csv_table(_existing(path), header=None, usecols=CENSUS_KDD_NUMERIC,
+                           skipinitialspace=True)  # fmt: skip
+    X = _numbers(frame, CENSUS_KDD_NUMERIC, path, header=False)
     return _age_colours(X, frame[0].to_numpy(), "census-kdd")

@@ -26,7 +26,17 @@ from fairpipe.datasets._remote import (
     url_size,
 )
 from fairpipe.datasets._scaling import apply_scaler
-from fairpipe.errors import FairpipeInputError, check_positive_int, plain
+from fairpipe.errors import FairpipeInputError, check_positive_int, plain, subject
+from fairpipe.neighbors import MAX_ROWS
+from fairpipe.tables import (
+    NOT_CSV,
+    NOT_PARQUET,
+    NOT_UTF8,
+    check_flat_columns,
+    csv_errors,
+    parquet_errors,
+)
+from fairpipe.tables import first_line as _first_line
 from fairpipe.validation import (
     EMPTY,
     NON_NUMERIC,
@@ -52,6 +62,16 @@ NOT_A_MATRIX = "{where} must hold a 2-dimensional matrix. Got shape {shape}."
 UNUSED_OPTION = "{flag} does not apply to {where}, {what}."
 # A CSV's data row 0 is on line 2, below its header.
 CSV_FIRST_LINE = 2
+# The sizes of the gaussian data set, each with its upper bound and why. The generator makes
+# GAUSSIAN_BLOCK rows at a time (float64, then float32) from the clusters' centres (clusters x d
+# float64): at most 256 MiB each.
+GAUSSIAN_SIZE = "{subject} must be an integer from 1 to {high}: {why}. Got {value} instead."
+GAUSSIAN_BOUNDS = {
+    "n": (MAX_ROWS, "a store indexes at most 2^31 - 1 rows"),
+    "d": (8192, f"the generator makes {loaders.GAUSSIAN_BLOCK:,} rows of d values at a time"),
+    "clusters": (4096, "the generator keeps a centre of d values for each cluster"),
+    "groups": (4096, "a row's group is its cluster's number modulo the groups"),
+}
 
 
 @dataclass
@@ -186,10 +206,6 @@ ROW_COUNT = (
     "holding a line break?). fairpipe reads a CSV's rows by position: write one row per line."
 )
 FIELD_COUNT = "Line {line} of {where} has {got} field(s); its header has {n}."
-NOT_UTF8 = "{where} is not UTF-8 text: line {line} holds the byte {byte}. Save it as UTF-8."
-NOT_CSV = "{where} is not a CSV file pandas can read ({why})."
-NOT_UTF8_SOMEWHERE = "{where} is not UTF-8 text ({why}). Save it as UTF-8."
-NOT_PARQUET = "{where} is not a readable Parquet file ({why})."
 
 
 def _codes(values: np.ndarray, where: str, col: str,
@@ -231,6 +247,20 @@ def _ids(values, where: str, col: str, first_line: int | None) -> np.ndarray:
                             first_line=first_line)  # fmt: skip
 
 
+def check_gaussian_sizes(sizes: dict) -> None:
+    """The sizes of the gaussian data set (``n``, ``d``, ``clusters``, ``groups``; those given),
+    each a positive integer within :data:`GAUSSIAN_BOUNDS`, named as the command line's flags."""
+    for key, (high, why) in GAUSSIAN_BOUNDS.items():
+        if sizes.get(key) is None:
+            continue
+        value = check_positive_int(sizes[key], f"--gaussian-{key}", "the gaussian data set")
+        if value > high:
+            where = subject(f"--gaussian-{key}", "the gaussian data set")
+            raise FairpipeInputError(
+                GAUSSIAN_SIZE.format(subject=where, high=high, why=why, value=plain(value))
+            )
+
+
 def plan_source(
     source: str,
     *,
@@ -247,8 +277,7 @@ def plan_source(
     if source in BUILTINS or (name in NAMED_LOADERS and arg):
         if source == "gaussian":
             params = {"n": 20_000, "d": 16, "clusters": 8, "groups": 4, **(gaussian or {})}
-            for key in ("n", "d", "clusters", "groups"):  # named as the command line's flags
-                check_positive_int(params[key], f"--gaussian-{key}", "the gaussian data set")
+            check_gaussian_sizes(params)
             params["seed"] = int(params.get("seed", seed))
             ds = loaders.Dataset(
                 points=np.zeros((0, 0)),
@@ -288,7 +317,8 @@ def plan_source(
         return _plan_url(UrlPath(source), group_column, id_column)
     path = Path(source)
     if path.is_dir():
-        return _plan_table(path, "parquet", group_column, id_column, _parquet_files(path))
+        files = _parquet_files(path, group_column, id_column)
+        return _plan_table(path, "parquet", group_column, id_column, files)
     if not path.exists():
         raise FairpipeInputError(
             f"Source {source!r} is neither an existing file nor a built-in data set "
@@ -369,38 +399,18 @@ def _read_table(path: SourcePath, kind: str, columns=None, skip: int = 0, nrows:
     import pandas as pd
 
     if kind == "parquet":
-        import pyarrow as pa
-
-        try:
+        # A URL that cannot be read is not the file's fault: the caller names the URL (and the
+        # worker).
+        with parquet_errors(path, keep=(UrlUnreadable,)):
             return _read_parquet(path, columns, skip, nrows, files)
-        except UrlUnreadable:
-            raise  # not the file's fault: the caller names the URL (and the worker)
-        except (OSError, pa.ArrowException) as why:  # not Parquet, cut short, unreadable
-            raise FairpipeInputError(
-                NOT_PARQUET.format(where=path.name, why=_first_line(why))
-            ) from None
     skiprows = range(1, skip + 1) if skip else None
-    try:
+    with csv_errors(path, empty=EMPTY.format(where=path.name), keep=(UrlUnreadable,)):
         if isinstance(path, UrlPath):  # pandas infers the compression from a name only
             gz = "gzip" if path.suffix.lower() == ".gz" else None
             with open_binary(path) as f:
                 return pd.read_csv(f, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype,
                                    compression=gz)  # fmt: skip
         return pd.read_csv(path, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype)
-    except UrlUnreadable:
-        raise  # not the file's fault: the caller names the URL (and the worker)
-    except pd.errors.EmptyDataError:
-        raise FairpipeInputError(EMPTY.format(where=path.name)) from None
-    except UnicodeDecodeError as why:
-        raise FairpipeInputError(
-            NOT_UTF8_SOMEWHERE.format(where=path.name, why=_first_line(why))
-        ) from None
-    except (pd.errors.ParserError, ValueError, OSError) as why:  # ValueError: a gzip that is not
-        raise FairpipeInputError(NOT_CSV.format(where=path.name, why=_first_line(why))) from None
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
 
 
 def _read_parquet(path: SourcePath, columns, skip: int, nrows: int | None,
@@ -443,9 +453,11 @@ def _read_parquet_file(path: SourcePath, columns, skip: int, nrows: int | None):
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
-def _parquet_files(folder: Path | UrlPath) -> list[tuple[str, int]]:
+def _parquet_files(folder: Path | UrlPath, group_column: str | None = None,
+                   id_column: str | None = None) -> list[tuple[str, int]]:  # fmt: skip
     """The Parquet files (``.parquet``, ``.pq``) of a folder or an object prefix, sorted by
-    name, with their rows (read from their footers)."""
+    name, with their rows (read from their footers); each file's columns hold one value per
+    row (:func:`_flat_columns`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -471,13 +483,36 @@ def _parquet_files(folder: Path | UrlPath) -> list[tuple[str, int]]:
             raise
         except (OSError, pa.ArrowException) as why:
             raise FairpipeInputError(NOT_PARQUET.format(where=name, why=_first_line(why))) from None
-        columns = meta.schema.to_arrow_schema().names
+        schema = meta.schema.to_arrow_schema()
+        columns = schema.names
+        check_flat_columns(schema, Path(name).name, _flat_columns(columns, group_column, id_column))
         first = columns if first is None else first
         if columns != first:
             raise FairpipeInputError(NOT_SAME_COLUMNS.format(
                 file=name, where=folder.name, columns=columns, first=first))  # fmt: skip
         files.append((name, meta.num_rows))
     return files
+
+
+def _flat_columns(columns, group_column: str | None, id_column: str | None) -> dict:
+    """What each column of a table source must hold in each row (:func:`check_flat_columns`):
+    the id, the group, or else a feature."""
+    roles = {c: ("a feature column", "number") for c in columns}
+    if group_column is not None:
+        roles[group_column] = ("the group column (--group-column)", "name or number")
+    if id_column is not None:
+        roles[id_column] = ("the id column (--id-column)", "integer")
+    return roles
+
+
+def _check_parquet_columns(path: SourcePath, group_column: str | None,
+                           id_column: str | None) -> None:  # fmt: skip
+    """A Parquet file's columns hold one value per row, checked on its schema (its footer)."""
+    import pyarrow.parquet as pq
+
+    with parquet_errors(path, keep=(UrlUnreadable,)), open_binary(path) as f:
+        schema = pq.ParquetFile(f).schema_arrow
+    check_flat_columns(schema, path.name, _flat_columns(schema.names, group_column, id_column))
 
 
 def _source_path(path: str) -> SourcePath:
@@ -521,7 +556,8 @@ def _plan_url(url: UrlPath, group_column: str | None, id_column: str | None) -> 
     check_url_source(url)
     try:
         if url.endswith("/") or not url.suffix:
-            return _plan_table(url, "parquet", group_column, id_column, _parquet_files(url))
+            files = _parquet_files(url, group_column, id_column)
+            return _plan_table(url, "parquet", group_column, id_column, files)
         suffixes = "".join(url.suffixes[-2:]).lower()
         kind = "parquet" if suffixes.endswith((".parquet", ".pq")) else "csv"
         return _plan_table(url, kind, group_column, id_column)
@@ -557,6 +593,8 @@ def _plan_table(path: SourcePath, kind: str, group_column: str | None, id_column
     first_line = CSV_FIRST_LINE if kind == "csv" else None
     if plain_csv:  # its bytes checked before pandas reads it: errors name their line
         offsets, rows = scan_csv(path, _header_fields(path))
+    if kind == "parquet" and not files:  # (a data set's files are checked as they are listed)
+        _check_parquet_columns(path, group_column, id_column)
     head = _read_table(path, kind, nrows=100, files=files)
     columns = [str(c) for c in head.columns]
     for col, role in ((group_column, "--group-column"), (id_column, "--id-column")):

@@ -74,6 +74,7 @@ from fairpipe.neighbors._parameters import (
 )
 from fairpipe.neighbors._rank_sampling import RankState
 from fairpipe.neighbors._segments import (
+    MAX_ROWS,
     NotInBucket,
     bucket_members,
     build_segments,
@@ -85,6 +86,7 @@ from fairpipe.neighbors._segments import (
     partition_bits,
     patch,
     segment_of,
+    segment_problem,
     unmix,
 )
 from fairpipe.neighbors._sketch import (
@@ -104,7 +106,7 @@ __all__ = [
     "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",
     "sample_query", "tv_to_uniform", "unique_ints", "width_sample_rows", "build_segments", "bucket_members",
     "check_sample_count", "check_sample_options", "query_generator", "decode", "entries", "NotInBucket", "mix", "pack", "pack_runs",
-    "partition_bits", "patch", "segment_of", "unmix", "SKETCH_EXTRA", "ambiguous",
+    "partition_bits", "patch", "segment_of", "segment_problem", "unmix", "MAX_ROWS", "SKETCH_EXTRA", "ambiguous",
     "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",
     "sketch_levels",
     "coverage", "expected_tv_on_ball", "true_ball", "true_balls", "tv_margin", "DEFAULT_RECALL", "MAX_CHOSEN_TABLES", "TABLE_COST", "DistanceProfile",

@@ -91,6 +91,16 @@ class QueryBuckets:
         return np.arange(self.size.shape[0]) if self.tables is None else self.tables
 
 
+# Above this, a distance's square is no float: any radius this large holds every point.
+_SQUARABLE = 1e154
+
+
+def squared(distance: float) -> float:
+    """``distance ** 2``, or infinity for a distance whose square no float holds (a radius of
+    1e308 holds every point; Python's ``**`` would raise OverflowError)."""
+    return float(distance) ** 2 if abs(distance) < _SQUARABLE else math.inf
+
+
 def query_buckets(index, q_buckets: np.ndarray, complete: bool = False) -> QueryBuckets:
     """The query's non-empty buckets, from its bucket number in each table (-1: none).
 
@@ -315,8 +325,8 @@ def sample_query(
     qb = query_buckets(index, q_buckets, complete)
     out = np.empty(n_samples, dtype=np.int64)
     filled = 0
-    far2 = (c * radius) ** 2
-    near2 = radius**2
+    far2 = squared(c * radius)
+    near2 = squared(radius)
     rate = 0.5
     total = int(qb.cum[-1]) if qb.cum.shape[0] else 0
     flat: FlatBuckets | None = None
@@ -628,7 +638,7 @@ def enumerate_neighbourhood(index, qb: QueryBuckets, points, query, mode: str, r
     rows = unique_ints(np.concatenate([members[a : a + s] for a, s in zip(qb.lo, qb.size)]))
     if mode == "buckets":
         return rows
-    limit2 = (radius if mode == "exact" else c * radius) ** 2
+    limit2 = squared(radius if mode == "exact" else c * radius)
     return rows[sq_distances(points, rows, query, (limit2,)) <= limit2]
 
 

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from fairpipe.hashing import stable_hash
+from fairpipe.neighbors._degree_sampling import squared
 from fairpipe.neighbors._fair_nn import FairNN
 
 
@@ -82,7 +83,7 @@ def true_balls(
     [[0, 1], [0, 1]]
     """
     Q = np.atleast_2d(np.asarray(queries, dtype=points.dtype))
-    limit2 = float(radius) ** 2
+    limit2 = squared(radius)
     found: list[list[np.ndarray]] = [[] for _ in range(Q.shape[0])]
     for lo in range(0, points.shape[0], chunk_rows):
         block = np.asarray(points[lo : lo + chunk_rows])

@@ -171,6 +171,38 @@ def decode(seg: np.ndarray):
     return h, seg[1 + 2 * nb : 1 + 3 * nb], seg[1 + 3 * nb :]
 
 
+def segment_problem(seg: np.ndarray, n_rows: int | None = None) -> str | None:
+    """What makes ``seg`` impossible as a segment (of a table over ``n_rows`` rows, where
+    given), or None: what :func:`decode` and the kernels after it index with, checked in a few
+    vectorised passes (a segment read from storage whose bytes changed would otherwise index
+    out of its bounds or name rows the store does not hold). Its bucket count fits it, its
+    buckets' ends increase (none empty) up to its member count, its keys increase, and its
+    members are rows in [0, n_rows).
+
+    >>> flat, offsets = build_segments(np.array([5, 3, 5], dtype=np.uint64), np.arange(3), 0)
+    >>> segment_problem(flat, 3) is None, segment_problem(flat, 2)
+    (True, 'it names row 2, outside rows 0..1')
+    """
+    size = int(seg.shape[0])
+    if size == 0:
+        return None
+    nb = int(seg[0])
+    if nb < 0 or 1 + 3 * nb > size:
+        return f"it counts {nb} buckets in {size} words"
+    ends, members = seg[1 + 2 * nb : 1 + 3 * nb], seg[1 + 3 * nb :]
+    if nb == 0:
+        return None if members.shape[0] == 0 else f"it holds {members.shape[0]} rows in no bucket"
+    if int(ends[0]) < 1 or int(ends[-1]) != members.shape[0] or (np.diff(ends) < 1).any():
+        return "its buckets' ends do not increase up to the rows it holds"
+    h = np.ascontiguousarray(seg[1 : 1 + 2 * nb]).view(np.uint64)
+    if nb > 1 and (h[1:] <= h[:-1]).any():
+        return "its bucket keys do not increase"
+    if n_rows is not None and (int(members.min()) < 0 or int(members.max()) >= n_rows):
+        bad = int(members[(members < 0) | (members >= n_rows)][0])
+        return f"it names row {bad}, outside rows 0..{n_rows - 1}"
+    return None
+
+
 def entries(seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(mixed key, row) of every member of one segment."""
     h, ends, members = decode(seg)

@@ -16,9 +16,22 @@ from pathlib import Path
 
 import numpy as np
 
-from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int, plain
+from fairpipe.errors import (
+    FairpipeInputError,
+    check_one_of,
+    check_positive_int,
+    plain,
+)
 from fairpipe.ranking._metrics import ndcg, ranking_metrics
 from fairpipe.ranking._reranking import ALGORITHMS, check_desired, rerank
+from fairpipe.tables import (
+    check_flat_columns,
+    count_lines,
+    csv_errors,
+    parquet_errors,
+    read_csv_table,
+    read_parquet_table,
+)
 from fairpipe.validation import read_json_object, row_name, text_row_name
 
 NO_FILE = "The candidates file {path} does not exist."
@@ -45,21 +58,18 @@ BAD_SMOOTHING = (
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
 
 
-def read_table(path: str):
-    """A candidates table (CSV, CSV.gz or Parquet), or an error naming what is wrong."""
-    import pandas as pd
-
+def read_table(path: str, flat: dict[str, tuple[str, str]] | None = None):
+    """A candidates table (CSV, CSV.gz or Parquet), or an error naming what is wrong (not UTF-8,
+    not CSV, not Parquet: :mod:`fairpipe.tables`); in a Parquet file, the columns ``flat`` names
+    (:func:`fairpipe.tables.check_flat_columns`) must hold one value per row."""
     p = Path(path)
     if not p.is_file():
         raise FairpipeInputError(NO_FILE.format(path=path))
     name = p.name.lower()
     if name.endswith((".csv", ".csv.gz")):
-        try:
-            frame = pd.read_csv(p)
-        except pd.errors.EmptyDataError:
-            raise FairpipeInputError(EMPTY.format(path=path)) from None
+        frame = read_csv_table(p, empty=EMPTY.format(path=path))
     elif name.endswith(".parquet"):
-        frame = pd.read_parquet(p)
+        frame = read_parquet_table(p, flat)
     else:
         raise FairpipeInputError(BAD_FORMAT.format(path=path))
     if frame.shape[0] == 0:
@@ -117,6 +127,34 @@ def check_rerank_options(algorithm: str, k, smoothing) -> None:
         raise FairpipeInputError(BAD_SMOOTHING.format(value=plain(smoothing)))
 
 
+def check_table_ahead(path: str, flat: dict[str, tuple[str, str]]) -> None:
+    """What is checked of the table ``path`` before it is read, in one pass over its bytes at
+    most: a Parquet file's footer (it is Parquet; the columns ``flat`` names hold one value per
+    row: :func:`fairpipe.tables.check_flat_columns`), or a CSV's text (it is UTF-8, naming the
+    line of the first byte that is not)."""
+    p = Path(path)
+    name = p.name.lower()
+    if not p.is_file():
+        return  # read_table names what is missing
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        with parquet_errors(p), open(p, "rb") as f:
+            meta = pq.ParquetFile(f).metadata
+        check_flat_columns(meta.schema.to_arrow_schema(), p.name, flat)
+    elif name.endswith((".csv", ".csv.gz")):
+        with csv_errors(p):  # (a .gz that is not one: not CSV)
+            count_lines(p)
+
+
+def candidate_columns(list_column: str, score_column: str, group_column: str) -> dict:
+    """What the table's list, score and group columns hold in each row
+    (:func:`fairpipe.tables.check_flat_columns`)."""
+    return {list_column: ("the list column (--list-column)", "value"),
+            score_column: ("the score column (--score-column)", "number"),
+            group_column: ("the group column (--group-column)", "value")}  # fmt: skip
+
+
 def _row_of(path: str, row: int) -> str:
     """The 0-based data row ``row`` of the table ``path`` as a message's subject: its line in a
     CSV ("Line 7 of c.csv"), its row counted from 1 in Parquet ("Row 6 of c.parquet")."""
@@ -132,7 +170,7 @@ def read_candidates(path: str, desired: str = "population", list_column: str = "
     import pandas as pd
 
     shares = None if desired == "population" else load_desired_file(desired)
-    frame = read_table(path)
+    frame = read_table(path, candidate_columns(list_column, score_column, group_column))
     columns = list(map(str, frame.columns))
     for col, option in ((list_column, "--list-column"), (score_column, "--score-column"),
                         (group_column, "--group-column")):  # fmt: skip
@@ -204,7 +242,9 @@ def rerank_lists(scores, codes, starts, p, k, algorithm, smoothing) -> dict:
     flat = np.where(valid, starts[:-1, None] + col, 0)
     S = np.where(valid, scores[flat], -np.inf)
     G = np.where(valid, codes[flat], -1)
-    after = rerank(S, G, p, k, algorithm)
+    # No list of the batch fills positions past its longest list: ranking only up to there
+    # gives the same rankings, with memory bounded by the batch whatever k is.
+    after = rerank(S, G, p, max(min(k, width), 1), algorithm)
     before = np.argsort(-S, axis=1, kind="stable")[:, :k]  # the top-k by score
     before = np.where(np.take_along_axis(valid, before, axis=1), before, -1)
     out: dict = {}

@@ -3,14 +3,16 @@
 (:mod:`flows.cli._options`).
 
 Results go to stdout (``--json``: one object), diagnostics and progress to stderr. Exit codes: 0
-done, 1 a bug (the traceback is written to a file), 2 bad input, 3 the store is busy, 4 a chunk
-of the store is damaged (it fails its checksum: ``fairpipe verify`` lists them all), 130
-interrupted.
+done, 1 a bug (the traceback is written to a file), 2 bad input, 3 the store is busy, 4 the
+store is damaged (a chunk fails its checksum, a snapshot or manifest cannot be read or is not
+what its commit recorded: ``fairpipe verify`` lists them all), 130
+interrupted, 141 the reader of stdout is gone (``| head``).
 """
 
 import contextlib
 import os
 import sys
+from typing import Any
 
 from flows import DEFAULT_ENV  # environment defaults, before Prefect is imported
 
@@ -27,6 +29,7 @@ QUIET_ENV = {
     "PREFECT_LOGGING_ROOT_LEVEL": "CRITICAL",  # other libraries' loggers, through Prefect's root
     "DASK_LOGGING": repr({name: "critical" for name in QUIET_DASK_LOGGERS}),
     "RUST_BACKTRACE": "0",  # a panic's 200 lines of backtrace (often set for Rust development)
+    "ICECHUNK_LOG": "off",  # Icechunk logs to stdout, which holds the command's result
 }
 _LOUD: dict[str, str | None] = {}  # the variables as they were, for --verbose
 for _name, _value in QUIET_ENV.items():
@@ -89,13 +92,48 @@ WORKFLOW_ORDER = ("demo", "ingest", "info", "show", "sample", "fit", "predict", 
                   "status", "receipts", "configure", "verify", "server")  # fmt: skip
 
 
+# The classes of click's errors, as typer (which carries its own click) raises them.
+_CLICK_ERROR: Any = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_USAGE_ERROR: Any = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+USAGE_HINT = "see '{command} --help'"
+
+
 class _WorkflowOrder(typer.core.TyperGroup):
-    """The program's commands listed in :data:`WORKFLOW_ORDER` (``fairpipe --help``)."""
+    """The program's commands listed in :data:`WORKFLOW_ORDER` (``fairpipe --help``); a usage
+    error (an unknown or missing option, a value of the wrong type) is one line, ``error: ...``,
+    exit 2, as every bad input is."""
 
     def list_commands(self, ctx) -> list[str]:
         names = super().list_commands(ctx)
         rank = {name: i for i, name in enumerate(WORKFLOW_ORDER)}
         return sorted(names, key=lambda name: rank.get(name, len(rank)))
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             windows_expand_args=True, **extra):  # fmt: skip
+        call = dict(args=args, prog_name=prog_name, complete_var=complete_var,
+                    windows_expand_args=windows_expand_args, **extra)  # fmt: skip
+        if not standalone_mode:
+            return super().main(standalone_mode=False, **call)
+        try:
+            code = super().main(standalone_mode=False, **call)
+        except _CLICK_ERROR as error:
+            if type(error).__name__ == "NoArgsIsHelpError":  # 'fairpipe' alone: its help
+                error.show()
+                sys.exit(error.exit_code)
+            from flows.cli._options import OptionValueError
+            from flows.cli._output import print_error
+
+            message = error.format_message()
+            context = getattr(error, "ctx", None)
+            if (
+                isinstance(error, _USAGE_ERROR)
+                and context is not None
+                and not isinstance(error, OptionValueError)
+            ):
+                message += f" ({USAGE_HINT.format(command=context.command_path)})"
+            print_error(message)
+            sys.exit(error.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 app = typer.Typer(
@@ -161,8 +199,10 @@ def main() -> None:
     import threading
     import warnings
 
+    from flows.cli._output import standard_streams
     from flows.cli._runner import PROGRAM
 
+    standard_streams()
     PROGRAM.running = True
     # A SIGTERM (a scheduler stopping the job, ``kill``) unwinds the command as a Ctrl-C does
     # (both noted, so that an interrupt a library wraps in an error of its own is still one):
@@ -190,7 +230,28 @@ def main() -> None:
     except SystemExit as end:
         if PROGRAM.interrupted or end.code == 130:
             _end_interrupted()
+        if end.code is None or isinstance(end.code, int):
+            _end(end.code or 0)
         raise
+
+
+def _end(code: int) -> None:
+    """Exit ``code`` once the output is out and Prefect's records are delivered, without the
+    interpreter's teardown. A thread of Icechunk's runtime hands each read's result to zarr's
+    event loop, then waits for the interpreter; one still waiting when the teardown begins (a
+    command ending a few milliseconds after reading its store, as an error found then or a full
+    disk ends it) is ended by Python inside Icechunk's Rust code, and the process aborts
+    (SIGABRT) after printing its last line."""
+    import logging
+
+    from flows.cli._runner import _deliver_prefect_records
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, gone or full: the code tells
+            stream.flush()
+    _deliver_prefect_records()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _end_interrupted() -> None:

@@ -3,8 +3,13 @@ their values. A command gives the default in its own signature (``seed: Seed = 0
 
 from __future__ import annotations
 
+import copy
+import os
+import stat
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,6 +23,7 @@ from fairpipe.errors import (
     check_positive_int,
     check_seed,
 )
+from fairpipe.number_text import DECIMAL_RULE, INTEGER_RULE, flaw, read_decimal, read_integer
 from fairpipe.validation import load_npy
 
 Store = Annotated[
@@ -137,11 +143,15 @@ def owner_of(command: str) -> str:
     return "fairpipe " + command.replace("_", "-")
 
 
-def check_store(store: str, owner: str) -> str:
-    """A store given: not an empty string (which would be the current folder)."""
+def check_store(store: str, owner: str) -> Path | None:
+    """A store given: not an empty string (which would be the current folder), and a URL or a
+    path that may name a store (:func:`storage.urls.parse_store_url`); its folder (None for a
+    URL)."""
     if not str(store).strip():
         raise FairpipeInputError(EMPTY_STORE.format(owner=owner))
-    return store
+    from storage.urls import parse_store_url
+
+    return parse_store_url(store).local_dir
 
 
 def check_workers(workers: int, owner: str) -> int:
@@ -183,3 +193,99 @@ def check_ids_given(ids: str | None, ids_file: str | None, one_source: str, requ
         raise FairpipeInputError(one_source)
     if given:
         read_ids(text=ids, path=ids_file)
+
+
+# -- numbers typed as option values: the one rule of fairpipe.number_text --------------------------
+NOT_TYPED_AS_RULED = "The {flag} option of {command} must be {what}. Got {value!r}: it {flaw}."
+
+
+class OptionValueError(typer.BadParameter):
+    """An option's value that breaks the rule of numbers: its message is the whole line."""
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def number_parser(kind: type, flag: str, owner: str) -> Callable[[Any], Any]:
+    """The value of the ``int`` or ``float`` option ``flag`` of the command ``owner``, read by
+    :mod:`fairpipe.number_text`'s rule (ASCII digits; click's own types read '５' and '1_0')."""
+
+    def parse(value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return kind(value)  # a default
+        text = str(value)
+        got = read_integer(text) if kind is int else read_decimal(text)
+        if got is None:
+            what = f"an integer: {INTEGER_RULE}" if kind is int else DECIMAL_RULE
+            raise OptionValueError(NOT_TYPED_AS_RULED.format(
+                flag=flag, command=owner, what=what, value=text, flaw=flaw(text)))  # fmt: skip
+        return got  # its range: the option's own check, which names what it is for
+
+    parse.__name__ = kind.__name__  # the type's name in --help
+    return parse
+
+
+def typed_numbers(annotation: Any, owner: str) -> Any:
+    """``annotation`` (of a command's parameter), or for an ``int`` or ``float`` option
+    (``Annotated[int | None, typer.Option(...)]``) a copy whose values are read by
+    :func:`number_parser`, unless it names a type of its own."""
+    if typing.get_origin(annotation) is not Annotated:
+        return annotation
+    base, *extras = typing.get_args(annotation)
+    kinds = [k for k in typing.get_args(base) or (base,) if k is not type(None)]
+    if len(kinds) != 1 or kinds[0] not in (int, float):
+        return annotation
+    given = []
+    for info in extras:
+        if (
+            isinstance(info, typer.models.OptionInfo)
+            and info.click_type is None
+            and (info.parser is None)
+        ):
+            info = copy.copy(info)  # an option shared by several commands: each its own
+            # In an Annotated option, typer holds the first flag as its "default".
+            flags = [info.default, *(info.param_decls or ())]
+            flag = next((d for d in flags if isinstance(d, str) and d.startswith("--")), "value")
+            info.parser = number_parser(kinds[0], flag, owner)
+        given.append(info)
+    return Annotated[(base, *given)]  # type: ignore[valid-type]
+
+
+# The parameters naming a file (or a folder) a command reads, and how messages name them.
+INPUT_OPTIONS = {"source": "SOURCE", "candidates": "CANDIDATES", "ids_file": "--ids-file",
+                 "groups_file": "--groups-file", "query_file": "--query-file",
+                 "bounds": "--bounds", "model": "--model", "dataset": "--dataset",
+                 "data_dir": "--data-dir"}  # fmt: skip
+SPECIAL_FILE = "{flag} {path} is {kind}, not a regular file: {why}. Give a regular file{folder}."
+OUTPUT_OPTIONS = {"out": "--out", "plot": "--plot"}
+_KINDS = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}  # fmt: skip
+
+
+def check_file_kinds(own: Mapping[str, Any]) -> None:
+    """Refuse, before anything starts, a file a command reads or writes that is not a regular
+    file or a folder: a named pipe waits for a writer (or a reader) forever, a device such as
+    /dev/zero never ends; links are followed to what they name."""
+    for name, flag in {**INPUT_OPTIONS, **OUTPUT_OPTIONS}.items():
+        value = own.get(name)
+        if not isinstance(value, (str, Path)) or not str(value) or "://" in str(value):
+            continue
+        text = str(value)
+        # A named data set's path: 'adult:PATH', 'mnist:PATH'.
+        head, colon, rest = text.partition(":")
+        path = rest if colon and head.isidentifier() and not os.path.lexists(text) else text
+        try:
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):
+            continue  # absent or unreadable: the command's own message names it
+        kind = _KINDS.get(stat.S_IFMT(mode))
+        if kind is None:
+            continue
+        output = name in OUTPUT_OPTIONS
+        if stat.S_ISFIFO(mode):
+            why = "writing it waits for a reader" if output else "reading it waits for a writer"
+        else:
+            why = "what is written there is not kept" if output else "reading it never ends"
+        folder = " or folder" if name in ("source", "data_dir", "out") else ""
+        raise FairpipeInputError(SPECIAL_FILE.format(flag=flag, path=text, kind=kind, why=why,
+                                                     folder=folder))  # fmt: skip

@@ -7,38 +7,32 @@ says what went wrong:
   typer's own usage errors exit 2 as well; so does a read-only filesystem, a full disk or a
   refused permission (the line names the path and what to do);
 - 3: the store is busy (:class:`~storage.lock.StoreBusyError`), one line ``error: <message>``;
-- 4: a chunk of the store is damaged (:class:`~storage.store.CorruptChunkError`: its bytes fail
-  their checksum), one line ``error: <message>`` naming the array, the chunk and the store;
+- 4: the store is damaged (:class:`~storage.damage.DamagedStoreError`: a chunk whose bytes fail
+  their checksum, a snapshot or manifest Icechunk cannot read or that is not what its commit
+  recorded), one line ``error: <message>`` naming the store and what is damaged (the array and
+  chunk, the snapshot);
 - 130: interrupted;
+- 141: the reader of stdout is gone (``fairpipe history | head -n1``), quietly, as a command
+  ended by SIGPIPE; a stdout that refuses the result (full) is bad input naming stdout;
 - 1: anything else, which is a bug (a Rust panic in Icechunk included): one line naming the
   exception, and a second naming the file holding the traceback (``FAIRPIPE_DEBUG=1`` or
   ``--verbose``: the traceback itself, on stderr).
 
-A bug report holds no person's ids and no reason for forgetting them: the values of
-:data:`PRIVATE_PARAMETERS` are left out of its command line and parameters, and the numbers in
-its exception messages are replaced by ``<n>``; only its owner can read it.
-
-Text that comes from data or from other producers (reasons, file, group and column names, request
-ids) is printed with its control characters escaped (:func:`printable`), and never read as rich
-markup.
+Its output (:mod:`flows.cli._output`) and a bug's report (:mod:`flows.cli._bugs`) have modules of
+their own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import errno
 import functools
-import importlib.metadata
 import inspect
-import json
 import os
-import platform
 import re
-import shlex
 import sys
-import time
-import traceback
 import typing
-import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,11 +40,11 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
-from fairpipe.errors import FairpipeInputError
+from fairpipe.errors import FairpipeInputError, outcomes
 from flows._server import launch_early, stop_early
+from flows.cli._bugs import is_panic, report_bug
 from flows.cli._options import (
     AsJson,
     DaskAddress,
@@ -58,88 +52,26 @@ from flows.cli._options import (
     LockTimeout,
     Verbose,
     Workers,
+    check_file_kinds,
     check_lock_timeout,
     check_store,
     check_workers,
     owner_of,
+    typed_numbers,
+)
+from flows.cli._output import (
+    OutputClosed,
+    emit,
+    escape_controls,
+    output_closed,
+    print_error,
+    print_line,
 )
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 CORRUPT_STORE = 4
-DEBUG_VARIABLE = "FAIRPIPE_DEBUG"
-# The versions a bug report names, besides Python's.
-REPORTED_PACKAGES = ("fairpipe", "numpy", "dask", "distributed", "prefect", "zarr", "icechunk")
-# Parameters whose values identify people (ids) or say why they asked to be forgotten: a bug
-# report leaves them out (its command line and its parameters).
-PRIVATE_PARAMETERS = ("ids", "reason", "query_id")
-REDACTED = "REDACTED"
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-# -- output ----------------------------------------------------------------------------------------
-def result_console() -> Console:
-    """A console on stdout for a command's human-readable result. It reads no markup and no
-    emoji codes: text from data ('[bold]', ':smile:') is printed as it is (build styled text
-    with :class:`rich.text.Text`)."""
-    return Console(soft_wrap=True, markup=False, emoji=False)
-
-
-def diagnostics_console() -> Console:
-    """A console on stderr for progress and errors (soft wrap: an error stays on one line for grep
-    and logs); like :func:`result_console`, it reads no markup."""
-    return Console(stderr=True, soft_wrap=True, markup=False, emoji=False)
-
-
-# Characters that move the cursor, clear the screen, end a line or reorder the text shown:
-# C0 and C1 controls and DEL, and Unicode's format characters (bidi overrides and isolates,
-# zero-width characters), line and paragraph separators, surrogates and private or unassigned
-# code points.
-_ASCII_CONTROLS = re.compile(r"[\x00-\x1f\x7f]")
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
-_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with every character that could act on a terminal shown as a visible escape:
-    ``\\n``, ``\\x1b``, ``\\u202e``. Printable text (any script) is left as it is."""
-    if text.isascii() and not _ASCII_CONTROLS.search(text):
-        return text
-    return "".join(
-        _escape(ch) if ord(ch) < 0x20 or unicodedata.category(ch) in _UNSAFE_CATEGORIES else ch
-        for ch in text
-    )
-
-
-def _escape(ch: str) -> str:
-    if ch in _NAMED_ESCAPES:
-        return _NAMED_ESCAPES[ch]
-    code = ord(ch)
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def printable(value: Any) -> Any:
-    """``value`` (a command's result) with every string in it, keys included, passed through
-    :func:`escape_controls`: what every command's text rendering receives."""
-    if isinstance(value, str):
-        return escape_controls(value)
-    if isinstance(value, dict):
-        return {printable(k): printable(v) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(printable(v) for v in value)
-    return value
-
-
-def emit(result: dict, as_json: bool, render: Callable[[dict], None]) -> None:
-    """The result on stdout: one JSON object (every non-ASCII and control character escaped by
-    the encoder: ``\\u001b``, ``\\u202e``), or ``render``'s text for people, given the result
-    with its text made :func:`printable`."""
-    if as_json:
-        sys.stdout.write(json.dumps(result, default=str, ensure_ascii=True) + "\n")
-    else:
-        render(printable(result))
 
 
 @dataclass
@@ -176,7 +108,6 @@ def _deliver_prefect_records() -> None:
     records task runs, and its logs) to its server: what Prefect's exit hooks would do."""
     if "prefect" not in sys.modules:
         return
-    import contextlib
 
     with contextlib.suppress(Exception):
         from prefect.events.worker import EventsWorker
@@ -201,6 +132,9 @@ class Shared:
     workers: int = 2
     lock_timeout: float = 0.0
     verbose: bool = False
+    # Whether the --store given named no store's folder when the command started (before it
+    # waited for anything): a store there later was made by another command meanwhile.
+    store_absent: bool = False
 
     @property
     def cluster(self) -> dict[str, Any]:
@@ -280,10 +214,10 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
 
                 loud_libraries()
             try:
-                with errors_reported(name or fn.__name__, flags, dict(kwargs)):
+                with errors_reported((name or fn.__name__).replace("_", "-"), flags, dict(kwargs)):
                     options = Shared(**{name: kwargs.pop(name) for name in shared})
                     merge_renamed(kwargs, old_flags, context)
-                    check_shared(options, name or fn.__name__, kwargs)
+                    options = check_shared(options, name or fn.__name__, kwargs)
                     if check is not None:
                         check(**kwargs)
                     if "dask_address" in shared:  # runs a flow: its Prefect server starts now,
@@ -297,6 +231,8 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
                 quick_exit()  # its result is out, and so are its flow's records
 
         every = own + added + hidden
+        every = [p.replace(annotation=typed_numbers(p.annotation, owner_of(name or fn.__name__)))
+                 for p in every]  # fmt: skip
         run.__signature__ = inspect.Signature(every)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in every}
         return cast(F, run)
@@ -341,13 +277,18 @@ def _flag(parameter: str) -> str:
     return "--" + parameter.replace("_", "-")
 
 
-def check_shared(options: Shared, name: str, own: Mapping[str, Any]) -> None:
-    """The shared options' values, and a ``--store`` given, checked before anything starts."""
+def check_shared(options: Shared, name: str, own: Mapping[str, Any]) -> Shared:
+    """The shared options' values, and a ``--store`` given, checked before anything starts;
+    ``options`` with :attr:`Shared.store_absent` noted."""
     owner = owner_of(name)
     check_workers(options.workers, owner)
     check_lock_timeout(options.lock_timeout, owner)
+    check_file_kinds(own)
     if isinstance(own.get("store"), str):
-        check_store(own["store"], owner)
+        folder = check_store(own["store"], owner)
+        if folder is not None and not folder.exists():
+            return dataclasses.replace(options, store_absent=True)
+    return options
 
 
 @contextmanager
@@ -357,35 +298,55 @@ def errors_reported(
     """Turn any exception of the command ``name`` into its exit code and one line on stderr."""
     try:
         yield
-    except (typer.Exit, typer.Abort, BrokenPipeError):
-        raise  # an exit already decided on, or stdout closed early (typer handles both)
-    except KeyboardInterrupt:
-        _print_line(Text(f"fairpipe {name}: interrupted"))
+    except (typer.Exit, typer.Abort):
+        raise  # an exit already decided on
+    except OutputClosed:
+        output_closed()
+    except KeyboardInterrupt as exc:
+        print_line(Text(escape_controls(_told(f"fairpipe {name}: interrupted", exc))))
         raise typer.Exit(INTERRUPTED) from None
     except BaseException as exc:
         if PROGRAM.interrupted or type(exc).__name__ == "TerminationSignal":  # Prefect's SIGTERM
-            _print_line(Text(f"fairpipe {name}: interrupted"))
+            print_line(Text(escape_controls(_told(f"fairpipe {name}: interrupted", exc))))
             raise typer.Exit(INTERRUPTED) from None
-        if not isinstance(exc, Exception) and not _is_panic(exc):
+        if not isinstance(exc, Exception) and not is_panic(exc):
             raise  # SystemExit and the like: not an error of the command
-        corrupt = _corrupt_chunk(exc)
+        corrupt = _damaged_store(exc)
         if corrupt is not None:  # damaged storage: neither bad input nor a bug
-            _print_error(str(corrupt.with_store(parameters.get("store"))))
+            print_error(_told(str(corrupt.with_store(parameters.get("store"))), exc))
             raise typer.Exit(CORRUPT_STORE) from None
         bad = input_error(exc)
         if bad is not None:
             one_line = " ".join(str(bad).split("\n"))
             message, code = _with_flags(one_line, parameter_flags), _exit_code_of(bad)
-            if code == STORE_BUSY and "lock_timeout" in parameters:
+            if code == STORE_BUSY and "lock_timeout" in parameters and "lock timeout" in message:
                 message += " (option --lock-timeout)"  # it says "pass a lock timeout to wait"
-            _print_error(message)
+            print_error(_told(message, exc))
             raise typer.Exit(code) from None
         environment = environment_error(exc, parameters)
         if environment is not None:
-            _print_error(environment)
+            print_error(_told(environment, exc))
             raise typer.Exit(BAD_INPUT) from None
-        _report_bug(name, exc, parameters)
+        report_bug(name, exc, parameters)
+        if outcomes_of(exc):
+            print_line(Text(escape_controls(_told("", exc).strip())))
         raise typer.Exit(BUG) from None
+
+
+def outcomes_of(exc: BaseException) -> list[str]:
+    """What became of the work ``exc`` stopped (:func:`fairpipe.errors.note_outcome`), as told
+    by it or the errors it wraps."""
+    return [text for error in _causes(exc) for text in outcomes(error)]
+
+
+def _told(message: str, exc: BaseException) -> str:
+    """``message``, then each outcome of ``exc`` as a sentence of its own, on the same line."""
+    told = outcomes_of(exc)
+    if not told:
+        return message
+    if message and not message.endswith("."):
+        message += "."
+    return message + "".join(f" {text[:1].upper()}{text[1:]}." for text in told)
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
@@ -416,13 +377,14 @@ def input_error(exc: BaseException) -> FairpipeInputError | None:
     return next((e for e in _causes(exc) if isinstance(e, FairpipeInputError)), None)
 
 
-def _corrupt_chunk(exc: BaseException):
-    """The :class:`storage.store.CorruptChunkError` behind ``exc``, if any (none where no chunk
-    was read: storage.store was never imported)."""
-    store = sys.modules.get("storage.store")
-    if store is None:
+def _damaged_store(exc: BaseException):
+    """The :class:`storage.damage.DamagedStoreError` behind ``exc``, or the damage an Icechunk
+    error behind it reports (:func:`storage.damage.damaged_store_error`, the one place that
+    tells them apart), if any (none where no store was read: storage was never imported)."""
+    damage = sys.modules.get("storage.damage")
+    if damage is None:
         return None
-    return next((e for e in _causes(exc) if isinstance(e, store.CorruptChunkError)), None)
+    return next((d for d in map(damage.damaged_store_error, _causes(exc)) if d is not None), None)
 
 
 def _exit_code_of(error: FairpipeInputError) -> int:
@@ -513,164 +475,3 @@ def _free_space(path: str) -> str:
         if free >= size:
             return f"{free / size:.1f} {unit}"
     return f"{free} bytes"
-
-
-# -- bugs ------------------------------------------------------------------------------------------
-def _print_error(message: str) -> None:
-    # A Text, not a string: rich would read "[lower, upper]" in a message as markup.
-    _print_line(Text.assemble(("error:", "bold red"), " ", escape_controls(message)))
-
-
-def _print_line(line: Text) -> None:
-    diagnostics_console().print(line)
-
-
-def _debugging() -> bool:
-    return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _is_panic(exc: BaseException) -> bool:
-    """A Rust panic raised through PyO3 (``pyo3_runtime.PanicException``, a BaseException)."""
-    return type(exc).__name__ == "PanicException" and type(exc).__module__ == "pyo3_runtime"
-
-
-def _report_bug(name: str, exc: BaseException, parameters: Mapping[str, Any]) -> None:
-    _print_line(Text(escape_controls(f"fairpipe {name} failed with an internal error: "
-                                     f"{describe(exc)}")))  # fmt: skip
-    if _debugging() or parameters.get("verbose"):
-        sys.stderr.write("".join(traceback.format_exception(exc)))
-        return
-    try:
-        path = write_bug_report(name, exc, parameters)
-    except OSError as why:  # no writable cache folder: the traceback must still be somewhere
-        _print_line(Text(f"the traceback could not be written to a file ({why}):"))
-        sys.stderr.write("".join(traceback.format_exception(exc)))
-        return
-    _print_line(Text(f"the traceback is in {path}"))
-
-
-def describe(exc: BaseException) -> str:
-    """``KeyError: 'x'``: the exception's type and the first line of its message."""
-    lines = str(exc).strip().splitlines()
-    return f"{_kind(exc)}: {lines[0]}" if lines else _kind(exc)
-
-
-def _kind(exc: BaseException) -> str:
-    kind = type(exc)
-    if kind.__module__ == "builtins":
-        return kind.__qualname__
-    return f"{kind.__module__}.{kind.__qualname__}"
-
-
-def errors_folder() -> Path:
-    """Where bug reports go: ``$XDG_CACHE_HOME/fairpipe/errors`` (default ``~/.cache``)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "fairpipe" / "errors"
-
-
-def write_bug_report(name: str, exc: BaseException, parameters: Mapping[str, Any]) -> Path:
-    """Write the traceback, the command line and the versions to a new file only its owner can
-    read (in a folder only they can open); return its path. Nothing identifying a person goes
-    in (see the module)."""
-    folder = errors_folder()
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)  # also a folder made before bug reports were private
-    stem = f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-    report = "\n".join(
-        [
-            f"fairpipe {name} failed with an internal error: {redact_numbers(describe(exc))}",
-            f"time: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
-            f"command line: {shlex.join(redacted_argv(sys.argv))}",
-            f"parameters: {redacted_parameters(parameters)!r}",
-            f"python: {sys.version.split()[0]} ({platform.platform()})",
-            "versions: " + ", ".join(f"{p} {_version(p)}" for p in REPORTED_PACKAGES),
-            "",
-            redacted_traceback(exc),
-        ]
-    )
-    reason = parameters.get("reason")
-    if isinstance(reason, str) and reason.strip():
-        report = report.replace(reason, REDACTED)  # in a message that quoted it
-    for attempt in range(1, 1000):  # the same command failing twice in a second, in one process
-        path = folder / (f"{stem}.txt" if attempt == 1 else f"{stem}-{attempt}.txt")
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            continue
-        with open(fd, "w", encoding="utf-8") as fh:
-            fh.write(report)
-        return path
-    raise FileExistsError(f"{folder / stem}*.txt")
-
-
-def redacted_argv(argv: list[str]) -> list[str]:
-    """``argv`` with the values of :data:`PRIVATE_PARAMETERS`' flags (``--ids 1,2``,
-    ``--ids=1,2``) replaced by ``REDACTED``."""
-    flags = {"--" + name.replace("_", "-") for name in PRIVATE_PARAMETERS}
-    shown: list[str] = []
-    hide_next = False
-    for arg in argv:
-        flag, equals, _ = arg.partition("=")
-        if hide_next:
-            shown.append(REDACTED)
-            hide_next = False
-        elif flag in flags and equals:
-            shown.append(f"{flag}={REDACTED}")
-        else:
-            shown.append(arg)
-            hide_next = arg in flags
-    return shown
-
-
-def redacted_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        k: REDACTED if k in PRIVATE_PARAMETERS and v not in (None, "") else v
-        for k, v in parameters.items()
-    }
-
-
-_NUMBER = re.compile(r"\b\d+\b")
-
-
-def redact_numbers(message: str) -> str:
-    """``message`` with its numbers (any of which could be a person's id) replaced by ``<n>``."""
-    return _NUMBER.sub("<n>", message)
-
-
-def redacted_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` and of the errors it was raised from or during, as Python prints
-    it, with the numbers in their messages and notes redacted (:func:`redact_numbers`): the
-    frames (files, lines, code) are kept, the data in messages is not."""
-    return "".join(_redacted_lines(exc, set()))
-
-
-def _redacted_lines(exc: BaseException, seen: set[int]) -> list[str]:
-    seen.add(id(exc))
-    lines: list[str] = []
-    if exc.__cause__ is not None and id(exc.__cause__) not in seen:
-        lines += _redacted_lines(exc.__cause__, seen)
-        lines.append("\nThe above exception was the direct cause of the following exception:\n\n")
-    elif (exc.__context__ is not None and not exc.__suppress_context__
-          and id(exc.__context__) not in seen):  # fmt: skip
-        lines += _redacted_lines(exc.__context__, seen)
-        lines.append("\nDuring handling of the above exception, another exception occurred:\n\n")
-    if exc.__traceback__ is not None:
-        lines.append("Traceback (most recent call last):\n")
-        lines += traceback.format_tb(exc.__traceback__)
-    message = redact_numbers(str(exc))
-    lines.append(f"{_kind(exc)}: {message}\n" if message else f"{_kind(exc)}\n")
-    lines += [redact_numbers(str(note)) + "\n" for note in getattr(exc, "__notes__", ())]
-    if isinstance(exc, BaseExceptionGroup):
-        for i, member in enumerate(exc.exceptions, 1):
-            lines.append(f"+---- {i} ----\n")
-            lines += [
-                "    " + line for line in "".join(_redacted_lines(member, seen)).splitlines(True)
-            ]
-    return lines
-
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from fairpipe.errors import FairpipeInputError
 from flows.cli._options import Seed, check_options, choice
-from flows.cli._runner import RUNS_FLOWS, Shared, command, result_console
+from flows.cli._output import result_console
+from flows.cli._runner import RUNS_FLOWS, Shared, command
 
 # The search functions' parameters that their error messages name, and their flags.
 FLAGS = {"baselines": "--baseline", "n_seeds": "--n-seeds", "n_local": "--n-local"}

@@ -8,7 +8,8 @@ import typer
 
 from fairpipe.errors import check_int_range
 from flows.cli._options import Store
-from flows.cli._runner import WRITES_STORES, Shared, command, result_console
+from flows.cli._output import result_console
+from flows.cli._runner import WRITES_STORES, Shared, command
 
 
 def _render(r: dict) -> None:

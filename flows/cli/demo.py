@@ -9,13 +9,8 @@ from rich.table import Table
 
 from fairpipe.errors import check_int_range
 from flows.cli._options import Seed, check_options
-from flows.cli._runner import (
-    Shared,
-    command,
-    diagnostics_console,
-    escape_controls,
-    result_console,
-)
+from flows.cli._output import diagnostics_console, escape_controls, result_console
+from flows.cli._runner import Shared, command
 
 PARAMETER_FLAGS = {"n_queries": "--n-queries"}
 # The old flag, a hidden alias for one release.

@@ -7,10 +7,13 @@ from typing import Annotated
 
 import typer
 
-from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Ids, IdsFile, Store, check_options
-from flows.cli._runner import WRITES_STORES, Shared, command, result_console
+from fairpipe.errors import FairpipeInputError, check_one_of
+from flows.cli._options import Ids, IdsFile, Store, check_options, choice
+from flows.cli._output import result_console
+from flows.cli._runner import WRITES_STORES, Shared, command
 
+# The choices of --unapplied (flows.forget.UNAPPLIED: the flow is imported only once it runs).
+UNAPPLIED = ("withdraw", "keep")
 ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
 
 
@@ -53,6 +56,7 @@ def _render(r: dict) -> None:
 
 def _check(**o) -> None:
     check_options("fairpipe forget", max_batch=("positive", o["max_batch"]))
+    check_one_of(o["unapplied"], UNAPPLIED, "--unapplied", "fairpipe forget")
     from fairpipe.datasets import read_ids
     from flows.checks import check_forget
 
@@ -77,6 +81,16 @@ def forget(
             "--reason", help="Kept in the receipt of the --ids request.", show_default="none"
         ),
     ] = "",
+    unapplied: Annotated[
+        str,
+        typer.Option(
+            "--unapplied",
+            help="What becomes of the --ids request if this command cannot apply it (the store "
+            "busy, a full disk, damage, an interrupt): withdraw it, or keep it filed for the "
+            "next drain. The error says which.",
+            **choice("withdraw", "keep"),
+        ),
+    ] = "withdraw",
     purge_history: Annotated[
         bool,
         typer.Option(
@@ -106,7 +120,7 @@ def forget(
         raise FairpipeInputError(ONE_SOURCE)
     wanted = None if ids is None and ids_file is None else read_ids(text=ids, path=ids_file)
     options = ForgetOptions(lock_timeout=shared.lock_timeout, purge_history=purge_history,
-                            max_batch=max_batch, reason=reason)  # fmt: skip
+                            max_batch=max_batch, reason=reason, unapplied=unapplied)  # fmt: skip
     from flows.checks import small_forget
 
     processes = not small_forget(store, wanted)

@@ -4,7 +4,8 @@ the lineage log it keeps through erasure (:mod:`storage.lineage`)."""
 from __future__ import annotations
 
 from flows.cli._options import Store
-from flows.cli._runner import Shared, command, result_console
+from flows.cli._output import result_console
+from flows.cli._runner import Shared, command
 
 
 def _values(values: dict) -> str:

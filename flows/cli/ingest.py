@@ -10,13 +10,8 @@ from rich.text import Text
 
 from fairpipe.errors import check_int_range, check_one_of, check_open_unit
 from flows.cli._options import Store, check_options, choice
-from flows.cli._runner import (
-    WRITES_STORES,
-    Shared,
-    command,
-    diagnostics_console,
-    result_console,
-)
+from flows.cli._output import diagnostics_console, result_console
+from flows.cli._runner import WRITES_STORES, Shared, command
 
 # A source file up to this size (and any .npy, whose plan reads its header and the ids and
 # groups files only) is planned before the flow starts, so that its errors come before anything
@@ -93,6 +88,11 @@ def _check(**o) -> None:
                          o["ids_file"])  # fmt: skip
     source = Path(o["source"])
     name = o["source"].partition(":")[0]
+    if o["source"] == "gaussian":  # its sizes, for a new store or an append
+        from fairpipe.datasets import check_gaussian_sizes
+
+        check_gaussian_sizes({"n": o["gaussian_n"], "d": o["gaussian_d"],
+                              "clusters": o["gaussian_clusters"], "groups": o["gaussian_groups"]})  # fmt: skip
     if name in ("digits", "gaussian", "mnist", "word2vec", "adult", "bank", "census-kdd"):
         if o["source"] in ("digits", "gaussian") and _new_local_store(o["store"]):
             # The generated and bundled data sets plan at once: the parameters' errors come
@@ -288,7 +288,7 @@ def ingest(
         seed=seed, group_column=group_column, id_column=id_column, groups_file=groups_file,
         ids_file=ids_file, n_hashes=n_hashes, n_tables=n_tables, bucket_width=bucket_width,
         radius=radius, recall=recall, chunk_rows=chunk_rows, lock_timeout=shared.lock_timeout,
-        gaussian=gaussian, scale=scale,
+        gaussian=gaussian, scale=scale, new_store=shared.store_absent,
     )  # fmt: skip
     result = run_ingest(source, store, options, **shared.cluster)
     for warning in result["warnings"]:

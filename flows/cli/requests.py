@@ -9,7 +9,8 @@ import typer
 
 from fairpipe.errors import FairpipeInputError
 from flows.cli._options import Ids, IdsFile, Store, check_ids_given
-from flows.cli._runner import Shared, command, result_console
+from flows.cli._output import result_console
+from flows.cli._runner import Shared, command
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 UNKNOWN_REQUEST = "There is no receipt for request {rid} in the store {url}{pending}."

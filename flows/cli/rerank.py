@@ -8,7 +8,8 @@ import typer
 from rich.table import Table
 
 from flows.cli._options import check_options, choice
-from flows.cli._runner import RUNS_FLOWS, Shared, command, result_console
+from flows.cli._output import result_console
+from flows.cli._runner import RUNS_FLOWS, Shared, command
 
 ALGORITHMS = ("detgreedy", "detcons", "detrelaxed", "detconstsort")  # fairpipe.ranking's
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
@@ -37,10 +38,18 @@ def _render(r: dict) -> None:
 def _check(**o) -> None:
     check_options("fairpipe rerank", k=("positive", o["k"]),
                   smoothing=("non_negative_float", o["smoothing"]))  # fmt: skip
-    if o["desired"] != "population":  # a small JSON file: read before anything starts
-        from fairpipe.ranking._candidates import load_desired_file
+    from fairpipe.ranking._candidates import (
+        candidate_columns,
+        check_table_ahead,
+        load_desired_file,
+    )
+    from flows.outputs import check_output_file
 
+    check_output_file(o["out"], "--out")  # (the flow checks it again)
+    if o["desired"] != "population":  # a small JSON file: read before anything starts
         load_desired_file(o["desired"])
+    columns = candidate_columns(o["list_column"], o["score_column"], o["group_column"])
+    check_table_ahead(o["candidates"], columns)
 
 
 @command(shared=RUNS_FLOWS, render=_render, check=_check)

@@ -18,7 +18,8 @@ from flows.cli._options import (
     choice,
     read_query_file,
 )
-from flows.cli._runner import Shared, command, result_console
+from flows.cli._output import result_console
+from flows.cli._runner import Shared, command
 
 ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
 INCLUDE_QUERY_FILE = (

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from flows.cli._options import check_options
-from flows.cli._runner import Shared, command, result_console
+from flows.cli._output import result_console
+from flows.cli._runner import Shared, command
 
 app = typer.Typer(
     no_args_is_help=True,

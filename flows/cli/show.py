@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from fairpipe.errors import FairpipeInputError
 from flows.cli._options import Ids, IdsFile, Store
-from flows.cli._runner import Shared, command, result_console
+from flows.cli._output import result_console
+from flows.cli._runner import Shared, command
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 

@@ -10,7 +10,8 @@ from rich.table import Table
 from fairpipe.errors import check_int_range
 from fairpipe.tree import check_tree
 from flows.cli._options import Seed, Store, check_options, choice
-from flows.cli._runner import WRITES_STORES, Shared, command, result_console
+from flows.cli._output import result_console
+from flows.cli._runner import WRITES_STORES, Shared, command
 
 # The old flags, hidden aliases for one release.
 RENAMED = {"--tree-width": "fanout", "--tree-height": "height"}

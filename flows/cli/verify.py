@@ -1,4 +1,5 @@
-"""``fairpipe verify``: check every chunk of a store against its checksum."""
+"""``fairpipe verify``: check a store's snapshots and manifests against what their commits
+recorded, and every chunk against its checksum."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Annotated
 import typer
 
 from flows.cli._options import Store
-from flows.cli._runner import CORRUPT_STORE, Shared, command, emit, result_console
+from flows.cli._output import emit, result_console
+from flows.cli._runner import CORRUPT_STORE, Shared, command
 
 
 def _size(n: float) -> str:
@@ -21,8 +23,15 @@ def _size(n: float) -> str:
 
 def _render(r: dict) -> None:
     out = result_console()
-    out.print(f"{r['store']} at {r['snapshot']}: {r['chunks']} chunks of {r['arrays']} arrays "
-              f"checked ({_size(r['bytes'])})", markup=False)  # fmt: skip
+    out.print(f"{r['store']} at {r['snapshot']}: {r['snapshots']} snapshots and their manifests "
+              f"checked; {r['chunks']} chunks of {r['arrays']} arrays checked "
+              f"({_size(r['bytes'])})", markup=False)  # fmt: skip
+    for d in r["damaged"]:
+        out.print(f"damaged: {d['what']} (snapshot {d['snapshot']}): {d['why']}", markup=False)
+    if r["unrecorded"]:
+        out.print(f"{r['unrecorded']} snapshots were written before commits recorded their "
+                  "manifests: their chunks are counted against Icechunk's count only",
+                  markup=False)  # fmt: skip
     for c in r["corrupt"]:
         what = "" if c["chunk"] is None else f"chunk ({', '.join(map(str, c['chunk']))}) of "
         out.print(f"corrupt: {what}array '{c['array']}': {c['why']}", markup=False)
@@ -43,6 +52,9 @@ def _render(r: dict) -> None:
     lists = any(c["chunk"] is None for c in r["corrupt"])
     what = f"corrupt chunk{'s' if n > 1 else ''}" + (" or chunk lists" if lists else "")
     verdict = f"{n} {what}" if n else "no corrupt chunk"
+    damaged = len(r["damaged"])
+    verdict += (f", {damaged} damaged snapshot{'s' if damaged > 1 else ''} or manifest"
+                f"{'s' if damaged > 1 else ''}" if damaged else ", no damaged snapshot or manifest")  # fmt: skip
     out.print(verdict, markup=False)
 
 
@@ -83,8 +95,8 @@ def verify(
     *,
     shared: Shared,
 ) -> None:
-    """Check every chunk of the store's current snapshot against its checksum (exit 4: a chunk
-    is corrupt).
+    """Check the store's snapshots and manifests against what their commits recorded, and every
+    chunk of its current snapshot against its checksum (exit 4: something is damaged).
 
     \b
     Example (a store made by 'fairpipe ingest digits --store digits.store'):
@@ -97,8 +109,9 @@ def verify(
     st = FairpipeStore.open(store)
     with _progress(not shared.as_json) as progress:
         result = verify_store(st, progress=progress)
-    if add_checksums and result["unverifiable"] and not result["n_corrupt"]:
+    damaged = result["n_corrupt"] or result["damaged"]
+    if add_checksums and result["unverifiable"] and not damaged:
         result["added"] = add(st, lock_timeout=shared.lock_timeout)
     emit(result, shared.as_json, _render)
-    if result["n_corrupt"]:
+    if damaged:
         raise typer.Exit(CORRUPT_STORE)

@@ -141,11 +141,19 @@ def test_bad_input_of_the_command_itself(cache_home, tmp_path):
     )
 
 
-def test_usage_errors_keep_typers_exit_2(cache_home):
+def test_usage_errors_are_one_line_and_exit_2(cache_home):
     missing = invoke("fit")
-    assert missing.exit_code == 2 and "--store" in missing.stderr
+    assert missing.exit_code == 2 and len(missing.stderr.splitlines()) == 1
+    assert missing.stderr.startswith("error: Missing option '--store'. (see '")
+    assert missing.stderr.endswith(" fit --help')\n")  # the program's name: 'fairpipe'"
     wrong = invoke("fit", "--store", "s", "--n-clusters", "three")
-    assert wrong.exit_code == 2 and "Invalid value" in wrong.stderr
+    assert wrong.exit_code == 2 and wrong.stderr == (
+        "error: The --n-clusters option of fairpipe fit must be an integer: ASCII digits 0-9 "
+        "only, without '+', '_' or spaces. Got 'three': it is not a number.\n"
+    )
+    unknown = invoke("fit", "--store", "s", "--clusters", "3")
+    assert unknown.exit_code == 2 and len(unknown.stderr.splitlines()) == 1
+    assert unknown.stderr.startswith("error: No such option: --clusters")
     assert not cache_home.exists()
 
 
@@ -163,7 +171,8 @@ def test_a_busy_store_exits_3_and_names_the_lock_timeout(digits_store, cache_hom
     assert out.exit_code == 3 and out.stdout == ""
     (line,) = out.stderr.splitlines()
     assert line.startswith(f"error: Store {url} is being written by another process")
-    assert line.endswith("pass a lock timeout to wait. (option --lock-timeout)")
+    assert line.endswith("pass a lock timeout to wait. (option --lock-timeout). No request "
+                         "for these 1 ids is filed: nothing of it is applied.")  # fmt: skip
     assert open_ids(path) == 1797  # nothing was forgotten
 
 
@@ -220,7 +229,7 @@ AN_ID = 918_273_645
 
 
 def test_a_bug_report_redacts_ids_in_messages_and_arguments(monkeypatch, cache_home):
-    from flows.cli._runner import redacted_argv
+    from flows.cli._bugs import redacted_argv
 
     def key_error():
         raise RuntimeError("while forgetting") from KeyError(AN_ID)
@@ -237,7 +246,7 @@ def test_a_bug_report_redacts_ids_in_messages_and_arguments(monkeypatch, cache_h
 
 
 def test_text_from_producers_is_escaped():
-    from flows.cli._runner import escape_controls, printable
+    from flows.cli._output import escape_controls, printable
 
     assert escape_controls("a\nb\x1b[2J\t\x7f\u202e\u2028\x85é名") == (
         "a\\nb\\x1b[2J\\t\\x7f\\u202e\\u2028\\x85é名"

@@ -210,3 +210,74 @@ def test_a_csv_is_read_by_position_or_refused_naming_the_line(tmp_path, monkeypa
     (tmp_path / "t.csv").write_text('a,b\n"1\n2",3\n' + "\n".join(rows) + "\n")
     with pytest.raises(FairpipeInputError, match="102 non-empty lines .* but 101 rows"):
         plan_source(str(tmp_path / "t.csv"))
+
+
+@pytest.mark.parametrize(
+    "size, value, says",
+    [
+        ("n", 10**13, "--gaussian-n option of the gaussian data set must be an integer from 1 to "
+                      "2147483647: a store indexes at most 2\\^31 - 1 rows. Got 10000000000000"),
+        ("d", 10**9, "--gaussian-d option .* from 1 to 8192: the generator makes 4,096 rows"),
+        ("clusters", 10**12, "--gaussian-clusters option .* from 1 to 4096"),
+        ("groups", 10**12, "--gaussian-groups option .* from 1 to 4096"),
+        ("n", 0, "--gaussian-n option of the gaussian data set must be a positive integer"),
+    ],
+)  # fmt: skip
+def test_gaussian_sizes_past_their_bounds_are_refused_before_anything_is_made(size, value, says):
+    from fairpipe.datasets import check_gaussian_sizes, plan_source
+
+    with pytest.raises(FairpipeInputError, match=says):
+        check_gaussian_sizes({size: value})
+    with pytest.raises(FairpipeInputError, match=says):
+        plan_source("gaussian", gaussian={size: value})
+    top = {"n": 2**31 - 1, "d": 8192, "clusters": 4096, "groups": 4096}
+    check_gaussian_sizes(top)  # the bounds themselves are sizes
+
+
+def test_a_parquet_column_of_lists_is_named_with_its_type_and_role(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fairpipe.datasets import plan_source
+
+    columns = {"id": [1, 2], "x": [0.5, 1.5], "v": pa.array([[1.0, 2.0], [3.0]]),
+               "g": ["a", "b"]}  # fmt: skip
+    pq.write_table(pa.table(columns), tmp_path / "lists.parquet")
+    (tmp_path / "folder").mkdir()
+    pq.write_table(pa.table(columns), tmp_path / "folder" / "part-0.parquet")
+    says = (r"^Column 'v' of (lists|part-0).parquet holds lists \(list<element: double>\); a "
+            r"feature column must hold one number per row.$")  # fmt: skip
+    for source in ("lists.parquet", "folder"):
+        with pytest.raises(FairpipeInputError, match=says):
+            plan_source(str(tmp_path / source), id_column="id", group_column="g")
+    pq.write_table(pa.table({**columns, "v": [1.0, 2.0], "g": pa.array([["a"], ["b"]])}),
+                   tmp_path / "groups.parquet")  # fmt: skip
+    with pytest.raises(FairpipeInputError, match=r"Column 'g' of groups.parquet holds lists "
+                       r".*; the group column \(--group-column\) must hold one name or number"):  # fmt: skip
+        plan_source(str(tmp_path / "groups.parquet"), id_column="id", group_column="g")
+
+
+def test_named_data_sets_that_are_not_utf8_csv_or_numbers_are_named(tmp_path):
+    from fairpipe.datasets import load_bank, load_census_kdd
+
+    (tmp_path / "latin.csv").write_bytes("age;balance\n3;caf\xe9\n".encode("latin-1"))
+    for load in (load_mnist_csv, load_adult, load_bank):
+        with pytest.raises(FairpipeInputError, match="^latin.csv is not UTF-8 text: line 2 holds "
+                                                     "the byte 0xe9. Save it as UTF-8.$"):  # fmt: skip
+            load(tmp_path / "latin.csv")
+    with pytest.raises(FairpipeInputError, match="^latin.csv is not a CSV file pandas can read"):
+        load_census_kdd(tmp_path / "latin.csv")  # (its columns are not found)
+    row = ["39", "State-gov", "77516", "Bachelors", "13", "Never-married", "Adm-clerical",
+           "Not-in-family", "White", "Male", "2174", "0", "40", "United-States", "<=50K"]  # fmt: skip
+    (tmp_path / "adult.data").write_text(", ".join(row) + "\n" + ", ".join(["x", *row[1:]]) + "\n")
+    with pytest.raises(FairpipeInputError,
+                       match="^Line 2 of adult.data holds 'x' in column 'age', which must hold "
+                             "numbers.$"):  # fmt: skip
+        load_adult(tmp_path / "adult.data")
+    (tmp_path / "w.bin").write_bytes(b"abc def\n")
+    with pytest.raises(FairpipeInputError, match="the first line of a word2vec file is 'n d'"):
+        load_word2vec_bin(tmp_path / "w.bin")
+    (tmp_path / "w.bin").write_bytes(b"99999999999 99999999\n")
+    with pytest.raises(FairpipeInputError, match="announces 99999999999 vectors of 99999999 "
+                                                 "values, more than its 21 bytes hold"):  # fmt: skip
+        load_word2vec_bin(tmp_path / "w.bin")

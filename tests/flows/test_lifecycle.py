@@ -19,12 +19,13 @@ from sklearn.datasets import make_blobs
 from fairpipe.cluster import QKMeans
 from fairpipe.errors import FairpipeInputError
 from flows.fit import FitOptions, run_fit
-from flows.forget import run_forget
+from flows.forget import ForgetOptions, run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.status import store_status
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.index import index_entries
 from storage.models import read_model
+from storage.queue import pending
 from storage.store import FairpipeStore, open_group, read_array, write_rows
 from storage.summary import has_summary
 
@@ -244,12 +245,15 @@ def test_a_forget_never_leaves_a_row_in_a_bucket_its_key_does_not_name(prefect_s
     before = head(store)
     with pytest.raises(RuntimeError, match="Row 7 is not in the bucket of table"):
         run_forget(str(store), [int(ids[7])], **THREADS)
-    assert head(store) == before
-    # The request stays pending (nothing is lost): the next drain meets it first, and stops
-    # the same way until the store is repaired.
+    assert head(store) == before and pending(str(store)) == []  # withdrawn: the default
+    # Kept (--unapplied keep), the request stays pending (nothing is lost): the next drain
+    # meets it first, and stops the same way until the store is repaired.
+    with pytest.raises(RuntimeError, match="Row 7 is not in the bucket of table"):
+        run_forget(str(store), [int(ids[7])], ForgetOptions(unapplied="keep"), **THREADS)
+    (kept,) = pending(str(store))
     with pytest.raises(RuntimeError, match="Row 7 is not in the bucket of table"):
         run_forget(str(store), [int(ids[8])], **THREADS)
-    assert head(store) == before
+    assert head(store) == before and pending(str(store)) == [kept]
 
 
 @pytest.mark.parametrize("jobs", [False, True])

@@ -28,8 +28,8 @@ def test_private_parameters_are_recorded_as_placeholders():
     assert parameters == {
         "store_url": "s",
         "ids": "<private>",
-        "options": {"lock_timeout": 0.0, "purge_history": False, "max_batch": 7,
-                    "reason": "<private>"},
+        "options": {"lock_timeout": 0.0, "unapplied": "withdraw", "purge_history": False,
+                    "max_batch": 7, "reason": "<private>"},
     }  # fmt: skip
     # Prefect's validation keeps them; the flow's function gets the values.
     validated = forget_flow.validate_parameters(given)

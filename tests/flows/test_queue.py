@@ -3,8 +3,10 @@ receipts; crashes between the steps of a drain; the commands over it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import threading
 import time
 
@@ -13,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 from zarr.errors import ArrayNotFoundError, GroupNotFoundError
 
+from fairpipe.errors import FairpipeInputError
 from flows.backfill import BackfillOptions, run_backfill
 from flows.cli import app
 from flows.forget import ForgetOptions, _apply_batch, run_forget
@@ -337,7 +340,7 @@ def test_a_queue_object_that_is_not_a_request_is_set_aside_and_the_rest_applied(
     assert out.exit_code == 0 and "1 queue objects set aside" in out.output
     assert len(alive_ids(store)) == 598 and pending(store) == []
     status = invoke("status", "--store", store).stdout
-    assert "20200101T000000000000Z-junk.json" in status and "not JSON" in status
+    assert "20200101T000000000000Z-junk.json" in status and "not valid JSON" in status
 
 
 def test_backfill_parts_follow_the_leaves_so_each_leaf_is_recomputed_about_once():
@@ -371,8 +374,16 @@ def body(**changes) -> bytes:
 @pytest.mark.parametrize(
     "data, says",
     [
-        (b'{"request": "2026', "not JSON"),
-        (b"\xff\xfe{}", "not UTF-8"),
+        (b'{"request": "2026', "not valid JSON"),
+        (b"\xff\xfe{}", "not UTF-8 text: line 1 holds the byte 0xff"),
+        # Nested past the parser's recursion limit, as arrays and as objects: refused before
+        # it is parsed, as any object nested deeper than 64.
+        (b"[" * 200_000 + b"]" * 200_000, "nests arrays and objects 200,000 deep, over 64"),
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nests arrays and objects 100,000 deep"),
+        (
+            body(reason=functools.reduce(lambda inner, _: [inner], range(65), [])),
+            "nests arrays and objects 67 deep, over 64",
+        ),  # a reason of 66 lists, in the request
         (b"[1, 2]", "JSON list, not an object"),
         (body(request="20261127T000000000000Z-other"), "'request' field is not its own name"),
         (body(request="../../../victim"), "'request' field is not its own name"),
@@ -397,6 +408,73 @@ def test_a_malformed_request_object_is_refused_with_its_reason(data, says):
     with pytest.raises(MalformedRequest, match=says):
         parse_request(RID, data)
     assert parse_request(RID, body()).ids.tolist() == [1, 2]  # the well-formed one parses
+
+
+def test_brackets_and_quotes_inside_a_reason_are_text_not_nesting():
+    from storage.queue import parse_request
+
+    reason = '[[[[{{{{"\\"]]]]' * 1000  # brackets, quotes and backslashes in a string
+    assert parse_request(RID, body(reason=reason[:10_000])).reason == reason[:10_000]
+
+
+def test_a_queue_or_quarantine_that_is_not_a_folder_is_named(tmp_path):
+    from storage import queue
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "queue").write_text("not a folder")
+    url = str(tmp_path / "s")
+    says = (
+        f"{tmp_path / 's' / 'queue'} is not a folder: fairpipe keeps the store's deletion requests"
+    )
+    for call in (lambda: queue.file_request(url, np.array([1])), lambda: queue.pending(url),
+                 lambda: queue.unrecognised(url), lambda: queue.quarantined(url),
+                 lambda: queue.check_queue(url)):  # fmt: skip
+        with pytest.raises(FairpipeInputError, match=re.escape(says)):
+            call()
+    (tmp_path / "s" / "queue").unlink()
+    (tmp_path / "s" / "quarantine").symlink_to(tmp_path / "nowhere")  # a dangling link
+    with pytest.raises(FairpipeInputError, match="quarantine is a symbolic link"):
+        queue.pending(url)
+
+
+def test_a_request_that_cannot_be_written_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """A full disk fails the write or the flush: the temporary file, which holds ids, goes with
+    the error."""
+    import errno
+
+    from storage import queue
+
+    (tmp_path / "s").mkdir()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(queue.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        queue.file_request(str(tmp_path / "s"), np.array([1, 2]))
+    assert os.listdir(tmp_path / "s") == []  # the queue's folder too, made for it
+    (tmp_path / "s" / "queue").mkdir()
+    with pytest.raises(OSError, match="No space left"):
+        queue.file_request(str(tmp_path / "s"), np.array([1, 2]))
+    assert os.listdir(tmp_path / "s" / "queue") == []  # a queue's folder that was there stays
+
+
+def test_notes_that_are_not_the_drains_are_left_out(tmp_path):
+    """The quarantine's notes are read within bounds: a note nested too deep, larger than a note,
+    not a regular file, or not an object with the fields of a note is no note."""
+    from storage import queue
+
+    (tmp_path / "s" / "quarantine").mkdir(parents=True)
+    url, aside = str(tmp_path / "s"), tmp_path / "s" / "quarantine"
+    note = {"object": "x.json", "moved_to": "t", "why": "its name is not", "at": "2026"}
+    (aside / "a.why.json").write_text(json.dumps(note))
+    (aside / "b.why.json").write_bytes(b"[" * 200_000 + b"]" * 200_000)
+    (aside / "c.why.json").write_text(json.dumps({**note, "why": "x" * queue.MAX_NOTE_BYTES}))
+    (aside / "d.why.json").write_text(json.dumps([note]))
+    (aside / "e.why.json").write_text(json.dumps({**note, "why": 7}))
+    (aside / "f.why.json").mkdir()
+    os.mkfifo(aside / "g.why.json")  # a pipe: never waited on
+    assert queue.quarantined(url) == [note]
 
 
 def test_a_request_of_too_many_ids_is_refused_when_filed_and_when_read(tmp_path, monkeypatch):

@@ -513,3 +513,33 @@ def test_packed_runs_equal_one_pack_of_all_their_entries(seed, kernel, monkeypat
     want = pack(h_all, rows_all, bits)  # sorts by row first: the definition
     assert all(np.array_equal(a, b) for a, b in zip(got, want))
     assert bool(merges) == (kernel == "compiled" and len(runs) > 1)
+
+
+def test_a_segment_whose_words_changed_is_named_before_anything_indexes_with_it():
+    """fairpipe.neighbors._segments.segment_problem: what decode and the kernels after it rely
+    on, checked at once; each damaged variant of a sound segment is named."""
+    from fairpipe.neighbors._segments import build_segments, segment_problem
+
+    keys = np.array([5, 3, 5, 9, 3, 3], dtype=np.uint64)
+    flat, offsets = build_segments(keys, np.arange(6), 0)
+    seg = flat[offsets[0] : offsets[1]]
+    nb = int(seg[0])
+    assert segment_problem(seg, 6) is None and segment_problem(seg[:0], 6) is None
+    assert segment_problem(np.array([0], np.int32), 6) is None  # an emptied segment
+
+    def changed(at: int, value: int) -> np.ndarray:
+        out = seg.copy()
+        out[at] = value
+        return out
+
+    size = seg.shape[0]
+    assert segment_problem(changed(0, nb + 7), 6) == f"it counts {nb + 7} buckets in {size} words"
+    assert segment_problem(changed(0, -1), 6) == f"it counts -1 buckets in {size} words"
+    assert "ends do not increase" in segment_problem(changed(1 + 2 * nb, 0), 6)
+    assert "ends do not increase" in segment_problem(changed(1 + 3 * nb - 1, 9), 6)
+    assert segment_problem(changed(1 + 3 * nb, 6), 6) == "it names row 6, outside rows 0..5"
+    assert segment_problem(changed(1 + 3 * nb, -2), 6) == "it names row -2, outside rows 0..5"
+    assert segment_problem(changed(1 + 3 * nb, 6)) is None  # rows unchecked without n
+    swapped = seg.copy()
+    swapped[1:3], swapped[3:5] = seg[3:5], seg[1:3]
+    assert segment_problem(swapped, 6) == "its bucket keys do not increase"

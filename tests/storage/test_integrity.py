@@ -366,3 +366,58 @@ def test_the_light_path_reads_the_checksum_only_as_the_last_codec():
     assert not plain_chunks("x", meta).checksum
     assert plain_chunks("x", {**meta, "codecs": meta["codecs"] + [zstd, crc]}).checksum
     assert plain_chunks("x", {**meta, "codecs": meta["codecs"] + [crc, zstd]}) is None
+
+
+def test_no_fetch_outlives_a_read_that_meets_a_damaged_chunk(store):
+    """A read of many chunks that meets a damaged one raises once every fetch under way has
+    ended (and starts no more): a fetch of Icechunk's compiled store still in flight when the
+    error reached the program's exit called back into a torn-down interpreter (a Rust panic:
+    SIGABRT, after the error line was printed)."""
+    import asyncio
+
+    light, _ = open_light(store)
+    in_flight = [0]
+    original = light.get_bytes
+
+    async def slow_get(key):
+        in_flight[0] += 1
+        try:
+            await asyncio.sleep(0.02 if key.endswith("/c/1/0") else 0.05)
+            return await original(key)
+        finally:
+            in_flight[0] -= 1
+
+    light.get_bytes = slow_get
+    saved = damage(store, stored_chunks(store)[("points", (1, 0))])
+    try:
+        with pytest.raises(CorruptChunkError, match=r"Chunk \(1, 0\) of array 'points'"):
+            read_arrays(light, ["points"])
+        assert in_flight[0] == 0  # every fetch under way ended before the error was raised
+    finally:
+        restore(saved)
+
+
+def test_a_segment_naming_a_row_the_store_lacks_is_damage_not_an_index(store, tmp_path):
+    """A segment whose values changed yet pass their checksum (written so, here; a store
+    without checksums) is checked before a query indexes rows with its members: exit 4 naming
+    the segment, never rows read past the store's end or a crash."""
+    from storage.damage import DamagedPartError
+    from storage.reader import open_store
+
+    path = tmp_path / "s"
+    shutil.copytree(store, path)
+    st = FairpipeStore.open(str(path))
+    n = int(st.attrs()["n"])
+    with st.transaction("a member past the end") as txn:
+        segs = txn.root["lsh/segments"]
+        nb = int(segs[0, 0, 0])
+        segs[0, 0, 1 + 3 * nb] = n + 5  # the first member of the first bucket of table 0
+    with pytest.raises(DamagedPartError) as err:
+        open_store(str(path), keep_rows=False).sample(query_rows=[0], n_samples=5, seed=1)
+    assert str(err.value).startswith(
+        "Segment (0, 0) of array 'lsh/segments' is damaged: it names row "
+        f"{n + 5}, outside rows 0..{n - 1}."
+    )
+    out = invoke("sample", "--store", path, "--query-row", 0, "--sampler", "rank")
+    assert out.exit_code == CORRUPT_STORE and out.stdout == "", out.output
+    assert out.stderr.startswith("error: Segment (0, 0) of array 'lsh/segments' in the store")

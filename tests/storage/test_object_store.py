@@ -165,3 +165,19 @@ def test_a_server_that_is_down_is_one_clear_error_before_any_retry(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:notaport")
     with pytest.raises(FairpipeInputError, match="has no valid port"):
         FairpipeStore.open("s3://bucket/x")
+
+
+def test_a_store_is_never_made_inside_another_in_a_bucket(s3_server):
+    from fairpipe.errors import FairpipeInputError
+
+    url = f"s3://{BUCKET}/outer"
+    with FairpipeStore.creating(url):
+        pass
+    before = bucket_objects(s3_server, "outer/")
+    for inner in (f"{url}/inner", f"{url}/chunks/x/", f"{url}/queue"):
+        with pytest.raises(FairpipeInputError, match=f"is inside the store {url};"):
+            with FairpipeStore.creating(inner):
+                pass
+    assert bucket_objects(s3_server, "outer/") == before
+    with FairpipeStore.creating(f"s3://{BUCKET}/outer-sibling"):  # a prefix, not a folder
+        pass

@@ -107,7 +107,8 @@ def test_a_long_lived_reader_reads_each_chunk_once(store, monkeypatch):
     fetch = storage.reader._fetch_chunks
     monkeypatch.setattr(storage.reader, "_fetch_chunks",
                         lambda *a: (fetched.append(a[2]), fetch(*a)))  # fmt: skip
-    monkeypatch.setattr(storage.reader, "read_many", lambda *a: pytest.fail(f"read {a[1]}"))
+    monkeypatch.setattr(storage.reader, "read_checked_segments",
+                        lambda *a: pytest.fail(f"read {a[1]}"))  # fmt: skip
     again = reader.sample(query_rows=[0, 2700, 1500], **kw)
     assert np.array_equal(first.ids, again.ids) and fetched == []
     assert np.array_equal(again.ids, nn.sample(query_rows=[0, 2700, 1500], **kw).ids)
