@@ -10,6 +10,7 @@ ingest must be a positive integer. Got 0 instead.`` Values are shown as plain Py
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from numbers import Integral, Real
 from typing import Any
 
@@ -161,3 +162,19 @@ def outcomes(error: BaseException) -> list[str]:
     """The outcomes :func:`note_outcome` gave ``error``."""
     notes = getattr(error, "__notes__", ())
     return [n.removeprefix(OUTCOME) for n in notes if isinstance(n, str) and n.startswith(OUTCOME)]
+
+
+def wrapped(error: BaseException | None) -> Iterator[BaseException]:
+    """``error`` and the errors it wraps, outermost first: its explicit cause (``raise ...
+    from``), the one error of a group of one (as Prefect and Dask hand errors on), and the
+    original of a flow's redacted error (``flows.private.RedactedError``, its ``original``)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        yield error
+        seen.add(id(error))
+        if isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+            error = error.exceptions[0]
+        elif type(error).__name__ == "RedactedError" and getattr(error, "original", None):
+            error = error.original  # type: ignore[attr-defined]
+        else:
+            error = error.__cause__

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import re
 
+from fairpipe.errors import wrapped
+
 # What to do about any damage: one line, like a damaged chunk's (storage.store.CORRUPT_CHUNK).
 DAMAGED = (
     "{what}{where} is damaged: {why}. 'fairpipe verify --store {store}' lists the damage; "
@@ -30,6 +32,12 @@ DAMAGED = (
 )
 UNREADABLE = "Icechunk cannot read it ({reason})"
 MISSING_OBJECT = "Icechunk cannot read its object ({reason})"
+# Icechunk reads a file's format version from its header: a flipped byte there reads as a newer
+# format, which a newer Icechunk would also write.
+NEWER_FORMAT = (
+    "its header names a newer format than this Icechunk reads (if a newer Icechunk wrote the "
+    "store, upgrade icechunk to read it)"
+)
 
 
 class DamagedStoreError(Exception):
@@ -125,6 +133,8 @@ def icechunk_damage(error: BaseException) -> DamagedStoreError | None:
     if _ENVIRONMENT.search("\n".join(lines[:1] + [line for line in lines if "-> " in line])):
         return None
     reason = icechunk_reason(error)
+    if "written with a more modern version" in text:  # a header's format version byte
+        return DamagedMetadataError(_snapshot_named(text), NEWER_FORMAT)
     fetch = _FETCH.search(text)
     if fetch is None:
         if _REF.search(text) and _REF_UNDECODABLE.search(text):
@@ -199,19 +209,7 @@ def damaged_store_error(error: BaseException | None) -> DamagedStoreError | None
     """The damage behind ``error``: a :class:`DamagedStoreError` it is, was raised from
     (``raise ... from``) or is the one exception of a group of (as Prefect and Dask hand errors
     on), or the damage an ``IcechunkError`` among those reports; None where there is none."""
-    seen: set[int] = set()
-    chain: list[BaseException] = []
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        chain.append(error)
-        if isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-            error = error.exceptions[0]
-        elif getattr(error, "original", None) is not None and type(error).__name__ == (
-            "RedactedError"
-        ):
-            error = error.original  # type: ignore[attr-defined]
-        else:
-            error = error.__cause__
+    chain = list(wrapped(error))
     found = next((e for e in chain if isinstance(e, DamagedStoreError)), None)
     if found is not None:
         return found

@@ -456,20 +456,9 @@ def check_array(session, path: str) -> None:
 def group_problems(session, record: dict) -> list[tuple[str, str]]:
     """(what, why) of each group of ``record`` whose metadata in the session is not what its
     commit wrote (or is gone)."""
-    get, run = _source(session)
     snapshot = session.snapshot_id
     paths = list(record["groups"])
-
-    async def listed() -> list:
-        import asyncio
-
-        return await asyncio.gather(*(_group_entry(get, p) for p in paths))
-
-    try:
-        found = run(listed)
-    except Exception as e:
-        raise_damage(e)
-        raise
+    found = [None if meta is None else _digest(meta) for meta in _stored_metadata(session, paths)]
     out = []
     for path, digest in zip(paths, found):
         name = f"group '{path}'" if path else "the root group"
@@ -542,11 +531,10 @@ def snapshot_problems(session, info) -> list[tuple[str | None, str, str]]:
     return out
 
 
-def _metadata_problems(session, record: dict) -> list[tuple[str, tuple[str, str]]]:
-    """(array, (what, why)) of each array of ``record`` whose metadata, as stored, is not what
-    its commit wrote (or is gone)."""
+def _stored_metadata(session, paths: list[str]) -> list[bytes | None]:
+    """The metadata (``zarr.json``) of each node of ``paths`` as stored in a session, fetched at
+    once (None for a node that is not there); the damage met on the way raised as such."""
     get, run = _source(session)
-    paths = list(record["arrays"])
 
     async def listed() -> list:
         import asyncio
@@ -558,9 +546,16 @@ def _metadata_problems(session, record: dict) -> list[tuple[str, tuple[str, str]
     except Exception as e:
         raise_damage(e)
         raise
+    return [None if meta is None else bytes(meta) for meta in found]
+
+
+def _metadata_problems(session, record: dict) -> list[tuple[str, tuple[str, str]]]:
+    """(array, (what, why)) of each array of ``record`` whose metadata, as stored, is not what
+    its commit wrote (or is gone)."""
+    paths = list(record["arrays"])
     out = []
-    for path, meta in zip(paths, found):
-        if meta is None or _digest(bytes(meta)) != record["arrays"][path][2]:
+    for path, meta in zip(paths, _stored_metadata(session, paths)):
+        if meta is None or _digest(meta) != record["arrays"][path][2]:
             why = (GROUP_GONE if meta is None else META_DIFFERS).format(
                 snapshot=session.snapshot_id
             )

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fairpipe.errors import FairpipeInputError
+from fairpipe.errors import FairpipeInputError, wrapped
 from storage.damage import DamagedMetadataError, DamagedStoreError, raise_damage
 from storage.lock import LOCK_NAME, StoreBusyError, WriterLock, lock_path_for
 from storage.names import current_names, upgrade_names
@@ -109,18 +109,9 @@ def format_chunk(chunk: tuple[int, ...]) -> str:
 
 
 def corrupt_chunk_error(exc: BaseException | None) -> CorruptChunkError | None:
-    """The :class:`CorruptChunkError` behind ``exc`` (itself, what it was raised from, or the one
-    exception of a group, as Prefect and Dask hand errors on), or None."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, CorruptChunkError):
-            return exc
-        seen.add(id(exc))
-        if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-            exc = exc.exceptions[0]
-        else:
-            exc = exc.__cause__
-    return None
+    """The :class:`CorruptChunkError` behind ``exc`` (itself, or an error it wraps:
+    :func:`fairpipe.errors.wrapped`), or None."""
+    return next((e for e in wrapped(exc) if isinstance(e, CorruptChunkError)), None)
 
 
 def zarr_api():

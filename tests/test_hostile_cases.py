@@ -381,11 +381,16 @@ def test_a_manifest_icechunk_cannot_read_is_exit_4(env, base, work, how):
     one_error(fairpipe("sample", "--store", store, *QUERY, env=env), 4, "'points'", str(store))
 
 
-@pytest.mark.parametrize("how", ["truncated", "flipped"])
+@pytest.mark.parametrize("how", ["truncated", "flipped", "format version"])
 def test_a_damaged_current_snapshot_is_exit_4_for_every_reader(env, base, work, how):
     store = copy_of(base, work / f"tip-{how}")
     tip = snapshots_of(store)[0]
-    cut(store / "snapshots" / tip, **({} if how == "truncated" else {"flip": 16}))
+    if how == "format version":  # the byte after Icechunk's magic and implementation name
+        data = bytearray((store / "snapshots" / tip).read_bytes())
+        data[36] ^= 0x08
+        (store / "snapshots" / tip).write_bytes(bytes(data))
+    else:
+        cut(store / "snapshots" / tip, **({} if how == "truncated" else {"flip": 16}))
     for command in (["verify"], ["info"], ["sample", *QUERY], ["history"]):
         one_error(fairpipe(*command, "--store", store, env=env), 4,
                   f"Snapshot {tip} in the store {store} is damaged")  # fmt: skip

@@ -42,7 +42,7 @@ from typing import Any, TypeVar, cast
 import typer
 from rich.text import Text
 
-from fairpipe.errors import FairpipeInputError, outcomes
+from fairpipe.errors import FairpipeInputError, outcomes, wrapped
 from flows._server import launch_early, stop_early
 from flows.cli._bugs import is_panic, report_bug
 from flows.cli._options import (
@@ -291,6 +291,21 @@ def check_shared(options: Shared, name: str, own: Mapping[str, Any]) -> Shared:
     return options
 
 
+def _interruption(error: BaseException) -> bool:
+    """Whether ``error`` is, or was raised while handling, a stop asked for: a Ctrl-C, or
+    Prefect's ``TerminationSignal`` (its SIGTERM handler, installed while a flow runs). A
+    signal landing inside a compiled kernel surfaces as the kernel's ``SystemError`` with the
+    interrupt as its context."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt) or type(current).__name__ == "TerminationSignal":
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 @contextmanager
 def errors_reported(
     name: str, parameter_flags: Mapping[str, str], parameters: Mapping[str, Any]
@@ -306,7 +321,7 @@ def errors_reported(
         print_line(Text(escape_controls(_told(f"fairpipe {name}: interrupted", exc))))
         raise typer.Exit(INTERRUPTED) from None
     except BaseException as exc:
-        if PROGRAM.interrupted or type(exc).__name__ == "TerminationSignal":  # Prefect's SIGTERM
+        if PROGRAM.interrupted or _interruption(exc):
             print_line(Text(escape_controls(_told(f"fairpipe {name}: interrupted", exc))))
             raise typer.Exit(INTERRUPTED) from None
         if not isinstance(exc, Exception) and not is_panic(exc):
@@ -336,7 +351,7 @@ def errors_reported(
 def outcomes_of(exc: BaseException) -> list[str]:
     """What became of the work ``exc`` stopped (:func:`fairpipe.errors.note_outcome`), as told
     by it or the errors it wraps."""
-    return [text for error in _causes(exc) for text in outcomes(error)]
+    return [text for error in wrapped(exc) for text in outcomes(error)]
 
 
 def _told(message: str, exc: BaseException) -> str:
@@ -349,24 +364,6 @@ def _told(message: str, exc: BaseException) -> str:
     return message + "".join(f" {text[:1].upper()}{text[1:]}." for text in told)
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and the errors it wraps: its explicit cause (``raise ... from``), the one error
-    of a group of one, and a redacted flow error's original (:mod:`flows.private`)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        yield current
-        seen.add(id(current))
-        if isinstance(current, BaseExceptionGroup) and len(current.exceptions) == 1:
-            current = current.exceptions[0]
-        elif getattr(current, "original", None) is not None and type(current).__name__ == (
-            "RedactedError"
-        ):
-            current = current.original  # type: ignore[attr-defined]
-        else:
-            current = current.__cause__
-
-
 def input_error(exc: BaseException) -> FairpipeInputError | None:
     """The bad-input error behind ``exc``, or None when ``exc`` is a bug.
 
@@ -374,7 +371,7 @@ def input_error(exc: BaseException) -> FairpipeInputError | None:
     a group of one exception. An error merely *during the handling* of bad input (its
     ``__context__``) is a bug of its own, and is reported as one.
     """
-    return next((e for e in _causes(exc) if isinstance(e, FairpipeInputError)), None)
+    return next((e for e in wrapped(exc) if isinstance(e, FairpipeInputError)), None)
 
 
 def _damaged_store(exc: BaseException):
@@ -384,7 +381,7 @@ def _damaged_store(exc: BaseException):
     damage = sys.modules.get("storage.damage")
     if damage is None:
         return None
-    return next((d for d in map(damage.damaged_store_error, _causes(exc)) if d is not None), None)
+    return next((d for d in map(damage.damaged_store_error, wrapped(exc)) if d is not None), None)
 
 
 def _exit_code_of(error: FairpipeInputError) -> int:
@@ -417,7 +414,7 @@ def environment_error(exc: BaseException, parameters: Mapping[str, Any]) -> str 
     """The one-line message of a filesystem that refused to be written (read-only, full,
     not permitted) behind ``exc``, wherever it was raised (a Dask worker's error, Icechunk's,
     a Rust panic); None for any other error."""
-    for error in _causes(exc):
+    for error in wrapped(exc):
         code, path = None, None
         if isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS:
             if error.errno in (errno.EACCES, errno.EPERM) and error.filename is None:

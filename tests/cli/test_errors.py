@@ -163,6 +163,26 @@ def test_interrupted_exits_130(monkeypatch, cache_home):
     assert out.exit_code == 130 and out.stderr == "fairpipe sample: interrupted\n"
 
 
+def kernel_interrupted():
+    """What a compiled kernel raises when a signal's handler raised inside it: a SystemError
+    whose context is the handler's exception (Prefect's SIGTERM handler: TerminationSignal)."""
+    from prefect.exceptions import TerminationSignal
+
+    try:
+        raise TerminationSignal(signal=15)
+    except TerminationSignal:  # the context only, as numba leaves it: no "from"
+        raise SystemError(  # noqa: B904
+            "CPUDispatcher(<function _stream>) returned a result with an exception set"
+        )
+
+
+def test_a_signal_inside_a_compiled_kernel_is_interrupted_not_a_bug(monkeypatch, cache_home):
+    sampler_raising(monkeypatch, kernel_interrupted)
+    out = invoke(*SAMPLE)
+    assert out.exit_code == 130 and out.stderr == "fairpipe sample: interrupted\n"
+    assert not (cache_home / "fairpipe" / "errors").exists()
+
+
 def test_a_busy_store_exits_3_and_names_the_lock_timeout(digits_store, cache_home):
     path, _ = digits_store
     url = str(path)
