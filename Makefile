@@ -34,6 +34,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check fairpipe storage flows tests benchmarks
 	$(BIN)/ruff format --check fairpipe storage flows tests benchmarks
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -411,13 +411,13 @@ HOT_PATH_ROWS = 1_000_000  # the hot path is measured on stores up to this size 
 
 
 def hot_path(store: str, n: int, queries: int = 200, batch: int = 20) -> None:
-    """A long-lived reader (``open_store(url).preload()``, in this process): the median time of
+    """A long-lived reader (``open_reader(url).preload()``, in this process): the median time of
     one stored-row query drawing one sample (buckets mode, the store's suggested radius;
     target <= 50 us at 1M) and exact samples drawn per second for ``batch`` stored rows at once
     (target >= 3M/s)."""
-    from storage.reader import open_store
+    from storage.reader import open_reader
 
-    reader = open_store(store)
+    reader = open_reader(store)
     t0 = time.perf_counter()
     reader.preload()
     loaded = time.perf_counter() - t0

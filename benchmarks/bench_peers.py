@@ -11,7 +11,7 @@ The truth, B(q, r), is found by brute force (exact distances, in blocks of rows)
 Compared, on one machine and in one process:
 
 - fairpipe: the store as ``fairpipe ingest`` builds it, queried through
-  ``storage.reader.open_store(url)``, without ``preload()`` (queries read what they need from the
+  ``storage.reader.open_reader(url)``, without ``preload()`` (queries read what they need from the
   store) and with it (the whole index in memory);
 - FAISS IndexIVFFlat, nlist = 4 sqrt(n), trained on the points; nprobe tuned: the smallest power
   of two whose range search finds, on the same queries, the mean coverage fairpipe reaches and
@@ -97,10 +97,10 @@ class Fairpipe:
     """A store reader; ``preload`` reads the whole index into memory first."""
 
     def __init__(self, url: str, preload: bool):
-        from storage.reader import open_store
+        from storage.reader import open_reader
 
         self.name = "fairpipe + preload()" if preload else "fairpipe"
-        self.reader = open_store(url)
+        self.reader = open_reader(url)
         self.preload_s = self.preload_rss = None
         if preload:
             before, t0 = rss_bytes(), time.perf_counter()
@@ -228,11 +228,11 @@ def forget_fairpipe(exe: str, env: dict, store: str, row: int, r: float, query: 
     erasure_retention is 0), then the proof: a new reader neither finds nor draws it, and no
     stored file (decompressed and scanned) holds its point's or sketch's bytes."""
     from storage.erasure import files_holding, row_needles
-    from storage.reader import open_store
+    from storage.reader import open_reader
 
     needles = row_needles(store, [row])
     res, wall = run_json([exe, "forget", "--store", store, "--ids", str(row), "--json"], env)
-    reader = open_store(store)
+    reader = open_reader(store)
     found = reader.neighbourhood(query_rows=[query], radius=r)[0]
     drawn = reader.sample(query_rows=[query], radius=r, n_samples=10_000, seed=5).ids[0]
     t0 = time.perf_counter()
@@ -435,7 +435,7 @@ def main() -> None:
 
 
 def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dict:
-    from storage.reader import open_store
+    from storage.reader import open_reader
     from storage.store import FairpipeStore
 
     st = FairpipeStore.open(store)
@@ -443,7 +443,7 @@ def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dic
     n, d = X.shape
     if not np.array_equal(ids, np.arange(n)):
         raise SystemExit("the store's ids are not its row numbers (ingest gaussian gives them)")
-    attrs = open_store(store).attrs
+    attrs = open_reader(store).attrs
     r = float(attrs["suggested_radius"])
     live = np.flatnonzero(alive)
     order = live[hash_order(ids[live], 0, salt=0x0E)]

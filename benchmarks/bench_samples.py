@@ -3,12 +3,12 @@
 
     .venv/bin/python benchmarks/bench_samples.py [--store PATH | --n 200000] [--queries 20]
 
-1. many samples (hot: ``open_store(url).preload()``, in this process): 100,000 samples of one
+1. many samples (hot: ``open_reader(url).preload()``, in this process): 100,000 samples of one
    stored row at a time, exact sampler, exact mode, the store's suggested radius: median
    samples/s over the queries (target >= 10M/s at 1M rows), against drawing them by rejection
    from the flattened buckets (``path="flat"``) and against ``rng.choice`` on M(q) known in
    advance;
-2. a long-lived reader without ``preload()`` (``open_store(url)``, in this process): after its
+2. a long-lived reader without ``preload()`` (``open_reader(url)``, in this process): after its
    first query, the median and 90th percentile time of one query (10 samples) on rows it has
    not seen (its caches filling as it goes), and on rows it has (target <= 10 ms);
 3. ``preload()`` in a fresh process: seconds, and its peak RSS above the process's before it,
@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from storage.reader import open_store  # noqa: E402
+from storage.reader import open_reader  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("fairpipe"))
 
@@ -52,7 +52,7 @@ def query_rows(n: int, count: int, seed: int) -> np.ndarray:
 
 # -- 1. many samples, hot ---------------------------------------------------------------------------
 def bench_many_samples(store: str, count: int, per_query: int = 100_000) -> None:
-    reader = open_store(store)
+    reader = open_reader(store)
     reader.preload()
     rows = query_rows(reader.n, count + 10, seed=5)
     for r in rows[count:]:  # first calls: numpy's lazy imports, the generator's state
@@ -86,7 +86,7 @@ def bench_many_samples(store: str, count: int, per_query: int = 100_000) -> None
 
 # -- 2. a long-lived reader without preload ---------------------------------------------------------
 def bench_warm_reader(store: str, n_samples: int = 10) -> None:
-    reader = open_store(store)
+    reader = open_reader(store)
     rows = query_rows(reader.n, 221, seed=3)
 
     def timed(rs) -> np.ndarray:
@@ -115,14 +115,14 @@ def bench_warm_reader(store: str, n_samples: int = 10) -> None:
 PRELOAD = """
 import json, sys, time
 import numpy as np
-from storage.reader import open_store
+from storage.reader import open_reader
 # VmHWM, not getrusage's ru_maxrss: a child started by vfork (subprocess) inherits its parent's
 # peak there across exec.
 def rss(field="VmRSS"):
     for line in open("/proc/self/status"):
         if line.startswith(field):
             return int(line.split()[1]) * 1024
-reader = open_store(sys.argv[1])
+reader = open_reader(sys.argv[1])
 reader.lsh
 before = rss()
 t0 = time.perf_counter()
@@ -190,7 +190,7 @@ def main() -> None:
             subprocess.run([EXE, "ingest", "gaussian", "--gaussian-n", str(args.n),
                             "--gaussian-d", "128", "--gaussian-clusters", "16", "--store", store,
                             "--json"], capture_output=True, check=True, env=env)  # fmt: skip
-        n = open_store(store).n
+        n = open_reader(store).n
         print(f"{'':2}{'what':<60} {'figure':>14} {'baseline':>14} {'ratio':>8}")
         if "1" in args.only:
             bench_many_samples(store, args.queries)

@@ -139,7 +139,7 @@ def measure(a) -> None:
     import zarr
 
     from fairpipe.datasets import load_gaussian
-    from storage.reader import open_store
+    from storage.reader import open_reader
     from storage.store import FairpipeStore
 
     exe = Path(sys.executable).parent / "fairpipe"
@@ -171,13 +171,13 @@ def measure(a) -> None:
                 break
         for name, (res, wall) in stores.items():
             path = str(folder / name)
-            found = open_store(path).preload().neighbourhood(query_rows=queries, radius=r,
+            found = open_reader(path).preload().neighbourhood(query_rows=queries, radius=r,
                                                              mode="buckets",
                                                              include_query=True)  # fmt: skip
             coverage = np.array([np.isin(b, m).mean() for b, m in zip(balls, found)])
             latency = []
             for q in queries[:10]:
-                reader = open_store(path)
+                reader = open_reader(path)
                 t0 = time.perf_counter()
                 reader.sample(query_rows=[q], radius=r, n_samples=1, seed=1)
                 latency.append(time.perf_counter() - t0)

@@ -9,8 +9,10 @@ This package holds the algorithms only, on numpy arrays, one sub-package per cap
 - :mod:`fairpipe.audit`: fairness testing of classifiers (:func:`adf_search`);
 - :mod:`fairpipe.datasets`: built-in and real data sets and the sources ingest reads.
 
-Every estimator keeps one contract (:mod:`fairpipe.base`). The package imports neither Zarr, Dask
-nor Prefect: persistence lives in ``storage`` and orchestration in ``flows``.
+Every estimator keeps one contract (:mod:`fairpipe.base`). The package imports neither Zarr,
+Icechunk, Prefect nor distributed, nor ``storage`` or ``flows``: persistence lives in
+``storage`` (queries over a stored index: ``storage.open_reader``) and orchestration in
+``flows``. The contracts in pyproject.toml (``lint-imports``, run by ``make test``) keep it so.
 
 The names below are imported from their sub-package on first use, so that importing one small
 module (``fairpipe.errors``, as the command line does before it knows the command) does not
@@ -39,14 +41,11 @@ _EXPORTS = {
     "DeletionReport": "fairpipe.base",
     "NotFittedError": "fairpipe.base",
     "FairpipeInputError": "fairpipe.errors",
-    # The one name served from another layer: a reader over a stored index (storage imports
-    # fairpipe, never the reverse; the lookup happens at first use).
-    "open_store": "storage.reader",
 }
 __all__ = [
     "E2LSH", "BaseEstimator", "DCKMeans", "DeletionReport", "FairNN", "FairSummary",
     "FairpipeInputError", "NotFittedError", "QKMeans", "adf_search", "aequitas_search",
-    "choose_model", "fair_stream", "open_store", "ranking_metrics", "rerank",
+    "choose_model", "fair_stream", "ranking_metrics", "rerank",
 ]  # fmt: skip
 __version__ = "0.1.0"
 
@@ -58,7 +57,6 @@ if TYPE_CHECKING:
     from fairpipe.neighbors import E2LSH, FairNN
     from fairpipe.ranking import ranking_metrics, rerank
     from fairpipe.summary import FairSummary, fair_stream
-    from storage.reader import open_store
 
 
 def __getattr__(name: str) -> Any:

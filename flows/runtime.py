@@ -22,7 +22,7 @@ from fairpipe.cluster import LEAF_BATCH_POINTS
 from fairpipe.errors import FairpipeInputError
 from fairpipe.tree import leaf_of
 from flows import DEFAULT_ENV  # noqa: F401  (applied on import of the package)
-from flows._server import LocalServer, adopt_early
+from flows.prefect_server import LocalServer, adopt_early, deliver_records
 from flows.private import CALLER_REPORTS, RedactedError, conceal
 from storage.index import n_features, read_live_rows
 
@@ -30,7 +30,7 @@ from storage.index import n_features, read_live_rows
 @contextlib.contextmanager
 def prefect_api(warm_kernels: bool = False):
     """Use ``PREFECT_API_URL`` if set; otherwise run one local server for this process tree
-    (the one a command line launched early, :func:`flows._server.launch_early`, if any), and
+    (the one a command line launched early, :func:`flows.prefect_server.launch_early`, if any), and
     meanwhile import what a flow imports (and load the index build's compiled kernels if
     ``warm_kernels``: :func:`import_ahead`)."""
     if os.environ.get("PREFECT_API_URL"):
@@ -51,7 +51,9 @@ def prefect_api(warm_kernels: bool = False):
             try:
                 yield server.api_url
             finally:
-                _drain_logs()  # also after a failure: the server must outlive its last logs
+                deliver_records(
+                    logs_only=True
+                )  # also after a failure: the server must outlive its last logs
     finally:
         os.environ.pop("PREFECT_API_URL", None)
         server.stop()
@@ -63,7 +65,7 @@ def import_ahead(warm_kernels: bool = False) -> None:
     spend inside its flow and before it). Done while a local Prefect server boots, these
     imports overlap its start (on this 2-core machine, 0.1-0.7 s less wall time per command).
     ``warm_kernels``: also load the index build's compiled kernels (about 0.5 s), so that the
-    flow folds and packs even a small append with them (:func:`fairpipe.neighbors._pack.warm`;
+    flow folds and packs even a small append with them (:func:`fairpipe.neighbors.warm_index_kernels`;
     an ingest asks for it)."""
     import icechunk  # noqa: F401
     import zarr  # noqa: F401
@@ -72,16 +74,9 @@ def import_ahead(warm_kernels: bool = False) -> None:
         import distributed  # noqa: F401
         import fastapi.encoders  # noqa: F401
     if warm_kernels:
-        from fairpipe.neighbors._pack import warm
+        from fairpipe.neighbors import warm_index_kernels
 
-        warm()
-
-
-def _drain_logs() -> None:
-    from prefect.logging.handlers import APILogWorker
-
-    with contextlib.suppress(Exception):
-        APILogWorker.drain_all(timeout=5)
+        warm_index_kernels()
 
 
 def keep_malloc_defaults() -> None:

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 
 from fairpipe.neighbors import FairNN, lsh_recall
-from storage.reader import open_store
+from storage.reader import open_reader
 
 
 def load_sampler(store_url: str, snapshot: str | None = None) -> tuple[FairNN, dict]:
     """The store's fair sampler, everything read into memory, and its root attributes (at
     ``snapshot``, default the tip): the hot path of a long-lived process."""
-    reader = open_store(store_url, snapshot)
+    reader = open_reader(store_url, snapshot)
     return reader.preload(), reader.attrs
 
 
@@ -49,7 +49,7 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
     """
     sampling = {**SAMPLING_DEFAULTS, **sampling}
     t0 = time.perf_counter()
-    reader = open_store(store_url, keep_rows=False)  # one call: nothing to keep for later
+    reader = open_reader(store_url, keep_rows=False)  # one call: nothing to keep for later
     t_load = time.perf_counter() - t0
     if radius is None:
         radius = reader.suggested_radius

@@ -1,6 +1,10 @@
 """Persistence: one dataset = one Icechunk repository of Zarr v3 arrays (``store``), its rows and
 LSH index (``index``), its clustering model (``models``) and fair summary (``summary``), the
-writer lock (``lock``) and store URLs (``urls``)."""
+writer lock (``lock``) and store URLs (``urls``).
+
+:func:`open_store` opens a store to write it (a :class:`FairpipeStore`); :func:`open_reader`
+opens a committed store to query it (a :class:`~storage.reader.StoreReader`: lazy, cached reads,
+served on first use so that importing ``storage`` does not load the samplers' kernels)."""
 
 import os
 
@@ -8,6 +12,25 @@ import os
 # single-committer rule hold, so keep its log quiet unless the user asks for it.
 os.environ.setdefault("ICECHUNK_LOG", "error")
 
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
 from storage.store import FairpipeStore, NotAStoreError, StoreBusyError, open_store  # noqa: E402
 
-__all__ = ["FairpipeStore", "NotAStoreError", "StoreBusyError", "open_store"]
+if TYPE_CHECKING:
+    from storage.reader import StoreReader, open_reader
+
+_ON_FIRST_USE = {"open_reader": "storage.reader", "StoreReader": "storage.reader"}
+
+__all__ = [
+    "FairpipeStore", "NotAStoreError", "StoreBusyError", "StoreReader", "open_reader", "open_store",
+]  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_FIRST_USE:
+        raise AttributeError(f"module 'storage' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+    globals()[name] = value
+    return value

@@ -44,6 +44,7 @@ from storage.store import (
     checksum_ok,
     crc32c_of,
     decode_chunk,
+    on_zarr_loop,
     open_group,
     zarr_api,
 )
@@ -164,7 +165,7 @@ async def _each_chunk(arr, wanted, handle, unreadable=None) -> None:
     READ_CONCURRENCY at once, and await ``handle(coords, key, data)`` on each as it arrives;
     stops listing more where one returns True. ``unreadable(coords, error)``, where given, is
     told of a chunk Icechunk cannot fetch (its object missing or damaged) instead of raising."""
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     store, proto = arr.store_path.store, default_buffer_prototype()
     gate = asyncio.Semaphore(READ_CONCURRENCY)
@@ -210,7 +211,6 @@ def first_corrupt_chunk(arr, sel: Any = None) -> CorruptChunkError | None:
     """The first chunk of zarr array ``arr`` that selection ``sel`` reads (every stored one where
     None) whose bytes fail their checksum (or, without one, do not decode), as an error to
     raise; None where every one passes."""
-    from zarr.core.sync import sync
 
     checker = _Checker(arr)
     if not checker.able:
@@ -224,7 +224,7 @@ def first_corrupt_chunk(arr, sel: Any = None) -> CorruptChunkError | None:
             found.append(bad)
         return bool(found)
 
-    sync(_each_chunk(arr, wanted, handle))
+    on_zarr_loop(_each_chunk(arr, wanted, handle))
     return min(found, key=lambda e: e.chunk) if found else None
 
 
@@ -244,7 +244,6 @@ def verify_store(store: FairpipeStore, snapshot: str | None = None,
     too, and so is an array whose list of chunks it cannot read (``chunk`` None).
     ``progress(array, arrays done, arrays, chunks checked)`` is called as each array starts and
     every 64 chunks."""
-    from zarr.core.sync import sync
 
     from storage.manifests import verify_history
 
@@ -289,7 +288,7 @@ def verify_store(store: FairpipeStore, snapshot: str | None = None,
             found(path, list(coords), UNREADABLE.format(error=icechunk_reason(error)))
 
         try:
-            sync(_each_chunk(arr, lambda coords: True, handle, unreadable))
+            on_zarr_loop(_each_chunk(arr, lambda coords: True, handle, unreadable))
         except IcechunkError as e:  # the array's list of chunks (its manifest) is unreadable
             found(path, None, NO_CHUNK_LIST.format(error=icechunk_reason(e)))
         if not checker.checksum:
@@ -310,9 +309,8 @@ def add_checksums(store: FairpipeStore, lock_timeout: float = 0.0) -> dict:
     [paths], "chunks": n, "commit": id}``."""
     import dataclasses
 
+    from zarr.buffer import default_buffer_prototype
     from zarr.codecs import Crc32cCodec
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
 
     from fairpipe.errors import FairpipeInputError
 
@@ -333,7 +331,7 @@ def add_checksums(store: FairpipeStore, lock_timeout: float = 0.0) -> dict:
             arr, checker = arrays[path], _Checker(arrays[path])
             meta = dataclasses.replace(arr.metadata, codecs=(*arr.metadata.codecs, Crc32cCodec()))
             for key, value in meta.to_buffer_dict(proto).items():
-                sync(target.set(f"{path}/{key}", value))
+                on_zarr_loop(target.set(f"{path}/{key}", value))
 
             async def handle(coords, key, data, checker=checker) -> bool:
                 nonlocal chunks
@@ -345,7 +343,7 @@ def add_checksums(store: FairpipeStore, lock_timeout: float = 0.0) -> dict:
                 chunks += 1
                 return False
 
-            sync(_each_chunk(arr, lambda coords: True, handle))
+            on_zarr_loop(_each_chunk(arr, lambda coords: True, handle))
         from storage.lineage import record
 
         record(txn, "add-checksums", figures={"arrays": len(todo), "chunks": chunks})

@@ -1,6 +1,6 @@
 """Queries over a committed store that read only what they need.
 
-:func:`open_store` gives a :class:`StoreReader`. Its :meth:`~StoreReader.sample` and
+:func:`open_reader` gives a :class:`StoreReader`. Its :meth:`~StoreReader.sample` and
 :meth:`~StoreReader.neighbourhood` read, per query, one segment per LSH table (the one holding the
 query's bucket: :mod:`fairpipe.neighbors._segments`) and the sketch of the candidates the sampler
 looks at (a byte per coordinate, in chunks of ``SKETCH_BLOCK`` rows), whose distance bounds
@@ -43,8 +43,8 @@ from fairpipe.neighbors import (
     sample_query,
     segment_of,
     sketch_bounds,
+    unique_inverse_ints,
 )
-from fairpipe.neighbors._degree_sampling import unique_inverse_ints
 from fairpipe.validation import as_id_array, check_ids, check_points
 from storage.index import (
     StoredIds,
@@ -622,7 +622,7 @@ def _radius_holding(d2: np.ndarray, holding: int) -> dict:
             "candidates": int(d2.shape[0])}  # fmt: skip
 
 
-def open_store(url: str, snapshot: str | None = None, keep_rows: bool = True) -> StoreReader:
+def open_reader(url: str, snapshot: str | None = None, keep_rows: bool = True) -> StoreReader:
     """A reader over the committed store at ``url`` (at ``snapshot``, default the tip): lazy,
     cached reads. Raises a clear error for a location that is not a fairpipe store.
 

@@ -99,7 +99,7 @@ class Staging:
 
     def _compatible(self):
         """r2:// and tigris://: S3-compatible object stores."""
-        from fairpipe.datasets._remote import object_store as remote_store
+        from fairpipe.datasets import object_store as remote_store
 
         k = self._spec.kwargs
         prefix = "/".join(p for p in (k.get("prefix", ""), self._name) if p)

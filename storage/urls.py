@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from fairpipe.datasets._remote import object_store as remote_store
-from fairpipe.datasets._remote import s3_endpoint
+from fairpipe.datasets import object_store as remote_store
+from fairpipe.datasets import s3_endpoint
 from fairpipe.errors import FairpipeInputError
 from storage.paths import store_folder
 

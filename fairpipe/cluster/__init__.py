@@ -13,6 +13,7 @@
 """
 
 from fairpipe.cluster._batched_kmeans import (
+    MAX_N_INIT,
     BatchResult,
     cluster_sums,
     kmeans_plus_plus,
@@ -33,6 +34,7 @@ from fairpipe.cluster._q_kmeans import Q_STATE, QKMeans, choose_model, quantise
 from fairpipe.cluster._sklearn_checks import expected_failed_checks
 
 __all__ = [
+    "MAX_N_INIT",
     "LEAF_BATCH_POINTS", "Q_STATE", "BatchResult", "DCKMeans", "QKMeans", "choose_model",
     "cluster_sums", "expected_failed_checks", "kmeans_plus_plus", "n_trials", "nearest", "node_keys", "quantise",
     "recompute_ancestors", "solve_batch", "solve_leaves", "solve_parents", "tree_arrays",

@@ -29,7 +29,7 @@ from fairpipe.datasets._loaders import (
     load_mnist_csv,
     load_word2vec_bin,
 )
-from fairpipe.datasets._remote import is_url
+from fairpipe.datasets._remote import is_url, object_store, s3_endpoint
 from fairpipe.datasets._scaling import (
     SCALE_CHOICES,
     SCALE_METHODS,
@@ -55,6 +55,7 @@ from fairpipe.datasets._sources import (
 )
 
 __all__ = [
+    "object_store", "s3_endpoint",
     "AGE_NAMES", "BUILTINS", "GAUSSIAN_BLOCK", "NO_IDS", "PROTECTED", "AuditData", "Dataset", "SourcePlan",
     "check_gaussian_sizes", "check_source_options", "check_url_source", "chunk_plan", "gaussian_block", "load_adult", "load_audit_adult", "load_audit_bank", "load_audit_csv",
     "load_audit_data", "load_audit_german", "load_bank", "load_census_kdd", "load_digits",

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fairpipe.audit._discrimination import Domain
+from fairpipe.audit import Domain
 from fairpipe.datasets._loaders import ADULT_COLUMNS
 from fairpipe.errors import FairpipeInputError, plain
 from fairpipe.tables import read_csv_table

@@ -35,6 +35,7 @@ from fairpipe.neighbors._degree_sampling import (
     sample_query,
     sq_distances,
     unique_ints,
+    unique_inverse_ints,
 )
 from fairpipe.neighbors._evaluation import (
     EVALUATED_SAMPLERS,
@@ -52,6 +53,7 @@ from fairpipe.neighbors._evaluation import (
     tv_to_uniform,
 )
 from fairpipe.neighbors._fair_nn import (
+    MAX_SAMPLES,
     FairNN,
     SampleResult,
     check_sample_count,
@@ -59,7 +61,8 @@ from fairpipe.neighbors._fair_nn import (
     query_generator,
 )
 from fairpipe.neighbors._key_directory import KeyDirectory
-from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, ROW_BLOCK
+from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, MAX_TABLES, ROW_BLOCK, check_projection_size
+from fairpipe.neighbors._pack import warm_index_kernels
 from fairpipe.neighbors._parameters import (
     DEFAULT_RECALL,
     MAX_CHOSEN_TABLES,
@@ -100,6 +103,7 @@ from fairpipe.neighbors._sketch import (
 )
 
 __all__ = [
+    "MAX_SAMPLES", "MAX_TABLES", "check_projection_size", "unique_inverse_ints", "warm_index_kernels",
     "E2LSH", "EVALUATED_SAMPLERS", "LSH_ARRAYS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
     "BucketIndex", "FairNN", "KeyDirectory", "QueryStats", "RankState", "SampleResult",
     "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",

@@ -182,7 +182,7 @@ def fold_block(proj, X, offsets, a, b, col_bound, multipliers, n_tables, mask, s
                 out[i, t] = key
 
 
-def warm() -> None:
+def warm_index_kernels() -> None:
     """Load every kernel of the index build (from numba's cache; compiled on a first run) for
     the argument types the build passes, then let small batches use them too
     (:data:`fairpipe.neighbors._segments.KERNELS_WARM`). About 0.5 s: a command line does it

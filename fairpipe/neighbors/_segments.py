@@ -71,7 +71,7 @@ def build_segments(keys: np.ndarray, rows: np.ndarray, bits: int):
 # compiled kernels costs a process about 0.6 s once, more than numpy takes for a small append's
 # delta (10k rows: 0.1 s for 100 tables); larger tables are packed by the compiled kernels.
 NUMPY_PACK_ENTRIES = 65_536
-# Set by :func:`fairpipe.neighbors._pack.warm`: the compiled kernels are loaded in this process
+# Set by :func:`fairpipe.neighbors.warm_index_kernels`: the compiled kernels are loaded in this process
 # (a command line loads them while its Prefect server starts), so every batch, however small,
 # is packed and folded by them (3x faster than numpy at 10k rows; the same arrays).
 KERNELS_WARM = False

@@ -6,7 +6,9 @@ tables read and re-ranked list by list (:func:`read_candidates`, :func:`rerank_l
 from fairpipe.ranking._candidates import (
     METRICS,
     CandidateLists,
+    candidate_columns,
     check_rerank_options,
+    check_table_ahead,
     load_desired_file,
     mean_over_lists,
     metrics_table,
@@ -25,6 +27,7 @@ from fairpipe.ranking._metrics import (
 from fairpipe.ranking._reranking import ALGORITHMS, TOL, check_desired, check_lists, rerank
 
 __all__ = [
+    "candidate_columns", "check_table_ahead",
     "ALGORITHMS", "METRICS", "TOL", "CandidateLists", "check_desired", "check_lists",
     "check_rerank_options", "infeasible_index", "load_desired_file", "mean_over_lists",
     "metrics_table", "ndcg", "ndkl", "prefix_counts", "ranking_metrics", "read_candidates",

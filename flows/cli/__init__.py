@@ -231,27 +231,10 @@ def main() -> None:
         if PROGRAM.interrupted or end.code == 130:
             _end_interrupted()
         if end.code is None or isinstance(end.code, int):
-            _end(end.code or 0)
+            from flows.cli._runner import end_now
+
+            end_now(end.code or 0)
         raise
-
-
-def _end(code: int) -> None:
-    """Exit ``code`` once the output is out and Prefect's records are delivered, without the
-    interpreter's teardown. A thread of Icechunk's runtime hands each read's result to zarr's
-    event loop, then waits for the interpreter; one still waiting when the teardown begins (a
-    command ending a few milliseconds after reading its store, as an error found then or a full
-    disk ends it) is ended by Python inside Icechunk's Rust code, and the process aborts
-    (SIGABRT) after printing its last line."""
-    import logging
-
-    from flows.cli._runner import _deliver_prefect_records
-
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # closed, gone or full: the code tells
-            stream.flush()
-    _deliver_prefect_records()
-    logging.shutdown()
-    os._exit(code)
 
 
 def _end_interrupted() -> None:

@@ -43,7 +43,6 @@ import typer
 from rich.text import Text
 
 from fairpipe.errors import FairpipeInputError, outcomes, wrapped
-from flows._server import launch_early, stop_early
 from flows.cli._bugs import is_panic, report_bug
 from flows.cli._options import (
     AsJson,
@@ -67,6 +66,7 @@ from flows.cli._output import (
     print_error,
     print_line,
 )
+from flows.prefect_server import deliver_records, launch_early, stop_early
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 CORRUPT_STORE = 4
@@ -88,35 +88,26 @@ class _Program:
 PROGRAM = _Program()
 
 
-def quick_exit() -> None:
-    """End the program now, with exit code 0, once stdout and stderr are flushed and Prefect's
-    events and logs are delivered to its server: without the interpreter's teardown of every
-    module and thread, which a command whose result is out does not need (0.08-0.12 s of a cold
-    ``fairpipe sample`` of 0.8 s at 1M rows; 0.8 s of a one-id forget with a kept server, which
-    joined Prefect's and zarr's threads and ran their exit hooks)."""
+def end_now(code: int = 0) -> None:
+    """Exit ``code`` once stdout and stderr are flushed and Prefect's events and logs are
+    delivered to its server, without the interpreter's teardown of every module and thread.
+
+    - A command whose result is out does not need the teardown: it is 0.08-0.12 s of a cold
+      ``fairpipe sample`` of 0.8 s at 1M rows, and 0.8 s of a one-id forget with a kept server
+      (Prefect's and zarr's threads joined, their exit hooks run).
+    - The teardown can abort the process: a thread of Icechunk's runtime hands each read's
+      result to zarr's event loop, then waits for the interpreter; one still waiting when the
+      teardown begins (a command ending a few milliseconds after reading its store, as an error
+      found then or a full disk ends it) is ended by Python inside Icechunk's Rust code, and
+      the process aborts (SIGABRT) after printing its last line."""
     import logging
 
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _deliver_prefect_records()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, gone or full: the code tells
+            stream.flush()
+    deliver_records()
     logging.shutdown()
-    os._exit(0)
-
-
-def _deliver_prefect_records() -> None:
-    """Send what Prefect still holds of the command's flow run (its events, from which the server
-    records task runs, and its logs) to its server: what Prefect's exit hooks would do."""
-    if "prefect" not in sys.modules:
-        return
-
-    with contextlib.suppress(Exception):
-        from prefect.events.worker import EventsWorker
-
-        EventsWorker.drain_all(timeout=5)
-    with contextlib.suppress(Exception):
-        from prefect.logging.handlers import APILogWorker
-
-        APILogWorker.drain_all(timeout=5)
+    os._exit(code)
 
 
 # -- the options every command of a kind shares --------------------------------------------------
@@ -174,7 +165,7 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
 
     A ``read_only`` command (one that writes nothing and runs no flow), and a command that runs
     a flow (once its flow's records are delivered), end the ``fairpipe`` program as soon as their
-    result is out (:func:`quick_exit`).
+    result is out (:func:`end_now`).
 
     ``parameter_flags`` maps a library parameter that a bad-input message may name (``'fanout'``)
     to the flag of this command that sets it (``--tree-width``); the message then names the flag.
@@ -228,7 +219,7 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             finally:
                 stop_early()
             if PROGRAM.running and (read_only or "dask_address" in shared):
-                quick_exit()  # its result is out, and so are its flow's records
+                end_now()  # its result is out, and so are its flow's records
 
         every = own + added + hidden
         every = [p.replace(annotation=typed_numbers(p.annotation, owner_of(name or fn.__name__)))

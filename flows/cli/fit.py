@@ -48,7 +48,7 @@ def _check(**o) -> None:
         seed=("seed", o["seed"]),
     )  # fmt: skip
     check_open_unit(o["balance"], "--balance", "fairpipe fit")
-    from fairpipe.cluster._batched_kmeans import MAX_N_INIT
+    from fairpipe.cluster import MAX_N_INIT
 
     if o["n_init"] is not None:
         check_int_range(o["n_init"], "--n-init", "fairpipe fit", 1, MAX_N_INIT)

@@ -70,7 +70,7 @@ def _check(**o) -> None:
         gaussian_clusters=("positive", o["gaussian_clusters"]),
         gaussian_groups=("positive", o["gaussian_groups"]),
     )  # fmt: skip
-    from fairpipe.neighbors._lsh import MAX_TABLES, check_projection_size
+    from fairpipe.neighbors import MAX_TABLES, check_projection_size
     from flows.parameters import check_recall_options
 
     if o["recall"] is not None:

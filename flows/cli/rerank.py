@@ -38,7 +38,7 @@ def _render(r: dict) -> None:
 def _check(**o) -> None:
     check_options("fairpipe rerank", k=("positive", o["k"]),
                   smoothing=("non_negative_float", o["smoothing"]))  # fmt: skip
-    from fairpipe.ranking._candidates import (
+    from fairpipe.ranking import (
         candidate_columns,
         check_table_ahead,
         load_desired_file,

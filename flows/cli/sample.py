@@ -102,7 +102,7 @@ def small_line(i: int, q: dict, radius: float, excluded: bool) -> str | None:
 
 
 def _check(**o) -> None:
-    from fairpipe.neighbors._fair_nn import MAX_SAMPLES
+    from fairpipe.neighbors import MAX_SAMPLES
 
     check_int_range(o["n_samples"], "--n-samples", "fairpipe sample", 1, MAX_SAMPLES)
     if o["query_id"] is not None:

@@ -1,5 +1,5 @@
 """``fairpipe server start | stop | status``: a local Prefect server the user keeps running, which
-every command then uses instead of starting its own (:mod:`flows._server`)."""
+every command then uses instead of starting its own (:mod:`flows.prefect_server`)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def start(
     Example:
       fairpipe server start
     """
-    from flows._server import start_kept_server
+    from flows.prefect_server import start_kept_server
 
     return _as_dict(start_kept_server(port))
 
@@ -84,7 +84,7 @@ def stop(*, shared: Shared) -> dict:
     Example:
       fairpipe server stop
     """
-    from flows._server import stop_kept_server
+    from flows.prefect_server import stop_kept_server
 
     return _as_dict(stop_kept_server())
 
@@ -97,7 +97,7 @@ def status(*, shared: Shared) -> dict:
     Example:
       fairpipe server status --json
     """
-    from flows._server import kept_server, pid_file
+    from flows.prefect_server import kept_server, pid_file
 
     server = kept_server()
     found = _as_dict(server) if server is not None else {}

@@ -54,8 +54,7 @@ def own_prefect(prefect_server, tmp_path_factory):
     import prefect.settings
     from prefect.events.worker import EventsWorker
 
-    from flows._server import LocalServer
-    from flows.runtime import _drain_logs
+    from flows.prefect_server import LocalServer, deliver_records
 
     home = tmp_path_factory.mktemp("own-prefect-home")
     cache = tmp_path_factory.mktemp("own-cache")
@@ -81,7 +80,7 @@ def own_prefect(prefect_server, tmp_path_factory):
         try:
             with prefect.settings.temporary_settings(updates=updates):
                 yield home, cache
-                _drain_logs()
+                deliver_records(logs_only=True)
                 EventsWorker.drain_all(timeout=5)
         finally:
             server.stop()

@@ -182,8 +182,9 @@ def run_once(deployment: str, parameters: dict, scheduler: str, env: dict) -> st
 def stored_objects(url) -> dict[str, bytes]:
     """Every object of the store's ``main`` (metadata and every stored chunk of every array;
     receipts and the lineage log aside: they hold times), by key."""
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
+
+    from storage.store import on_zarr_loop
 
     store = FairpipeStore.open(str(url)).readonly_session().store
 
@@ -195,7 +196,7 @@ def stored_objects(url) -> dict[str, bytes]:
             out[k] = buf.to_bytes()
         return out
 
-    return sync(read())
+    return on_zarr_loop(read())
 
 
 def test_the_command_line_on_an_external_cluster_writes_the_embedded_clusters_store(

@@ -26,6 +26,7 @@ from flows.summarize import SummarizeOptions, run_summarize
 from storage.index import index_entries
 from storage.models import read_model
 from storage.queue import pending
+from storage.reader import open_reader
 from storage.store import FairpipeStore, open_group, read_array, write_rows
 from storage.summary import has_summary
 
@@ -370,7 +371,6 @@ def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, 
     """A store written before the delta layers (one delta named ``delta``, attributes
     ``delta_bits``/``delta_start``): queries read it, a forget reaches its rows, and the next
     append merges it into a layer (its arrays dropped); every state equals a fresh build."""
-    import fairpipe
     from storage.index import (
         create_index,
         drop_arrays,
@@ -399,7 +399,7 @@ def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, 
         lsh = dict(txn.root.attrs["lsh"])
         (_, start, bits), *_ = lsh.pop("deltas")
         txn.root.attrs["lsh"] = {**lsh, "delta_bits": bits, "delta_start": start}
-    reader = fairpipe.open_store(str(store))
+    reader = open_reader(str(store))
     assert "deltas" not in reader.attrs["lsh"]
     # rows of that delta, each finding itself (its own row kept in)
     found = reader.neighbourhood(query_rows=[405, 415], radius=4.0, include_query=True)

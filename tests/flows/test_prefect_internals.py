@@ -1,5 +1,5 @@
 """The one place fairpipe reaches into Prefect's internals: a command's own Prefect server,
-launched as Prefect launches its ephemeral server (flows/_server.py says why). If a Prefect
+launched as Prefect launches its ephemeral server (flows/prefect_server.py says why). If a Prefect
 upgrade changes that launch, these tests fail and name what changed."""
 
 from __future__ import annotations
@@ -8,12 +8,19 @@ import inspect
 
 import pytest
 
-from flows._server import EPHEMERAL_ENV, UVICORN_ARGS
+from flows.prefect_server import EPHEMERAL_ENV, UVICORN_ARGS
 
 UPGRADE = (
-    "Prefect {version} launches its ephemeral server differently from flows/_server.py "
+    "Prefect {version} launches its ephemeral server differently from flows/prefect_server.py "
     "(LocalServer.launch, UVICORN_ARGS, EPHEMERAL_ENV), which copies it: {what}. Compare with "
-    "prefect.server.api.server.SubprocessASGIServer._run_uvicorn_command and update flows/_server.py."
+    "prefect.server.api.server.SubprocessASGIServer._run_uvicorn_command and update flows/prefect_server.py."
+)
+
+
+WORKERS_MOVED = (
+    "Prefect {version} has no {what}: flows/prefect_server.py (RECORD_WORKERS, deliver_records) "
+    "drains it so that a command's last events and logs reach the server before the command "
+    "ends. Find where Prefect's exit hooks drain its workers now and update RECORD_WORKERS."
 )
 
 
@@ -64,3 +71,20 @@ def test_prefects_app_still_reads_the_ephemeral_variables():
             assert f'os.getenv("{name}")' in source, UPGRADE.format(
                 version=prefect.__version__, what=f"create_app no longer reads {name}"
             )
+
+
+def test_the_workers_a_command_drains_before_it_ends_are_prefects():
+    """flows.prefect_server.deliver_records sends a flow run's last events and logs through
+    these workers' ``drain_all(timeout=...)``; an upgrade that moves them fails here, by name."""
+    import importlib
+
+    import prefect
+
+    from flows.prefect_server import RECORD_WORKERS
+
+    for module, name in RECORD_WORKERS:
+        what = f"{module}.{name}.drain_all(timeout=...)"
+        found = getattr(importlib.import_module(module), name, None)
+        drain = getattr(found, "drain_all", None)
+        moved = WORKERS_MOVED.format(version=prefect.__version__, what=what)
+        assert drain is not None and "timeout" in inspect.signature(drain).parameters, moved

@@ -447,7 +447,7 @@ def test_warm_kernels_fold_and_pack_small_batches_as_numpy_does(monkeypatch):
     rows = np.sort(rng.permutation(5000)[:3000])
     h = mix(rng.integers(0, 400, 3000, dtype=np.uint64))
     packed = pack(h, rows, 3, sorted_rows=True)
-    _pack.warm()
+    _pack.warm_index_kernels()
     assert _segments.KERNELS_WARM
     calls = {"fold": 0, "fill": 0}  # the compiled paths are the ones taken
     fold, fill = E2LSH._fold_compiled, _pack.fill_segments

@@ -130,8 +130,9 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
     encoded and put directly (gzip, and blocks not made of whole chunks, go through zarr), a
     chunk of the fill value is deleted as zarr deletes it, and every stored object is the same,
     byte for byte."""
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
+
+    from storage.store import on_zarr_loop
 
     store = FairpipeStore.open(str(tmp_path / "s"), create=True)
     s = store.repo.writable_session("main")
@@ -156,7 +157,7 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
         keys = [k async for k in s.store.list_prefix(name) if "/c/" in k]
         return {k.split("/", 1)[1]: (await s.store.get(k, proto)).to_bytes() for k in keys}
 
-    by_zarr, direct = sync(objects("by_zarr")), sync(objects("direct"))
+    by_zarr, direct = on_zarr_loop(objects("by_zarr")), on_zarr_loop(objects("direct"))
     if codec.startswith("gzip"):  # its header holds the second it was written (bytes 4-7)
         by_zarr, direct = (without_time(objs, codec) for objs in (by_zarr, direct))
     assert by_zarr == direct and len(direct) >= 2 * 3 * 4 - 1
@@ -173,7 +174,7 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
         open_array(s, name, mode="r+")[:20] = 1.0
     open_array(s, "f_by_zarr", mode="r+")[:20] = values
     store_module.write_rows(s, "f_direct", 0, values)
-    f_zarr, f_direct = sync(objects("f_by_zarr")), sync(objects("f_direct"))
+    f_zarr, f_direct = on_zarr_loop(objects("f_by_zarr")), on_zarr_loop(objects("f_direct"))
     assert f_zarr == f_direct and sorted(f_direct) == ["c/0/0"]
 
 
@@ -183,8 +184,9 @@ def test_rows_written_inside_chunks_leave_the_objects_zarr_writes(tmp_path, code
     points and sketches), as a store grows: the same objects as zarr's own writes, byte for
     byte, for 1-d and 2-d arrays of several dtypes, a chunk never written before, one left
     holding only the fill value (deleted, as zarr does) and the rows beyond the array's end."""
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
+    from zarr.buffer import default_buffer_prototype
+
+    from storage.store import on_zarr_loop
 
     store = FairpipeStore.open(str(tmp_path / "s"), create=True)
     s = store.repo.writable_session("main")
@@ -220,7 +222,10 @@ def test_rows_written_inside_chunks_leave_the_objects_zarr_writes(tmp_path, code
                 else:
                     store_module.write_rows(s, arr.path, n, block)
             n += m
-        by_zarr, direct = sync(objects(f"by_zarr_{kind}")), sync(objects(f"direct_{kind}"))
+        by_zarr, direct = (
+            on_zarr_loop(objects(f"by_zarr_{kind}")),
+            on_zarr_loop(objects(f"direct_{kind}")),
+        )
         if codec.startswith("gzip"):  # the second it was written (header bytes 4-7)
             by_zarr, direct = (without_time(objs, codec) for objs in (by_zarr, direct))
         assert by_zarr == direct and len(direct) >= 5, kind
@@ -273,3 +278,27 @@ def test_rewriting_rows_changes_those_rows_and_writes_only_their_chunks(tmp_path
         assert 2 <= len(new) <= 3
     with pytest.raises(IndexError, match=f"Row {shape[0]} is out of range"):
         store_module.rewrite_rows_at(store.repo.writable_session("main"), name, [shape[0]], edit)
+
+
+def test_zarrs_event_loop_runner_is_where_the_store_reaches_it():
+    """storage.store.on_zarr_loop is the one use of zarr's internal ``zarr.core.sync.sync``;
+    an upgrade that moves or changes it fails here, naming zarr."""
+    import asyncio
+    import threading
+
+    import zarr
+
+    from storage.store import on_zarr_loop
+
+    async def where() -> tuple[str, int]:
+        await asyncio.sleep(0)
+        return threading.current_thread().name, 42
+
+    try:
+        thread, value = on_zarr_loop(where())
+    except (ImportError, AttributeError, TypeError) as exc:
+        pytest.fail(f"zarr {zarr.__version__} moved or changed zarr.core.sync.sync ({exc}): "
+                    "update storage.store.on_zarr_loop, the one place fairpipe runs zarr's loop")  # fmt: skip
+    assert value == 42 and thread != threading.main_thread().name, (
+        f"zarr {zarr.__version__}: sync() no longer runs on zarr's own loop thread"
+    )

@@ -23,8 +23,7 @@ import icechunk
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
+from zarr.buffer import default_buffer_prototype
 
 from flows.cli import app
 from flows.cli._runner import CORRUPT_STORE
@@ -38,6 +37,7 @@ from storage.store import (
     CorruptChunkError,
     FairpipeStore,
     corrupt_chunk_error,
+    on_zarr_loop,
     open_array,
     read_array,
     read_arrays,
@@ -96,7 +96,7 @@ def stored_chunks(path) -> dict[tuple[str, tuple[int, ...]], bytes]:
                 key = f"{name}/c/" + "/".join(map(str, coords)) if coords else f"{name}/c"
                 out[(name, coords)] = (await session.store.get(key, proto)).to_bytes()
 
-        sync(each())
+        on_zarr_loop(each())
     return out
 
 
@@ -402,7 +402,7 @@ def test_a_segment_naming_a_row_the_store_lacks_is_damage_not_an_index(store, tm
     without checksums) is checked before a query indexes rows with its members: exit 4 naming
     the segment, never rows read past the store's end or a crash."""
     from storage.damage import DamagedPartError
-    from storage.reader import open_store
+    from storage.reader import open_reader
 
     path = tmp_path / "s"
     shutil.copytree(store, path)
@@ -413,7 +413,7 @@ def test_a_segment_naming_a_row_the_store_lacks_is_damage_not_an_index(store, tm
         nb = int(segs[0, 0, 0])
         segs[0, 0, 1 + 3 * nb] = n + 5  # the first member of the first bucket of table 0
     with pytest.raises(DamagedPartError) as err:
-        open_store(str(path), keep_rows=False).sample(query_rows=[0], n_samples=5, seed=1)
+        open_reader(str(path), keep_rows=False).sample(query_rows=[0], n_samples=5, seed=1)
     assert str(err.value).startswith(
         "Segment (0, 0) of array 'lsh/segments' is damaged: it names row "
         f"{n + 5}, outside rows 0..{n - 1}."

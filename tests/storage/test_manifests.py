@@ -19,7 +19,6 @@ from types import SimpleNamespace
 import icechunk
 import numpy as np
 import pytest
-from zarr.core.sync import sync
 
 import storage.manifests as manifests
 from storage.damage import (
@@ -37,7 +36,7 @@ from storage.manifests import (
     history_problem,
     lineage_problem,
 )
-from storage.store import FairpipeStore, create_array, read_array
+from storage.store import FairpipeStore, create_array, on_zarr_loop, read_array
 
 FORMAT1 = Path(__file__).resolve().parents[1] / "data" / "format1"
 MANIFEST_REPORT = (
@@ -115,7 +114,7 @@ def drop_chunk_reference(path: Path, array: str, key: str) -> None:
     shutil.copytree(path, other)
     repo = repository(other)
     session = repo.writable_session("main")
-    sync(session.store.delete(f"{array}/{key}"))
+    on_zarr_loop(session.store.delete(f"{array}/{key}"))
     session.commit("drop one chunk")
     manifest_file(path, array).write_bytes(manifest_file(other, array).read_bytes())
     shutil.rmtree(other)
@@ -127,7 +126,7 @@ def coordinates(path: Path, array: str) -> list:
     async def listed() -> list:
         return [c async for c in session.chunk_coordinates(f"/{array}")]
 
-    return sorted(sync(listed()))
+    return sorted(on_zarr_loop(listed()))
 
 
 def test_every_commit_records_what_it_wrote_and_only_that(sound):
@@ -307,18 +306,18 @@ def test_icechunk_behaviours_the_record_relies_on(tmp_path):
     written; the repository's first snapshot is the one FIRST_SNAPSHOT describes; a session
     that has not committed lists the chunks it wrote twice (storage.manifests lists each once)."""
     import zarr
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "r")))
     session = repo.writable_session("main")
     root = zarr.open_group(session.store, mode="a")
     root.create_array("a", shape=(100,), chunks=(10,), dtype="i4")[:] = 1
     root.create_array("g/b", shape=(50,), chunks=(10,), dtype="i4")[:] = 2
-    listed = sync(_listed(session, "/a"))
+    listed = on_zarr_loop(_listed(session, "/a"))
     assert sorted(listed) == sorted(2 * [(i,) for i in range(10)]) or sorted(listed) == [
         (i,) for i in range(10)
     ], f"Session.chunk_coordinates of an uncommitted session lists {sorted(listed)}"
-    meta = sync(session.store.get("a/zarr.json", default_buffer_prototype())).to_bytes()
+    meta = on_zarr_loop(session.store.get("a/zarr.json", default_buffer_prototype())).to_bytes()
     steps = []
     steps.append(session.commit("write"))
     session = repo.writable_session("main")
@@ -334,16 +333,16 @@ def test_icechunk_behaviours_the_record_relies_on(tmp_path):
     for snapshot in steps:
         info = repo.lookup_snapshot(snapshot)
         read = repo.readonly_session(snapshot_id=snapshot)
-        listed = sum(len(set(sync(_listed(read, p)))) for p in ("/a", "/g/b"))
+        listed = sum(len(set(on_zarr_loop(_listed(read, p)))) for p in ("/a", "/g/b"))
         refs = sum(m.num_chunk_refs for m in info.manifests)
         assert listed == refs, (
             f"Icechunk {icechunk.__version__}: snapshot '{info.message}' lists {listed} chunks "
             f"but its manifests hold {refs} references (storage.manifests.record_problem)"
         )
     read = repo.readonly_session(snapshot_id=steps[0])
-    assert sync(read.store.get("a/zarr.json", default_buffer_prototype())).to_bytes() == meta, (
-        "an array's zarr.json no longer reads back as written (storage.manifests digests it)"
-    )
+    assert (
+        on_zarr_loop(read.store.get("a/zarr.json", default_buffer_prototype())).to_bytes() == meta
+    ), "an array's zarr.json no longer reads back as written (storage.manifests digests it)"
     first = list(repo.ancestry(snapshot_id=steps[0]))[-1]
     assert (first.id, first.message, first.metadata) == FIRST_SNAPSHOT, (
         f"the repository's first snapshot is now {(first.id, first.message, first.metadata)}"

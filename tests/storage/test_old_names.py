@@ -5,13 +5,13 @@ and its next commit rewrites them (storage.names)."""
 import numpy as np
 import pytest
 
-import fairpipe
 from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.models import model_params
 from storage.names import OLD_NAMES, renamed
+from storage.reader import open_reader
 from storage.store import FairpipeStore, open_group
 from storage.summary import summary_tree
 
@@ -67,7 +67,7 @@ def test_a_store_with_the_older_names_is_read_then_upgraded_by_its_next_commit(o
     params = model_params(session, "dc")
     assert (params["fanout"], params["max_iter"], params["n_clusters"]) == (2, 4, 3)
     assert summary_tree(session)[1:3] == (2, 1)  # fan-out and height
-    reader = fairpipe.open_store(str(old_store))
+    reader = open_reader(str(old_store))
     assert reader.attrs["lsh"]["n_hashes"] == 3
     assert len(reader.sample(query_rows=[0], radius=3.0, n_samples=5, seed=0).ids[0]) == 5
     # The next write (a forget updates the index, the tree and the summary) upgrades them all.

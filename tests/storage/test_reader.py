@@ -1,4 +1,4 @@
-"""fairpipe.open_store: lazy queries over a committed store, against the in-memory FairNN."""
+"""storage.open_reader: lazy queries over a committed store, against the in-memory FairNN."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ import pytest
 from scipy.stats import chi2
 from sklearn.datasets import make_blobs
 
-import fairpipe
 from fairpipe import FairNN, FairpipeInputError
 from fairpipe.neighbors import MODES, chi_square_uniform
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
-from storage import NotAStoreError
+from storage import NotAStoreError, open_reader
 
 LSH = dict(n_hashes=3, n_tables=6, bucket_width=2.5, seed=3)
 THREADS = dict(n_workers=1, processes=False)
@@ -34,7 +33,7 @@ def store(prefect_server, tmp_path_factory):
     run_ingest(str(tmp / "b.npy"), str(tmp / "s"), IngestOptions(), **THREADS)
     run_ingest(str(tmp / "c.npy"), str(tmp / "s"), IngestOptions(), **THREADS)
     run_forget(str(tmp / "s"), [2900], **THREADS)
-    lsh = fairpipe.open_store(str(tmp / "s")).attrs["lsh"]
+    lsh = open_reader(str(tmp / "s")).attrs["lsh"]
     assert lsh["delta_start"] == 2700
     assert [start for _, start, _ in lsh["deltas"]] == [2700, 2900]
     nn = FairNN(**LSH).fit(X)
@@ -45,7 +44,7 @@ def store(prefect_server, tmp_path_factory):
 @pytest.mark.parametrize("sampler", ["exact", "approx", "uniform", "weighted", "rank"])
 def test_lazy_queries_draw_exactly_what_fairnn_draws(store, sampler):
     path, nn, X = store
-    reader = fairpipe.open_store(str(path))
+    reader = open_reader(str(path))
     for mode in MODES:
         for rows in ([0], [2700], [5, 11, 2999]):
             kw = dict(radius=1.5, n_samples=25, seed=4, sampler=sampler, mode=mode,
@@ -63,7 +62,7 @@ def test_lazy_queries_draw_exactly_what_fairnn_draws(store, sampler):
 
 def test_by_id_neighbourhood_and_a_uniform_exact_sampler(store):
     path, nn, _ = store
-    reader = fairpipe.open_store(str(path))
+    reader = open_reader(str(path))
     hood = reader.neighbourhood(query_ids=[77], radius=1.5)[0]
     assert np.array_equal(np.sort(hood), np.sort(nn.neighbourhood(query_rows=[77], radius=1.5)[0]))
     res = reader.sample(query_ids=[77], radius=1.5, n_samples=20 * hood.size, seed=0)
@@ -76,7 +75,7 @@ def test_many_samples_enumerate_what_fairnn_enumerates_and_short_queries_say_why
     """Many samples of a query: the reader lists M(q) once from its candidates and draws what
     FairNN draws from its own; a query with an empty neighbourhood reports it the same way."""
     path, nn, X = store
-    reader = fairpipe.open_store(str(path))
+    reader = open_reader(str(path))
     for rows in ([0], [5, 2999]):
         kw = dict(radius=1.5, n_samples=20_000, seed=2)
         got, want = reader.sample(query_rows=rows, **kw), nn.sample(query_rows=rows, **kw)
@@ -100,7 +99,7 @@ def test_a_long_lived_reader_reads_each_chunk_once(store, monkeypatch):
     import storage.reader
 
     path, nn, _ = store
-    reader = fairpipe.open_store(str(path))
+    reader = open_reader(str(path))
     kw = dict(radius=1.5, n_samples=10, seed=1, with_neighbourhood=True)
     first = reader.sample(query_rows=[0, 2700, 1500], **kw)
     fetched: list = []
@@ -120,7 +119,7 @@ def test_predict_reads_the_model_root(store, prefect_server):
 
     path, nn, X = store
     run_fit(str(path), FitOptions(n_clusters=3, fanout=2, height=1, seed=1), **THREADS)
-    reader = fairpipe.open_store(str(path))
+    reader = open_reader(str(path))
     alive = np.ones(X.shape[0], bool)
     alive[[10, 2000]] = False
     model = DCKMeans(n_clusters=3, fanout=2, height=1, n_init=10, max_iter=10, seed=1)
@@ -131,7 +130,7 @@ def test_predict_reads_the_model_root(store, prefect_server):
 
 def test_bad_queries_name_what_is_wrong(store, tmp_path):
     path, _, _ = store
-    reader = fairpipe.open_store(str(path))
+    reader = open_reader(str(path))
     with pytest.raises(FairpipeInputError, match="Id 10 is not in the store .*forgotten"):
         reader.sample(query_ids=[10])
     with pytest.raises(FairpipeInputError, match="Id 123456 is not in the store"):
@@ -149,14 +148,14 @@ def test_bad_queries_name_what_is_wrong(store, tmp_path):
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "x.txt").write_text("x")
     with pytest.raises(NotAStoreError):
-        fairpipe.open_store(str(tmp_path / "folder"))
+        open_reader(str(tmp_path / "folder"))
 
 
 def test_a_small_neighbourhood_is_decided_from_the_sketch(store):
     """A query whose neighbourhood is small looks at every candidate's distance: the sketch
     decides them, and only the chunks of points holding undecided candidates are read."""
     path, nn, _ = store
-    reader = fairpipe.open_store(str(path))
+    reader = open_reader(str(path))
     kw = dict(radius=0.4, n_samples=10, seed=0, with_neighbourhood=True)
     got = reader.sample(query_rows=[0], **kw)
     assert np.array_equal(got.ids, nn.sample(query_rows=[0], **kw).ids)
@@ -178,7 +177,7 @@ def test_candidates_the_sketch_leaves_open_are_decided_by_its_residual(prefect_s
     d = np.sqrt(np.square(X - X[0]).sum(axis=1))
     seen = []
     for radius in (float(np.median(d)), float(np.sort(d)[1000])):  # dense; an exact tie
-        reader = fairpipe.open_store(str(tmp_path / "s"))
+        reader = open_reader(str(tmp_path / "s"))
         assert reader.row_cache("sketch_residual") is not None
         kw = dict(radius=radius, n_samples=20, seed=5, with_neighbourhood=True)
         got = reader.sample(query_rows=[0], **kw)
@@ -229,18 +228,18 @@ def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
         assert np.array_equal(read_rows_at(light, name, rows), read_rows_at(full, name, rows))
 
     kw = dict(radius=1.5, n_samples=30, seed=2, with_neighbourhood=True)
-    reader = fairpipe.open_store(str(path))
+    reader = open_reader(str(path))
     assert isinstance(reader.session, LightSession)
     got = reader.sample(query_rows=[0, 2700, 1234], **kw)
     monkeypatch.chdir(path.parent)  # a relative path, then another folder: preload still opens
-    relative = fairpipe.open_store(path.name)
+    relative = open_reader(path.name)
     assert isinstance(relative.session, LightSession)
     monkeypatch.chdir(path.parent.parent)
     assert np.array_equal(relative.sample(query_rows=[0, 2700, 1234], **kw).ids, got.ids)
     relative.preload()
     assert np.array_equal(relative.sample(query_rows=[0, 2700, 1234], **kw).ids, got.ids)
     monkeypatch.setattr(storage.reader, "open_light", lambda *a: None)
-    ordinary = fairpipe.open_store(str(path))
+    ordinary = open_reader(str(path))
     assert not isinstance(ordinary.session, LightSession)
     want = ordinary.sample(query_rows=[0, 2700, 1234], **kw)
     assert np.array_equal(got.ids, want.ids)
@@ -268,8 +267,9 @@ def test_a_cold_query_loads_neither_zarr_nor_the_icechunk_package(store):
 
     path, _, _ = store
     code = (
-        "import json, sys, numpy as np, fairpipe\n"
-        f"r = fairpipe.open_store({str(path)!r})\n"
+        "import json, sys, numpy as np\n"
+        "from storage import open_reader\n"
+        f"r = open_reader({str(path)!r})\n"
         "lazy = r.sample(query_rows=[0, 2700], radius=1.5, n_samples=5, seed=1)\n"
         "loaded = sorted(m for m in ('zarr', 'icechunk') if m in sys.modules)\n"
         "r.preload()\n"
@@ -318,10 +318,10 @@ def test_what_the_light_path_cannot_read_is_read_the_ordinary_way(store, tmp_pat
         txn.root.create_array("lsh/bucket_counts", shape=counts.shape, dtype=counts.dtype,
                               compressors=[GzipCodec()])[...] = counts  # fmt: skip
     assert open_light(copy) is None and open_light(path) is not None
-    reader = fairpipe.open_store(str(copy))
+    reader = open_reader(str(copy))
     assert not isinstance(reader.session, LightSession)
     kw = dict(radius=1.5, n_samples=10, seed=3)
     assert np.array_equal(reader.sample(query_rows=[7], **kw).ids,
-                          fairpipe.open_store(str(path)).sample(query_rows=[7], **kw).ids)  # fmt: skip
+                          open_reader(str(path)).sample(query_rows=[7], **kw).ids)  # fmt: skip
     (tmp_path / "plain").mkdir()
     assert open_light(tmp_path / "plain") is None and open_light(tmp_path / "none") is None

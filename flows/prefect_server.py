@@ -22,8 +22,12 @@ because
   the user's database on every command;
 - it is tied to the command (Linux's PR_SET_PDEATHSIG): it dies with it, a SIGKILL included.
 
-tests/flows/test_prefect_internals.py compares this launch with Prefect's own and fails, naming
-what changed, when a Prefect upgrade moves it.
+A command also delivers what Prefect still holds of its flow run (events and logs) before it
+ends, through Prefect's workers' ``drain_all`` (:func:`deliver_records`): what Prefect's exit
+hooks would do, which a command that ends with ``os._exit`` skips.
+
+tests/flows/test_prefect_internals.py compares this launch with Prefect's own, and checks the
+workers this module drains, and fails, naming what changed, when a Prefect upgrade moves them.
 """
 
 from __future__ import annotations
@@ -43,6 +47,22 @@ from pathlib import Path
 from fairpipe.errors import FairpipeInputError
 
 PORT_TAKEN = 3  # uvicorn's exit code when its port is in use
+# Prefect's workers that hold a flow run's records until they send them: (module, class).
+RECORD_WORKERS = (("prefect.events.worker", "EventsWorker"),
+                  ("prefect.logging.handlers", "APILogWorker"))  # fmt: skip
+
+
+def deliver_records(timeout: float = 5, logs_only: bool = False) -> None:
+    """Send what Prefect still holds of this process's flow runs to its server: the events
+    (from which the server records task runs) and the logs (``logs_only``: the logs alone).
+    Nothing when Prefect is not loaded; a worker that fails to deliver is let be."""
+    if "prefect" not in sys.modules:
+        return
+    for module, name in RECORD_WORKERS[1:] if logs_only else RECORD_WORKERS:
+        with contextlib.suppress(Exception):
+            getattr(importlib.import_module(module), name).drain_all(timeout=timeout)
+
+
 # What Prefect's SubprocessASGIServer gives uvicorn and sets in its environment (see the module).
 UVICORN_ARGS = ("--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
                 "--log-level", "error", "--lifespan", "on")  # fmt: skip
