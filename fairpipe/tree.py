@@ -1,18 +1,27 @@
-"""The tree shared by DC-k-means and the fair summary: leaves by hash, recomputation up the tree.
+"""The tree engine shared by DC-k-means and the fair summary: the one place a tree is assembled.
 
 A tree of ``height`` levels of edges and fan-out ``fanout`` has ``fanout ** height`` leaves at
 level 0 and one root at level ``height``; node j of level l has the children
 ``j * fanout .. (j + 1) * fanout - 1`` of level l - 1. A point's leaf is a hash of (seed, id)
-modulo the leaf count, so it depends on neither file order nor chunking (and a deletion or an
-insertion touches the leaves of the rows it names, nothing else).
+modulo the leaf count (:func:`leaf_of`), so it depends on neither file order nor chunking (and a
+deletion or an insertion touches the leaves of the rows it names, nothing else).
 
-:func:`walk_up` is the one recomputation rule of both models: given the leaves that changed,
-recompute only their ancestors, level by level.
+:func:`refresh` is the one assembly rule of both models, for a fit (every leaf) as for a batch
+of deletions or appends (the leaves it reaches): the leaves' results are given (solved from
+their live rows, in memory or on Dask), leaves left without a live row are emptied, and then
+only the ancestors of those leaves are recomputed, level by level. It works through two small
+interfaces, so the same rule runs over a tree in memory and over a tree in a store:
+
+- a :class:`NodeStore` reads, writes and empties the nodes of a level, as batches of the
+  model's own kind (DC-k-means: centroids and masses arrays; the summary: node outputs);
+- a :class:`NodeRule` makes a level's parents from their children's batch.
+
+A tree's stored arrays are named by :func:`level_key` (``level_<j>/<name>``), here only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -61,15 +70,59 @@ def children(nodes: np.ndarray, fanout: int) -> np.ndarray:
     return (np.asarray(nodes, dtype=np.int64)[:, None] * fanout + np.arange(fanout)).ravel()
 
 
-def walk_up(
-    leaves: np.ndarray, fanout: int, height: int, solve_level: Callable[[int, np.ndarray], None]
-) -> list[np.ndarray]:
-    """Call ``solve_level(level, nodes)`` for the ancestors of ``leaves`` at levels 1..height,
-    bottom-up; returns the nodes of every level that changed (level 0: the distinct leaves)."""
+def level_key(level: int, name: str) -> str:
+    """The name of a tree's stored array ``name`` at ``level`` (0: the leaves)."""
+    return f"level_{int(level)}/{name}"
+
+
+Batch = TypeVar("Batch")
+
+
+class NodeStore(Protocol[Batch]):
+    """Where a tree's nodes live: a tree in memory, or a tree in a store."""
+
+    def read(self, level: int, nodes: np.ndarray) -> Batch:
+        """The nodes ``nodes`` (int64, in that order) of ``level``, as one batch."""
+        ...
+
+    def write(self, level: int, nodes: np.ndarray, batch: Batch) -> None:
+        """Set the nodes ``nodes`` of ``level`` to ``batch`` (one entry per node, in order)."""
+        ...
+
+    def empty(self, level: int, nodes: np.ndarray) -> None:
+        """Make the nodes ``nodes`` of ``level`` empty: a leaf without a live row."""
+        ...
+
+
+class NodeRule(Protocol[Batch]):
+    """How a tree's parents are made from their children."""
+
+    def parents(self, level: int, nodes: np.ndarray, children: Batch) -> Batch:
+        """The nodes ``nodes`` of ``level`` from ``children``: each node's ``fanout`` children
+        in order, node after node (as :func:`children` lists them)."""
+        ...
+
+
+def refresh(fanout: int, height: int, leaves, solved: np.ndarray, results, rule: NodeRule,
+            store: NodeStore) -> list[np.ndarray]:  # fmt: skip
+    """Bring a tree up to date after the leaves ``leaves`` changed (any order, repeats allowed;
+    every leaf, for a fit).
+
+    ``solved`` (sorted, distinct, a subset of ``leaves``) are the leaves that hold a live row
+    and ``results`` their batch, in that order; the other leaves of ``leaves`` are emptied. Then
+    the ancestors of ``leaves``, and nothing else, are made by ``rule`` from their children as
+    ``store`` holds them, level by level, and written to ``store``. Returns the nodes recomputed
+    per level (level 0: the distinct leaves of ``leaves``)."""
     changed = [np.unique(np.asarray(leaves, dtype=np.int64))]
-    for level in range(1, height + 1):
+    solved = np.asarray(solved, dtype=np.int64)
+    if changed[0].size:
+        store.empty(0, changed[0])
+    if solved.size:
+        store.write(0, solved, results)
+    for level in range(1, int(height) + 1):
         nodes = np.unique(changed[-1] // fanout)
         if nodes.size:
-            solve_level(level, nodes)
+            below = store.read(level - 1, children(nodes, fanout))
+            store.write(level, nodes, rule.parents(level, nodes, below))
         changed.append(nodes)
     return changed

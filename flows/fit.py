@@ -3,8 +3,9 @@
 DC-k-means runs on Dask: one job per row chunk reads its rows and splits them by leaf group (a
 group is a run of consecutive leaves holding about ``LEAF_BATCH_POINTS`` points); one job per leaf
 group gathers its parts from every chunk job (a shuffle: each worker holds only what passes
-through it, never all points) and solves its leaves with the batched kernel; the parents (small:
-``fanout * k`` weighted centroids each) are solved bottom-up in one task. Every node's result
+through it, never all points) and solves its leaves with the batched kernel; the tree is then
+assembled from the leaves in one job (:meth:`DCKMeans.from_leaves`: the parents are small,
+``fanout * k`` weighted centroids each). Every node's result
 depends on its own inputs only, so the tree is identical whatever the chunking or worker count,
 and identical to :class:`fairpipe.cluster.DCKMeans` fitted in memory.
 
@@ -21,17 +22,8 @@ from dataclasses import InitVar, dataclass
 import numpy as np
 from prefect.cache_policies import NO_CACHE
 
-from fairpipe.cluster import (
-    DCKMeans,
-    QKMeans,
-    choose_model,
-    nearest,
-    recompute_ancestors,
-    solve_leaves,
-    tree_arrays,
-)
+from fairpipe.cluster import DCKMeans, QKMeans, choose_model, nearest, solve_leaves
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
-from fairpipe.tree import nodes_per_level
 from flows.private import flow, task
 from flows.renamed import take_old_names
 from flows.runtime import (
@@ -160,15 +152,16 @@ def solve_leaves_task(session, n_rows, chunk_rows, params: dict, leaves, rows=No
     return solve_leaves_on_dask(session, n_rows, chunk_rows, params, leaves, rows)
 
 
-def solve_parents(params: dict, centroids, masses, changed_leaves):
-    """(A Dask job.) Recompute the ancestors of ``changed_leaves``; returns (centroids, masses,
-    nodes recomputed per level): it runs on a worker, so it returns what it changed."""
-    changed = recompute_ancestors(
-        centroids, masses, changed_leaves, fanout=int(params["fanout"]),
-        n_clusters=int(params["n_clusters"]), max_iter=int(params["max_iter"]),
-        n_init=int(params["n_init"]), seed=int(params["seed"]),
-    )  # fmt: skip
-    return centroids, masses, changed
+def grow_tree(params: dict, d: int, solved, centroids, masses) -> DCKMeans:
+    """(A Dask job.) The DC-k-means tree over its solved leaves (the others empty)."""
+    return DCKMeans.from_leaves(d, solved, centroids, masses, **params)
+
+
+def refresh_tree(model: DCKMeans, leaves, solved, centroids, masses) -> tuple:
+    """(A Dask job.) ``model`` brought up to date after ``leaves`` changed, and the nodes it
+    recomputed per level: it runs on a worker, so it returns what it changed."""
+    changed = model.refresh_leaves(leaves, solved, centroids, masses)
+    return model, changed
 
 
 def fit_q(session, params: dict) -> QKMeans:
@@ -177,9 +170,14 @@ def fit_q(session, params: dict) -> QKMeans:
     return QKMeans(**params).fit(X, ids=ids)
 
 
-@task(name="solve-parents", cache_policy=NO_CACHE)
-def solve_parents_task(params: dict, centroids, masses, changed_leaves):
-    return on_cluster(solve_parents, params, centroids, masses, changed_leaves)
+@task(name="grow-tree", cache_policy=NO_CACHE)
+def grow_tree_task(params: dict, d: int, solved, centroids, masses) -> DCKMeans:
+    return on_cluster(grow_tree, params, d, solved, centroids, masses)
+
+
+@task(name="refresh-tree", cache_policy=NO_CACHE)
+def refresh_tree_task(model: DCKMeans, leaves, solved, centroids, masses) -> tuple:
+    return on_cluster(refresh_tree, model, leaves, solved, centroids, masses)
 
 
 @task(name="clustering-cost", cache_policy=NO_CACHE)
@@ -251,26 +249,18 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
         if model == "dc":
             params = o.dc_params()
             t0 = time.perf_counter()
-            sizes = nodes_per_level(o.fanout, o.height)
-            all_leaves = np.arange(sizes[0])
+            all_leaves = np.arange(int(o.fanout) ** int(o.height))
             fork = txn.fork()
             got, c0, m0 = solve_leaves_task(fork, n_rows, chunk_rows, params, all_leaves)
             txn.merge([fork])  # read only; merged so the transaction may commit
             timings["leaves"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            d = int(attrs["d"])
-            centroids = [np.zeros((nodes, o.n_clusters, d)) for nodes in sizes]
-            masses = [np.zeros((nodes, o.n_clusters)) for nodes in sizes]
-            centroids[0][got], masses[0][got] = c0, m0
-            centroids, masses, _ = solve_parents_task.submit(
-                params, centroids, masses, all_leaves
-            ).result()
+            tree = grow_tree_task.submit(params, int(attrs["d"]), got, c0, m0).result()
             timings["parents"] = time.perf_counter() - t0
-            fitted: DCKMeans | QKMeans = DCKMeans.from_arrays(
-                tree_arrays(centroids, masses), **params
-            )
-            root_c, root_m = centroids[-1][0], masses[-1][0]
-            extra: dict[str, float] = {"leaves": int(sizes[0]), "nodes": int(sum(sizes))}
+            fitted: DCKMeans | QKMeans = tree
+            root_c, root_m = tree.centroids_, tree.masses_
+            nodes = sum(level.shape[0] for level in tree.centroids_by_level_)
+            extra: dict[str, float] = {"leaves": int(tree.n_leaves_), "nodes": int(nodes)}
             # The tree's objective is its root's: a second read of the rows, chunk by chunk.
             t0 = time.perf_counter()
             fork = txn.fork()

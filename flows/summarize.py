@@ -27,11 +27,11 @@ from fairpipe.summary import (
     FairSummary,
     NodeOutput,
     SummaryParams,
+    SummaryTree,
     Utility,
     bound_error,
     check_bounds,
     fair_greedy,
-    merge_ancestors,
     random_feasible_rows,
     resolve_bounds,
     root_figures,
@@ -215,16 +215,13 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         txn.merge([fork])  # read only
         timings["leaves"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        levels: list = [{j: leaves.get(j, NodeOutput.empty(d)) for j in range(n_leaves)}] + [
-            {} for _ in range(o.height)
-        ]
-        merge_ancestors(levels, np.arange(n_leaves), o.fanout, params)
+        tree = SummaryTree(o.fanout, o.height, params, d)
+        tree.refresh(np.arange(n_leaves), leaves)
         timings["parents"] = time.perf_counter() - t0
-        root = levels[-1][0]
+        root = tree.root
         lookup = IdLookup(read_array(txn.session, "ids"))
         figures = root_figures(root, params, names, lambda ids: groups[lookup.rows(ids)[0]])
-        in_order = [[level[i] for i in sorted(level)] for level in levels]
-        arrays = summary_arrays(in_order, params, np.asarray(figures["ids"]))
+        arrays = summary_arrays(tree.in_order(), params, np.asarray(figures["ids"]))
         summary = {k: v for k, v in figures.items() if k != "ids"}
         store_attrs = summary_store_attrs(params, o.fanout, o.height)
         write_summary(txn.root, {**store_attrs, "group_names": names, **summary}, arrays)
@@ -236,7 +233,7 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
                figures={"utility": figures["value"], "error": figures["error"],
                         "random_utility": reference["random"]["value"]})  # fmt: skip
     timings["total"] = time.perf_counter() - t_start
-    calls = int(sum(node.calls for lv in levels for node in lv.values()))
+    calls = int(sum(node.calls for lv in tree.levels for node in lv.values()))
     return {
         "store": store.url,
         "commit": txn.commit_id,

@@ -14,14 +14,14 @@ import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.cluster import DCKMeans, QKMeans
-from fairpipe.summary import NodeOutput, level_arrays, merge_ancestors, root_figures
+from fairpipe.summary import root_figures
 from fairpipe.validation import IdLookup
 from flows.fit import (
     fit_q_task,
+    refresh_tree,
+    refresh_tree_task,
     solve_leaf_group,
     solve_leaves_task,
-    solve_parents,
-    solve_parents_task,
 )
 from flows.private import task
 from flows.runtime import on_cluster, reached_leaves, read_leaf_rows
@@ -29,7 +29,13 @@ from flows.summarize import summarize_leaf_group, summarize_leaves_task
 from storage.index import n_features, read_all_live
 from storage.models import model_params, read_model, write_model, write_tree_nodes
 from storage.store import read_array
-from storage.summary import has_summary, node_loader, summary_tree, update_summary, write_root
+from storage.summary import (
+    has_summary,
+    stored_summary_tree,
+    summary_tree,
+    update_summary,
+    write_root,
+)
 
 # Up to this many rows in the leaves a batch reaches, the leaves and their ancestors are solved
 # in the flow process: a Dask round trip (task, nested shuffle) costs seconds, the kernel
@@ -43,32 +49,25 @@ def update_dc(txn, all_ids, alive_after, rows, n_rows, chunk_rows, local_rows) -
     model = read_model(txn.session, "dc")
     assert isinstance(model, DCKMeans)
     params = model.get_params()
-    centroids, masses = model.centroids_by_level_, model.masses_by_level_
     n_leaves, seed = model.n_leaves_, int(params["seed"])
     k, T = int(params["n_clusters"]), int(params["max_iter"])
     leaves, leaf_rows = reached_leaves(all_ids, alive_after, rows, seed, n_leaves)
     local = leaf_rows.size <= local_rows
     if local:
         # Same functions as the Dask path (so the same bits), without its round trips.
-        d = int(centroids[0].shape[2])
+        d = int(model.n_features_in_)
         parts = read_leaf_rows(txn.session, leaf_rows, chunk_rows, n_rows, seed, n_leaves, d)
         got, c, m = solve_leaf_group(leaves, k, T, seed, d, parts)
     else:
         fork = txn.fork()
         got, c, m = solve_leaves_task(fork, n_rows, chunk_rows, params, leaves, leaf_rows)
         txn.merge([fork])  # read only
-    # Leaves left with no live row at all get no part: they become empty (zero mass).
-    centroids[0][leaves] = 0.0
-    masses[0][leaves] = 0.0
-    centroids[0][got], masses[0][got] = c, m
+    # Leaves left with no live row at all get no part: the tree empties them.
     if local:
-        centroids, masses, changed = solve_parents(params, centroids, masses, leaves)
+        model, changed = refresh_tree(model, leaves, got, c, m)
     else:
-        centroids, masses, changed = solve_parents_task.submit(
-            params, centroids, masses, leaves
-        ).result()
-    for level, nodes in enumerate(changed):
-        write_tree_nodes(txn.root, level, nodes, centroids[level][nodes], masses[level][nodes])
+        model, changed = refresh_tree_task.submit(model, leaves, got, c, m).result()
+    write_tree_nodes(txn.root, model.changed_nodes(changed))
     return {
         "leaves_recomputed": int(leaves.size),
         "nodes_recomputed": int(sum(n.size for n in changed)),
@@ -122,17 +121,13 @@ def update_summary_tree(txn, all_ids, alive_after, rows, n_rows, chunk_rows, loc
         fork = txn.fork()
         got = summarize_leaves_task(fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows)
         txn.merge([fork])  # read only
-    levels: list = [{int(j): got.get(int(j), NodeOutput.empty(d)) for j in leaves}] + [
-        {} for _ in range(height)
-    ]
     lookup = IdLookup(all_ids)
-    changed = merge_ancestors(levels, leaves, fanout, params, node_loader(txn.session, lookup))
-    for level, nodes in enumerate(changed):
-        outs = [levels[level][int(j)] for j in nodes]
-        update_summary(txn.root, level, nodes, level_arrays(outs, params))
+    tree = stored_summary_tree(txn.session, lookup, d)
+    changed = tree.refresh(leaves, got)
+    update_summary(txn.root, tree, changed)
     groups = read_array(txn.session, "groups")
     names = list(a["group_names"])
-    figures = root_figures(levels[-1][0], params, names, lambda ids: groups[lookup.rows(ids)[0]])
+    figures = root_figures(tree.root, params, names, lambda ids: groups[lookup.rows(ids)[0]])
     write_root(
         txn.root,
         {k: v for k, v in figures.items() if k != "ids"},

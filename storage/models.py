@@ -3,8 +3,8 @@
 A model is written as its estimator's ``to_arrays(data=False)`` (the rows are the store's own
 ``points``, ``ids`` and ``alive``) and its parameters, and read back with ``from_arrays``:
 
-- ``tree/level_<j>/centroids`` float64 (nodes_j, k, d) and ``tree/level_<j>/masses`` float64
-  (nodes_j, k), level 0 = leaves, level ``height`` = the root;
+- ``tree/<name>`` for every array of a DC-k-means tree, as the estimator names them
+  (:func:`fairpipe.cluster.tree_array_names`: each level's centroids and masses, leaves first);
 - ``qkmeans/<name>`` for every array of a fitted Q-k-means model (per run and step: inputs,
   outputs, phases, sums, sizes, losses; per run: steps, losses; the seed ids);
 - the parameters in the group's attributes, under the estimator's own names, with ``model``;
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairpipe.cluster import Q_STATE, DCKMeans, QKMeans
+from fairpipe.cluster import Q_STATE, DCKMeans, QKMeans, tree_array_names
 from fairpipe.errors import FairpipeInputError
 from storage.names import renamed
 from storage.store import open_array, open_group, read_array, replace_array, zarr_checked
@@ -64,12 +64,11 @@ def write_model(root, model: DCKMeans | QKMeans) -> None:
     root.attrs["model"] = kind
 
 
-def write_tree_nodes(root, level: int, nodes: np.ndarray, centroids, masses) -> None:
-    """Overwrite some nodes of one level of the DC tree (a deletion batch's recomputed path)."""
-    if nodes.size == 0:
-        return
-    for name, values in (("centroids", centroids), ("masses", masses)):
-        arr = open_array(root, f"tree/level_{level}/{name}", mode="r+")
+def write_tree_nodes(root, changed: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Overwrite the nodes a batch recomputed in the stored DC tree: ``changed`` maps each of
+    the tree's arrays to (nodes, their rows) (:meth:`DCKMeans.changed_nodes`)."""
+    for name, (nodes, values) in changed.items():
+        arr = open_array(root, f"{GROUP['dc']}/{name}", mode="r+")
         with zarr_checked(arr, (nodes,)):  # a node's chunk is read, then written
             arr[nodes] = values
 
@@ -91,8 +90,7 @@ def read_model(session, kind: str, rows: dict | None = None) -> DCKMeans | QKMea
     able to delete."""
     params = model_params(session, kind)
     if kind == "dc":
-        names = [f"level_{j}/{a}" for j in range(int(params["height"]) + 1)
-                 for a in ("centroids", "masses")]  # fmt: skip
+        names = tree_array_names(int(params["height"]))
     else:
         names = list(Q_STATE)
     arrays = {name: read_array(session, f"{GROUP[kind]}/{name}") for name in names}

@@ -1,24 +1,24 @@
 """The fair summary in the store: ``summary/``.
 
-- ``summary/level_<j>/candidates`` int64 (nodes_j, k + sum l): each node's candidates (the ids it
-  passes to its parent, in stream order), padded with -1; level 0 = leaves, the last = the root.
-- ``summary/level_<j>/evaluation`` int64 (nodes_j, eval_size): each node's evaluation ids, padded.
-- ``summary/level_<j>/value`` float64 and ``calls`` int64 (nodes_j,): the node's utility and its
-  gain evaluations.
+- ``summary/<name>`` for every array of the summary tree, as :meth:`FairSummary.to_arrays`
+  names them (:func:`fairpipe.summary.level_arrays` per level, leaves first, the root last):
+  each node's candidates (the ids it passes to its parent, in stream order) and evaluation ids,
+  int64 padded with -1, its utility ``value`` and its gain evaluations ``calls``.
 - ``summary/ids`` int64: the root's summary, sorted (``summary_ids`` of
   :meth:`fairpipe.summary.FairSummary.to_arrays`). Parameters (under FairSummary's own names;
   older names are read as these: :mod:`storage.names`) and the summary's figures (bounds,
   counts per group, error, value) in ``summary`` attributes.
 
 Only ids are stored: a node's points are read back from ``points`` when a deletion recomputes its
-parent (:func:`node_loader`).
+parent (:func:`stored_summary_tree`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from fairpipe.summary import NodeOutput, SummaryParams, nodes_from_arrays
+from fairpipe.summary import NodeOutput, SummaryParams, SummaryTree, level_arrays, nodes_from_arrays
+from fairpipe.tree import level_key
 from storage.index import points_and_groups_of
 from storage.names import renamed
 from storage.store import open_array, open_group, read_array, replace_array, zarr_checked
@@ -52,12 +52,16 @@ def summary_tree(session) -> tuple[SummaryParams, int, int, dict]:
     return SummaryParams.from_attrs(attrs), int(attrs["fanout"]), int(attrs["height"]), attrs
 
 
-def update_summary(root, level: int, nodes: np.ndarray, arrays: dict[str, np.ndarray]) -> None:
-    """Overwrite some nodes of one level (a deletion batch's recomputed path)."""
-    for name, values in arrays.items():
-        arr = open_array(root, f"summary/level_{level}/{name}", mode="r+")
-        with zarr_checked(arr, (nodes,)):  # a node's chunk is read, then written
-            arr[nodes] = values
+def update_summary(root, tree: SummaryTree, changed: list[np.ndarray]) -> None:
+    """Overwrite the nodes a batch recomputed (``changed``, per level, as
+    :meth:`SummaryTree.refresh` returns them) with what ``tree`` holds for them."""
+    for level, nodes in enumerate(changed):
+        if nodes.size == 0:
+            continue
+        for name, values in level_arrays(tree.read(level, nodes), tree.params).items():
+            arr = open_array(root, f"summary/{level_key(level, name)}", mode="r+")
+            with zarr_checked(arr, (nodes,)):  # a node's chunk is read, then written
+                arr[nodes] = values
 
 
 def write_root(root, attrs: dict, ids: np.ndarray) -> None:
@@ -77,15 +81,18 @@ def read_summary_ids(session) -> np.ndarray:
     return read_array(session, "summary/ids")
 
 
-def node_loader(session, lookup):
-    """``load(level, nodes)`` for :func:`fairpipe.summary.merge_ancestors`: stored nodes with
-    their candidates' and evaluation points read back (only the chunks holding them)."""
+def stored_summary_tree(session, lookup, d: int) -> SummaryTree:
+    """The stored summary tree as the tree engine's node store: a node is read back from the
+    store when a batch first needs it (its candidates and evaluation ids, then their points,
+    only the chunks holding them); what the batch recomputes is held in memory, for
+    :func:`update_summary` to write."""
+    params, fanout, height, _ = summary_tree(session)
 
     def load(level: int, nodes: np.ndarray) -> list[NodeOutput]:
-        cand = read_array(session, f"summary/level_{level}/candidates", nodes)
-        evals = read_array(session, f"summary/level_{level}/evaluation", nodes)
+        cand, evals = (read_array(session, f"summary/{level_key(level, name)}", nodes)
+                       for name in ("candidates", "evaluation"))  # fmt: skip
         return nodes_from_arrays(
             cand, evals, lambda wanted: points_and_groups_of(session, lookup, wanted)
         )
 
-    return load
+    return SummaryTree(fanout, height, params, d, load=load)

@@ -5,8 +5,10 @@
 - :class:`QKMeans`: quantised Lloyd's whose deletions are usually certified without retraining.
 - :func:`choose_model`: which of the two suits a data set.
 - The tree's pieces, used by the flows to run it on Dask with the same bits:
-  :func:`solve_leaves`, :func:`solve_parents` and :func:`recompute_ancestors` (leaves given ->
-  their ancestors, the one recomputation rule).
+  :func:`solve_leaves` (the leaves' results, from their rows), then
+  :meth:`DCKMeans.from_leaves` (a fit) or :meth:`DCKMeans.refresh_leaves` (a batch): the tree
+  assembled by :func:`fairpipe.tree.refresh` over :class:`LevelArrays` with the
+  :class:`ParentRule` (:func:`solve_parents`).
 - :func:`expected_failed_checks`: the scikit-learn estimator checks a model cannot pass, and why.
 - The batched compiled kernels: :func:`solve_batch`, :func:`nearest`, :func:`kmeans_plus_plus`,
   :func:`cluster_sums`.
@@ -24,10 +26,12 @@ from fairpipe.cluster._batched_kmeans import (
 from fairpipe.cluster._dc_kmeans import (
     LEAF_BATCH_POINTS,
     DCKMeans,
+    LevelArrays,
+    ParentRule,
     node_keys,
-    recompute_ancestors,
     solve_leaves,
     solve_parents,
+    tree_array_names,
     tree_arrays,
 )
 from fairpipe.cluster._q_kmeans import Q_STATE, QKMeans, choose_model, quantise
@@ -37,5 +41,6 @@ __all__ = [
     "MAX_N_INIT",
     "LEAF_BATCH_POINTS", "Q_STATE", "BatchResult", "DCKMeans", "QKMeans", "choose_model",
     "cluster_sums", "expected_failed_checks", "kmeans_plus_plus", "n_trials", "nearest", "node_keys", "quantise",
-    "recompute_ancestors", "solve_batch", "solve_leaves", "solve_parents", "tree_arrays",
+    "LevelArrays", "ParentRule", "solve_batch", "solve_leaves", "solve_parents", "tree_array_names",
+    "tree_arrays",
 ]  # fmt: skip

@@ -18,8 +18,10 @@ their leaves and those leaves' ancestors gives exactly the arrays of a fresh fit
 points. A leaf holding at most k points keeps them as its centroids (mass 1 each) and pads the
 other slots with zero-mass centroids, which its parent ignores; an empty leaf has zero mass.
 
-The flows solve leaves on Dask (:func:`solve_leaves`) and then call :func:`recompute_ancestors`,
-the same function :class:`DCKMeans` uses, so a store's tree has the bits of the in-memory model.
+The tree is assembled by :func:`fairpipe.tree.refresh` over a :class:`LevelArrays` node store
+with the :class:`ParentRule`. The flows solve leaves on Dask (:func:`solve_leaves`) and hand
+them to :meth:`DCKMeans.from_leaves` (a fit) or :meth:`DCKMeans.refresh_leaves` (a batch), the
+path :class:`DCKMeans` takes itself, so a store's tree has the bits of the in-memory model.
 
 >>> X = np.random.default_rng(0).normal(size=(400, 3))
 >>> model = DCKMeans(n_clusters=3, fanout=4, height=2, seed=1).fit(X)
@@ -40,7 +42,7 @@ import numpy as np
 from fairpipe.base import DeletionReport, rows_from_arrays
 from fairpipe.cluster._batched_kmeans import KMeansParameters, nearest, solve_batch
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
-from fairpipe.tree import check_tree, children, leaf_of, nodes_per_level, walk_up
+from fairpipe.tree import check_tree, leaf_of, level_key, nodes_per_level, refresh
 from fairpipe.validation import check_estimator_points, check_points_and_ids
 
 # Points per kernel call when solving leaves (bounds memory, not results: see _batched_kmeans).
@@ -110,33 +112,61 @@ def solve_parents(child_centroids, child_masses, nodes, level, fanout, n_cluster
     return res.centroids[pick], res.masses[pick]
 
 
-def recompute_ancestors(centroids: list[np.ndarray], masses: list[np.ndarray], leaves, *,
-                        fanout: int, n_clusters: int, max_iter: int, n_init: int,
-                        seed: int) -> list[np.ndarray]:  # fmt: skip
-    """Recompute the ancestors of ``leaves`` (already solved) in place, level by level.
+@dataclass
+class LevelArrays:
+    """A DC-k-means tree in memory, as a node store (:class:`fairpipe.tree.NodeStore`): per
+    level, leaves first, ``centroids`` (nodes, k, d) and ``masses`` (nodes, k); a batch is a
+    (centroids, masses) pair."""
 
-    ``centroids[l]`` (nodes_l, k, d) and ``masses[l]`` (nodes_l, k) are the tree's levels, leaves
-    first. Returns the nodes recomputed per level (level 0: the distinct leaves given).
-    """
+    centroids: list[np.ndarray]
+    masses: list[np.ndarray]
 
-    def solve_level(level: int, nodes: np.ndarray) -> None:
-        kids = children(nodes, fanout)
-        c, m = solve_parents(
-            centroids[level - 1][kids], masses[level - 1][kids], nodes, level, fanout,
-            n_clusters, max_iter, n_init, seed,
-        )  # fmt: skip
-        centroids[level][nodes], masses[level][nodes] = c, m
+    @classmethod
+    def zeros(cls, fanout: int, height: int, n_clusters: int, d: int) -> LevelArrays:
+        sizes = nodes_per_level(int(fanout), int(height))
+        return cls([np.zeros((nodes, n_clusters, d)) for nodes in sizes],
+                   [np.zeros((nodes, n_clusters)) for nodes in sizes])  # fmt: skip
 
-    return walk_up(leaves, fanout, len(centroids) - 1, solve_level)
+    def read(self, level: int, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.centroids[level][nodes], self.masses[level][nodes]
+
+    def write(self, level: int, nodes: np.ndarray, batch: tuple[np.ndarray, np.ndarray]) -> None:
+        self.centroids[level][nodes], self.masses[level][nodes] = batch
+
+    def empty(self, level: int, nodes: np.ndarray) -> None:
+        self.centroids[level][nodes] = 0.0
+        self.masses[level][nodes] = 0.0
+
+
+@dataclass(frozen=True)
+class ParentRule:
+    """DC-k-means' parents (:class:`fairpipe.tree.NodeRule`): weighted k-means over their
+    children's centroids, best of ``n_init`` restarts (:func:`solve_parents`)."""
+
+    fanout: int
+    n_clusters: int
+    max_iter: int
+    n_init: int
+    seed: int
+
+    def parents(self, level: int, nodes: np.ndarray, children) -> tuple[np.ndarray, np.ndarray]:
+        c, m = children
+        return solve_parents(c, m, nodes, level, self.fanout, self.n_clusters, self.max_iter,
+                             self.n_init, self.seed)  # fmt: skip
 
 
 def tree_arrays(centroids: list[np.ndarray], masses: list[np.ndarray]) -> dict[str, np.ndarray]:
     """A tree's levels as ``to_arrays`` names them: ``level_<j>/centroids`` and ``/masses``."""
     out = {}
     for level, (c, m) in enumerate(zip(centroids, masses)):
-        out[f"level_{level}/centroids"] = np.asarray(c, dtype=np.float64)
-        out[f"level_{level}/masses"] = np.asarray(m, dtype=np.float64)
+        out[level_key(level, "centroids")] = np.asarray(c, dtype=np.float64)
+        out[level_key(level, "masses")] = np.asarray(m, dtype=np.float64)
     return out
+
+
+def tree_array_names(height: int) -> list[str]:
+    """The names :func:`tree_arrays` gives a tree of ``height``, level by level."""
+    return [level_key(j, name) for j in range(int(height) + 1) for name in ("centroids", "masses")]
 
 
 @dataclass(kw_only=True, repr=False, eq=False)
@@ -182,12 +212,26 @@ class DCKMeans(KMeansParameters):
         self.n_leaves_ = n_leaves
         self.n_features_in_ = X.shape[1]
         self.leaf_of_ = leaf_of(ids, int(self.seed), n_leaves)
-        k, d = int(self.n_clusters), X.shape[1]
-        sizes = nodes_per_level(int(self.fanout), int(self.height))
-        self.centroids_by_level_ = [np.zeros((nodes, k, d)) for nodes in sizes]
-        self.masses_by_level_ = [np.zeros((nodes, k)) for nodes in sizes]
+        self._empty_tree(X.shape[1])
         self._recompute(np.arange(n_leaves))
         return self
+
+    @classmethod
+    def from_leaves(cls, n_features: int, solved, centroids, masses, **params) -> DCKMeans:
+        """A fitted tree from its leaves' results, solved elsewhere (the fit flow solves them on
+        Dask, :func:`solve_leaves`): ``solved`` the leaves holding a live row (sorted), their
+        ``centroids`` and ``masses``; every other leaf is empty. Without the rows: it predicts,
+        and :meth:`refresh_leaves` keeps it up to date."""
+        model = cls(**params)
+        model.n_leaves_ = model._check_params()
+        model._empty_tree(int(n_features))
+        model.refresh_leaves(np.arange(model.n_leaves_), solved, centroids, masses)
+        return model
+
+    def _empty_tree(self, d: int) -> None:
+        self.n_features_in_ = int(d)
+        tree = LevelArrays.zeros(int(self.fanout), int(self.height), int(self.n_clusters), d)
+        self.centroids_by_level_, self.masses_by_level_ = tree.centroids, tree.masses
 
     # -- persistence ---------------------------------------------------------------------------
     def to_arrays(self, data: bool = True) -> dict[str, np.ndarray]:
@@ -207,7 +251,7 @@ class DCKMeans(KMeansParameters):
         expected = nodes_per_level(int(model.fanout), int(model.height))
         for level in range(levels):
             for name in ("centroids", "masses"):
-                key = f"level_{level}/{name}"
+                key = level_key(level, name)
                 if key not in arrays:
                     raise FairpipeInputError(BAD_TREE_ARRAYS.format(problem=f"{key!r} is missing"))
                 if np.shape(arrays[key])[0] != expected[level]:
@@ -215,10 +259,10 @@ class DCKMeans(KMeansParameters):
                         problem=f"{key!r} has {np.shape(arrays[key])[0]} nodes; a tree of fanout "
                         f"{model.fanout} and height {model.height} has {expected[level]}"))  # fmt: skip
         model.centroids_by_level_ = [
-            np.array(arrays[f"level_{j}/centroids"], dtype=np.float64) for j in range(levels)
+            np.array(arrays[level_key(j, "centroids")], dtype=np.float64) for j in range(levels)
         ]
         model.masses_by_level_ = [
-            np.array(arrays[f"level_{j}/masses"], dtype=np.float64) for j in range(levels)
+            np.array(arrays[level_key(j, "masses")], dtype=np.float64) for j in range(levels)
         ]
         model.n_leaves_ = n_leaves
         model.n_features_in_ = int(model.centroids_by_level_[0].shape[2])
@@ -240,21 +284,39 @@ class DCKMeans(KMeansParameters):
 
     # -- the tree ------------------------------------------------------------------------------
     def _recompute(self, leaves: np.ndarray) -> list[np.ndarray]:
-        """Recompute these leaves, then their ancestors level by level; the nodes, per level."""
+        """Recompute these leaves from their live rows, then their ancestors level by level;
+        the nodes, per level."""
         leaves = np.unique(leaves)
-        if leaves.size:
-            rows = self._live_rows(leaves)
-            c, m = solve_leaves(
-                self.points_[rows], self.ids_[rows], self.leaf_of_[rows], leaves,
-                self.n_clusters, self.max_iter, int(self.seed),
-            )  # fmt: skip
-            self.centroids_by_level_[0][leaves] = c
-            self.masses_by_level_[0][leaves] = m
-        return recompute_ancestors(
-            self.centroids_by_level_, self.masses_by_level_, leaves, fanout=int(self.fanout),
-            n_clusters=int(self.n_clusters), max_iter=int(self.max_iter),
-            n_init=int(self.n_init), seed=int(self.seed),
+        rows = self._live_rows(leaves)
+        c, m = solve_leaves(
+            self.points_[rows], self.ids_[rows], self.leaf_of_[rows], leaves,
+            self.n_clusters, self.max_iter, int(self.seed),
         )  # fmt: skip
+        return self.refresh_leaves(leaves, leaves, c, m)
+
+    def refresh_leaves(self, leaves, solved, centroids, masses) -> list[np.ndarray]:
+        """Bring the tree up to date after the leaves ``leaves`` changed, from their results
+        solved elsewhere (:func:`solve_leaves` on the live rows of ``leaves``): ``solved`` the
+        leaves holding a live row (sorted), their ``centroids`` and ``masses``; the other leaves
+        of ``leaves`` become empty. Then only their ancestors are recomputed
+        (:func:`fairpipe.tree.refresh`). Returns the nodes recomputed, per level."""
+        self._check_fitted()
+        rule = ParentRule(int(self.fanout), int(self.n_clusters), int(self.max_iter),
+                          int(self.n_init), int(self.seed))  # fmt: skip
+        tree = LevelArrays(self.centroids_by_level_, self.masses_by_level_)
+        return refresh(int(self.fanout), int(self.height), leaves, solved, (centroids, masses),
+                       rule, tree)  # fmt: skip
+
+    def changed_nodes(self, changed: list[np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The nodes ``changed`` (per level, as :meth:`refresh_leaves` returns them) as
+        :meth:`to_arrays` names their arrays: name -> (nodes, their rows); for a store that
+        writes only what a batch changed."""
+        out = {}
+        for level, nodes in enumerate(changed):
+            if nodes.size:
+                out[level_key(level, "centroids")] = (nodes, self.centroids_by_level_[level][nodes])
+                out[level_key(level, "masses")] = (nodes, self.masses_by_level_[level][nodes])
+        return out
 
     def _live_rows(self, leaves: np.ndarray) -> np.ndarray:
         """Rows of these (sorted, distinct) leaves that are still alive, from a by-leaf index."""

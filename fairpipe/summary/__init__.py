@@ -5,8 +5,9 @@ streaming submodular maximisation (El Halabi et al., NeurIPS 2020).
 - :func:`fair_stream` (FSM) and the baselines :func:`msm_stream`, :func:`fair_greedy` (offline,
   the reference) and :func:`random_subset`; :func:`random_feasible_rows` (a random selection
   within the bounds); :func:`check_bounds`, :func:`bound_error`.
-- :class:`FairSummary`: FSM merged up a tree, with exact batch deletion; its node functions
-  (:func:`summarize_leaves`, :func:`merge_ancestors`, ...) are what the flows run on Dask.
+- :class:`FairSummary`: FSM merged up a tree, with exact batch deletion. The flows run its
+  leaves on Dask (:func:`summarize_leaves`) and hand them to a :class:`SummaryTree` (the tree
+  engine's node store of summaries, :meth:`SummaryTree.refresh`), as the estimator does.
 - :func:`resolve_bounds`: bounds given as fractions of k or as a JSON file, as counts.
 """
 
@@ -28,10 +29,11 @@ from fairpipe.summary._fair_summary import (
     RULES,
     STREAM_SALT,
     FairSummary,
+    MergeRule,
     NodeOutput,
     SummaryParams,
+    SummaryTree,
     level_arrays,
-    merge_ancestors,
     merge_children,
     merge_many,
     nodes_from_arrays,
@@ -47,7 +49,7 @@ __all__ = [
     "EVAL_SALT", "RULES", "STREAM_SALT", "UTILITIES", "FairSummary", "NodeOutput",
     "SelectionResult", "SummaryParams", "Utility", "bound_error", "bounds_from_fractions",
     "check_bounds", "check_groups", "fair_greedy", "fair_stream", "level_arrays",
-    "load_bounds_file", "merge_ancestors", "merge_children", "merge_many", "msm_stream",
+    "load_bounds_file", "MergeRule", "SummaryTree", "merge_children", "merge_many", "msm_stream",
     "nodes_from_arrays", "padded", "random_feasible_rows", "random_subset", "resolve_bounds",
     "root_figures", "solve_node", "stream_kernel", "summarize_leaves", "summary_arrays",
 ]  # fmt: skip

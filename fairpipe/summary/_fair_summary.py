@@ -17,8 +17,9 @@ candidates; the root's summary is the summary.
   whenever the bounds are feasible for the data.
 
 Deletion equivalence: a node's output is a function of the seed and its own inputs only, so
-deleting ids and recomputing their leaves and those leaves' ancestors (:func:`merge_ancestors`,
-which the flows use too) gives exactly the summary of a fresh run on the remaining points.
+deleting ids and recomputing their leaves and those leaves' ancestors (:meth:`SummaryTree.refresh`:
+:func:`fairpipe.tree.refresh` with the :class:`MergeRule`, which the flows use too) gives exactly
+the summary of a fresh run on the remaining points.
 
 >>> rng = np.random.default_rng(0)
 >>> X = rng.normal(size=(3000, 4)); groups = rng.integers(0, 3, size=3000)
@@ -55,7 +56,7 @@ from fairpipe.hashing import stable_hash
 from fairpipe.parallel import thread_pool
 from fairpipe.summary._fair_streaming import bound_error, check_bounds, check_groups, stream_kernel
 from fairpipe.summary._utilities import UTILITIES, Utility
-from fairpipe.tree import check_tree, children, leaf_of, nodes_per_level, walk_up
+from fairpipe.tree import check_tree, leaf_of, level_key, nodes_per_level, refresh
 from fairpipe.validation import check_points_and_ids
 
 RULES = ("swap", "ck")
@@ -215,29 +216,67 @@ def summarize_leaves(X, ids, groups, leaf, leaves, params: SummaryParams) -> lis
 Levels = list[MutableMapping[int, NodeOutput]]
 
 
-def merge_ancestors(levels: Levels, leaves, fanout: int, params: SummaryParams,
-                    load: Callable[[int, np.ndarray], list[NodeOutput]] | None = None,
-                    ) -> list[np.ndarray]:  # fmt: skip
-    """Recompute the ancestors of ``leaves`` (already solved) level by level, into ``levels``
-    (per level, node -> output, leaves first). Children a level lacks are asked of
-    ``load(level, nodes)`` (the flows read them back from a store). Returns the nodes recomputed
-    per level (level 0: the distinct leaves given)."""
+@dataclass(frozen=True)
+class MergeRule:
+    """The summary's parents (:class:`fairpipe.tree.NodeRule`): each streams the union of its
+    children's candidates (:func:`merge_children`)."""
 
-    def solve_level(level: int, nodes: np.ndarray) -> None:
-        kids = children(nodes, fanout).tolist()
-        below = levels[level - 1]
-        missing = [c for c in kids if c not in below]
+    fanout: int
+    params: SummaryParams
+
+    def parents(
+        self, level: int, nodes: np.ndarray, children: list[NodeOutput]
+    ) -> list[NodeOutput]:
+        f = self.fanout
+        return merge_many([children[i * f : (i + 1) * f] for i in range(nodes.shape[0])],
+                          self.params)  # fmt: skip
+
+
+class SummaryTree:
+    """A fair-summary tree as a node store (:class:`fairpipe.tree.NodeStore`): per level, leaves
+    first, node -> :class:`NodeOutput`; a batch is a list of outputs. The nodes a level lacks
+    are asked of ``load(level, nodes)`` (a tree in a store reads them back:
+    :func:`storage.summary.stored_summary_tree`); an emptied node is ``NodeOutput.empty(d)``."""
+
+    def __init__(self, fanout: int, height: int, params: SummaryParams, d: int,
+                 load: Callable[[int, np.ndarray], list[NodeOutput]] | None = None,
+                 levels: Levels | None = None) -> None:  # fmt: skip
+        self.fanout, self.height, self.params, self.d = int(fanout), int(height), params, int(d)
+        self.load = load
+        self.levels: Levels = levels if levels is not None else [{} for _ in range(height + 1)]
+
+    def read(self, level: int, nodes: np.ndarray) -> list[NodeOutput]:
+        held = self.levels[level]
+        missing = [j for j in nodes.tolist() if j not in held]
         if missing:
-            if load is None:
-                raise KeyError(
-                    f"level {level - 1} lacks nodes {missing[:5]} and nothing loads them"
-                )
-            below.update(zip(missing, load(level - 1, np.asarray(missing, dtype=np.int64))))
-        families = [kids[i * fanout : (i + 1) * fanout] for i in range(nodes.shape[0])]
-        merged = merge_many([[below[c] for c in family] for family in families], params)
-        levels[level].update(zip(nodes.tolist(), merged))
+            if self.load is None:
+                raise KeyError(f"level {level} lacks nodes {missing[:5]} and nothing loads them")
+            held.update(zip(missing, self.load(level, np.asarray(missing, dtype=np.int64))))
+        return [held[j] for j in nodes.tolist()]
 
-    return walk_up(leaves, fanout, len(levels) - 1, solve_level)
+    def write(self, level: int, nodes: np.ndarray, batch: list[NodeOutput]) -> None:
+        self.levels[level].update(zip(nodes.tolist(), batch))
+
+    def empty(self, level: int, nodes: np.ndarray) -> None:
+        empty = NodeOutput.empty(self.d)
+        self.levels[level].update((j, empty) for j in nodes.tolist())
+
+    def refresh(self, leaves, got: Mapping[int, NodeOutput]) -> list[np.ndarray]:
+        """Bring the tree up to date after the leaves ``leaves`` changed: ``got`` holds the
+        outputs of those that hold a live row (:func:`summarize_leaves`), the others become
+        empty, then only their ancestors are merged again (:func:`fairpipe.tree.refresh`).
+        Returns the nodes recomputed, per level."""
+        solved = np.array(sorted(got), dtype=np.int64)
+        return refresh(self.fanout, self.height, leaves, solved, [got[j] for j in solved.tolist()],
+                       MergeRule(self.fanout, self.params), self)  # fmt: skip
+
+    @property
+    def root(self) -> NodeOutput:
+        return self.levels[-1][0]
+
+    def in_order(self) -> list[list[NodeOutput]]:
+        """Every level's nodes in order (a tree whose every node is held)."""
+        return [[level[j] for j in sorted(level)] for level in self.levels]
 
 
 def padded(rows: list[np.ndarray], width: int) -> np.ndarray:
@@ -265,7 +304,7 @@ def summary_arrays(levels: list[list[NodeOutput]], params: SummaryParams,
     ``level_<j>/...`` for every level (leaves first, nodes in order) and ``summary_ids``."""
     out = {}
     for j, level in enumerate(levels):
-        out.update({f"level_{j}/{name}": v for name, v in level_arrays(level, params).items()})
+        out.update({level_key(j, name): v for name, v in level_arrays(level, params).items()})
     out["summary_ids"] = np.asarray(summary_ids, dtype=np.int64)
     return out
 
@@ -395,12 +434,12 @@ class FairSummary(BaseEstimator):
             self.points_[rows], self.ids_[rows], self.groups_[rows], self.leaf_of_[rows], leaves,
             self.params_,
         )  # fmt: skip
-        levels: Levels = [dict(enumerate(level)) for level in self.nodes_]
-        levels[0].update(zip(leaves.tolist(), got))
-        changed = merge_ancestors(levels, leaves, int(self.fanout), self.params_)
+        tree = SummaryTree(int(self.fanout), int(self.height), self.params_, self.n_features_in_,
+                           levels=[dict(enumerate(level)) for level in self.nodes_])  # fmt: skip
+        changed = tree.refresh(leaves, dict(zip(leaves.tolist(), got)))
         for level, nodes in enumerate(changed):
             for j in nodes.tolist():
-                self.nodes_[level][j] = levels[level][j]
+                self.nodes_[level][j] = tree.levels[level][j]
         return changed
 
     def delete(self, ids) -> DeletionReport:
@@ -442,13 +481,10 @@ class FairSummary(BaseEstimator):
             return model.points_[at], model.groups_[at]
 
         for j in range(len(model.nodes_)):
-            model.nodes_[j] = nodes_from_arrays(
-                np.asarray(arrays[f"level_{j}/candidates"]),
-                np.asarray(arrays[f"level_{j}/evaluation"]),
-                fetch,
-                np.asarray(arrays[f"level_{j}/value"]),
-                np.asarray(arrays[f"level_{j}/calls"]),
-            )
+            stored = {name: np.asarray(arrays[level_key(j, name)])
+                      for name in ("candidates", "evaluation", "value", "calls")}  # fmt: skip
+            model.nodes_[j] = nodes_from_arrays(stored["candidates"], stored["evaluation"], fetch,
+                                                stored["value"], stored["calls"])  # fmt: skip
         model.nodes_[-1][0].summary = np.sort(np.asarray(arrays["summary_ids"], dtype=np.int64))
         return model
 

@@ -92,7 +92,7 @@ def test_every_command_runs_its_heavy_work_on_workers_that_cannot_reach_prefect(
 
     counts = host.task_counts()
     ran = {name: counts.get(name, 0) - before.get(name, 0) for name in counts}
-    for job in ("split_by_leaf_group", "solve_leaf_group", "solve_parents",
+    for job in ("split_by_leaf_group", "solve_leaf_group", "grow_tree",
                 "summarize_leaf_group", "remove_job", "fit_q", "forget_q", "rerank_lists",
                 "adf_batch", "warm_up"):  # fmt: skip
         assert ran.get(job, 0) > 0, (job, ran)
