@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from flows import _server
+from flows import prefect_server as _server
 from flows.runtime import prefect_api
 
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from flows import _server
+from flows import prefect_server as _server
 from flows.cli import app
 
 runner = CliRunner()
