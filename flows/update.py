@@ -122,7 +122,7 @@ def update_summary_tree(txn, all_ids, alive_after, rows, n_rows, chunk_rows, loc
         got = summarize_leaves_task(fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows)
         txn.merge([fork])  # read only
     lookup = IdLookup(all_ids)
-    tree = stored_summary_tree(txn.session, lookup, d)
+    tree = stored_summary_tree(txn.session, lookup, d, params, fanout, height)
     changed = tree.refresh(leaves, got)
     update_summary(txn.root, tree, changed)
     groups = read_array(txn.session, "groups")

@@ -81,12 +81,13 @@ def read_summary_ids(session) -> np.ndarray:
     return read_array(session, "summary/ids")
 
 
-def stored_summary_tree(session, lookup, d: int) -> SummaryTree:
-    """The stored summary tree as the tree engine's node store: a node is read back from the
-    store when a batch first needs it (its candidates and evaluation ids, then their points,
-    only the chunks holding them); what the batch recomputes is held in memory, for
-    :func:`update_summary` to write."""
-    params, fanout, height, _ = summary_tree(session)
+def stored_summary_tree(session, lookup, d: int, params: SummaryParams, fanout: int,
+                        height: int) -> SummaryTree:  # fmt: skip
+    """The stored summary tree (``params``, ``fanout`` and ``height`` as :func:`summary_tree`
+    read them) as the tree engine's node store: a node is read back from the store when a batch
+    first needs it (its candidates and evaluation ids, then their points, only the chunks
+    holding them); what the batch recomputes is held in memory, for :func:`update_summary` to
+    write."""
 
     def load(level: int, nodes: np.ndarray) -> list[NodeOutput]:
         cand, evals = (read_array(session, f"summary/{level_key(level, name)}", nodes)
