@@ -3,7 +3,7 @@ heartbeats, measured in the same run.
 
 Prefect 3.8 sends a flow run's heartbeats from a thread that sleeps in 1-second steps, and the
 end of the run joins that thread: the run waits up to a second after its work. fairpipe's
-commands run their flow without heartbeats (``flows.runtime.no_exit_heartbeat_wait``) unless
+commands run their flow without heartbeats (``flows.prefect_api.no_exit_heartbeat_wait``) unless
 ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` is set; setting it gives the baseline (Prefect's default).
 
 A store of the built-in ``gaussian`` data (n rows x d dims) is ingested, then one-id forgets
@@ -39,7 +39,7 @@ def main() -> None:
     a = ap.parse_args()
     from flows.forget import run_forget
     from flows.ingest import IngestOptions, run_ingest
-    from flows.runtime import HEARTBEAT_VARIABLES, prefect_api
+    from flows.prefect_api import HEARTBEAT_VARIABLES, prefect_api
 
     HEARTBEAT = HEARTBEAT_VARIABLES[0]
 

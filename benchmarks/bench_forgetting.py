@@ -53,10 +53,11 @@ def main() -> None:
     from distributed import Client, LocalCluster
 
     from flows.backfill import BackfillOptions, run_backfill
+    from flows.cluster import local_cluster_kwargs
     from flows.fit import FitOptions, run_fit
     from flows.forget import run_forget
     from flows.ingest import IngestOptions, run_ingest
-    from flows.runtime import local_cluster_kwargs, prefect_api
+    from flows.prefect_api import prefect_api
     from flows.summarize import SummarizeOptions, run_summarize
     from storage.queue import file_request
     from storage.store import FairpipeStore

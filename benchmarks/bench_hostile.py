@@ -211,7 +211,7 @@ def main() -> None:
     a = ap.parse_args()
     only = {f for f in a.faults.split(",") if f}
 
-    from flows.runtime import prefect_api
+    from flows.prefect_api import prefect_api
     from storage.queue import pending
     from storage.receipts import read_receipts
     from storage.store import FairpipeStore

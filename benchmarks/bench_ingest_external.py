@@ -52,7 +52,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from flows.ingest import IngestOptions, run_ingest
-    from flows.runtime import prefect_api
+    from flows.prefect_api import prefect_api
 
     options = IngestOptions(n_hashes=15, n_tables=100, bucket_width=40.0,  # numpy's k and L
                             gaussian={"n": args.n, "d": 128, "clusters": 16, "groups": 4})  # fmt: skip

@@ -49,14 +49,16 @@ def main() -> None:
         a.n = 100_000
     from distributed import LocalCluster
 
+    from flows.cluster import local_cluster_kwargs
     from flows.fit import FitOptions, run_fit
     from flows.forget import run_forget
     from flows.ingest import IngestOptions, run_ingest
-    from flows.runtime import local_cluster_kwargs, prefect_api
+    from flows.prefect_api import prefect_api
     from flows.summarize import SummarizeOptions, run_summarize
+    from storage.arrays import read_array
     from storage.index import index_entries
     from storage.models import read_model
-    from storage.store import FairpipeStore, read_array
+    from storage.store import FairpipeStore
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
     fit = FitOptions(n_clusters=8, fanout=8, height=2, max_iter=10, seed=1)

@@ -447,7 +447,7 @@ def bench_append(exe: str, env: dict, tmp: Path, store: str, n: int, build: floa
     whole sequence (each append writes a delta layer, merged with the newest layers it
     outgrows), and the rebuilding append's."""
     from fairpipe.datasets import GAUSSIAN_BLOCK, gaussian_block
-    from storage.index import MAX_DELTAS
+    from storage.layers import MAX_DELTAS
 
     m = max(n // 100, 1)
     flows, indexes, base = [], [], n

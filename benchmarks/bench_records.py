@@ -22,7 +22,7 @@ baseline measured in the same run:
 - a reader's checks, on a repository opened afresh each time: ``readonly_session``
   (``expect``), the root group (``check_groups``) and the arrays a one-query sample opens
   (``check_array``: ``points``, ``sketch``, ``sketch_residual``, ``ids``, ``alive`` and the
-  ``lsh`` arrays) through ``storage.store``, next to the same session, group and arrays opened
+  ``lsh`` arrays) through ``storage.arrays``, next to the same session, group and arrays opened
   through zarr on ``session.store`` (no checks, and no manifest read); and a cold one-query
   ``fairpipe sample`` (a fresh process, the check functions wrapped with a timer): the time
   inside the checks, next to the process's wall time;
@@ -53,15 +53,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import storage.manifests as manifests  # noqa: E402
-from storage.store import (  # noqa: E402
-    FairpipeStore,
-    open_array,
-    open_group,
-    read_array,
-    write_rows,
-    zarr_api,
-)
+from storage.arrays import open_array, open_group, read_array, zarr_api  # noqa: E402
+from storage.snapshot_checks import check_snapshot, verify_history  # noqa: E402
+from storage.store import FairpipeStore  # noqa: E402
 from storage.urls import make_storage, parse_store_url  # noqa: E402
+from storage.writes import write_rows  # noqa: E402
 
 # The arrays a cold one-query sample opens (each checked once: check_array).
 SAMPLE_ARRAYS = ("ids", "alive", "points", "sketch", "sketch_residual", "lsh/projections",
@@ -270,7 +266,7 @@ def main() -> None:
         for _ in reps:
             opened = FairpipeStore.open(path)  # as a command opens it (expect, check_groups)
             tip = opened.repo.lookup_branch("main")
-            checks.append(timed(manifests.check_snapshot, opened, tip))
+            checks.append(timed(check_snapshot, opened, tip))
             opened = FairpipeStore.open(path)
             opened._published = tip  # (its base check skipped)
             empties.append(timed(empty_transaction, opened))
@@ -299,9 +295,9 @@ def main() -> None:
         for _ in reps:
             opened = FairpipeStore.open(path)
             tip = opened.repo.lookup_branch("main")
-            history.append(timed(manifests.verify_history, opened, tip))
+            history.append(timed(verify_history, opened, tip))
             whole.append(timed(verify_store, FairpipeStore.open(path)))
-        n_snapshots = manifests.verify_history(store, tip)["snapshots"]
+        n_snapshots = verify_history(store, tip)["snapshots"]
         names["verify"] = f"verify_history ({n_snapshots} snapshots)"
         rows["verify"] = (ms(min(history)), ms(min(whole)), "verify_store (with it)")
 

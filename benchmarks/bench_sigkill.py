@@ -52,7 +52,7 @@ def build_base(base: Path, n: int, env: dict) -> None:
     os.environ["PREFECT_HOME"] = env["PREFECT_HOME"]
     from flows.fit import FitOptions, run_fit
     from flows.ingest import IngestOptions, run_ingest
-    from flows.runtime import prefect_api
+    from flows.prefect_api import prefect_api
     from flows.summarize import SummarizeOptions, run_summarize
 
     threads = dict(n_workers=1, processes=False)

@@ -115,9 +115,10 @@ def flow_benchmark(X, groups, names) -> dict:
     summary after a forget equals a fresh summarize."""
     from distributed import LocalCluster
 
+    from flows.cluster import local_cluster_kwargs
     from flows.forget import run_forget
     from flows.ingest import IngestOptions, run_ingest
-    from flows.runtime import local_cluster_kwargs, prefect_api
+    from flows.prefect_api import prefect_api
     from flows.summarize import SummarizeOptions, run_summarize
     from storage.store import FairpipeStore
     from storage.summary import read_summary_ids

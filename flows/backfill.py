@@ -36,7 +36,7 @@ from fairpipe.tree import leaf_of
 from fairpipe.validation import IdLookup
 from flows.forget import ForgetOptions, drain
 from flows.private import PRIVATE, flow
-from flows.runtime import default_task_runner, run_flow
+from flows.task_runner import default_task_runner, run_flow
 from storage.erasure import erase_due
 from storage.lineage import operation
 from storage.models import read_model

@@ -95,7 +95,7 @@ def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
     each holds), the summary's parameters (``summary``: FairSummary's, besides k and the
     bounds), and k against its live points; in the order the flow checks them."""
     from fairpipe.summary import FairSummary, check_bounds, resolve_bounds
-    from storage.store import read_array
+    from storage.arrays import read_array
 
     store, attrs = existing_store(url, remember=True)
     names = list(attrs.get("group_names") or ["all"])

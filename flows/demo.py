@@ -34,7 +34,8 @@ def run_demo(
 ) -> dict:
     from distributed import LocalCluster
 
-    from flows.runtime import local_cluster_kwargs, prefect_api
+    from flows.cluster import local_cluster_kwargs
+    from flows.prefect_api import prefect_api
 
     if plot is not None:
         check_output_file(plot, "--plot")

@@ -37,22 +37,15 @@ from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
 from fairpipe.validation import IdLookup, as_id_array, check_ids, deletion_request
 from flows import update
 from flows.checks import ALL_UNKNOWN
+from flows.dask_map import dask_map
 from flows.jobs import remove_job
 from flows.private import PRIVATE, flow, task
-from flows.runtime import dask_map, default_task_runner, run_flow, start_cluster_early
+from flows.task_runner import default_task_runner, run_flow, start_cluster_early
 from flows.update import forget_q_task, update_dc, update_summary_tree
+from storage.arrays import read_array
 from storage.erasure import erase_due
-from storage.index import (
-    buckets_per_table,
-    erase_rows,
-    keys_of_rows,
-    layer_bits,
-    load_lsh,
-    table_blocks,
-    update_index,
-    upgrade_format1,
-    write_removal,
-)
+from storage.formats import upgrade_format1
+from storage.layers import layer_bits, load_lsh
 from storage.lineage import operation_name, record
 from storage.lock import StoreBusyError
 from storage.models import write_model
@@ -70,7 +63,15 @@ from storage.queue import (
 )
 from storage.queue import read_request as read_queued
 from storage.receipts import REQUESTS_KEY, mark_forgotten, read_receipts, write_receipts
-from storage.store import FairpipeStore, read_array
+from storage.rows import erase_rows
+from storage.segments import (
+    buckets_per_table,
+    keys_of_rows,
+    table_blocks,
+    update_index,
+    write_removal,
+)
+from storage.store import FairpipeStore
 
 NO_PROGRESS = "A drain of {url} came back to requests it had already applied ({rids})."
 

@@ -42,51 +42,42 @@ from fairpipe.errors import (
     check_positive_int,
 )
 from fairpipe.neighbors import E2LSH, WIDTH_PER_RADIUS
+from flows.dask_map import cluster_running, dask_client, dask_map, gather
 from flows.jobs import index_job, ingest_chunk, raise_bad_input
 from flows.parameters import check_recall_options, new_store_parameters, scaled_plan
 from flows.private import flow, task
 from flows.renamed import take_old_names
-from flows.runtime import (
-    cluster_running,
-    dask_client,
-    dask_map,
-    default_task_runner,
-    gather,
-    run_flow,
-    start_cluster_early,
-)
+from flows.task_runner import default_task_runner, run_flow, start_cluster_early
 from flows.update import update_after_append
-from storage.index import (
-    MAIN,
-    Staging,
+from storage.formats import upgrade_format1
+from storage.layers import MAIN, layer_arrays, layer_bits, load_lsh, plan_layers
+from storage.lineage import options_record, record
+from storage.lock import StoreBusyError
+from storage.rows import (
     StoredIds,
-    buckets_per_table,
     choose_chunk_rows,
     counts_of,
-    create_index,
     create_layout,
-    drop_arrays,
-    even_blocks,
     grow,
-    index_tables,
-    layer_arrays,
-    layer_bits,
     live_group_counts,
-    load_lsh,
-    plan_layers,
     row_chunks,
     scale_method,
     scaler_of,
     sketch_arrays,
-    table_blocks,
-    upgrade_format1,
-    write_bucket_counts,
     write_dataset_attrs,
     write_new_rows,
+)
+from storage.segments import (
+    buckets_per_table,
+    create_index,
+    drop_arrays,
+    even_blocks,
+    index_tables,
+    table_blocks,
+    write_bucket_counts,
     write_segment_lengths,
 )
-from storage.lineage import options_record, record
-from storage.lock import StoreBusyError
+from storage.staging import Staging
 from storage.store import CREATED_MEANWHILE, FairpipeStore
 from storage.summary import has_summary
 
@@ -118,7 +109,7 @@ TUNING = ("radius", "recall_target", "expected_recall", "expected_candidates")
 # A small append is done by the flow itself, without Dask jobs (a round of jobs costs about
 # 0.3-0.5 s before any work, and starting the embedded cluster about 2 s): its rows up to
 # LOCAL_ROWS are hashed and written here, and a delta of up to LOCAL_ENTRIES entries (rows x
-# tables; the flow reads at most storage.index.READ_AHEAD_ENTRIES of them at once) is rebuilt
+# tables; the flow reads at most storage.segments.READ_AHEAD_ENTRIES of them at once) is rebuilt
 # here, about 0.2 s per million entries (measured at 1M rows: the fourth 1% append's delta of
 # 4M entries took 0.7 s in the flow; before, as Dask jobs, 3.0 s, most of it the cluster's start).
 LOCAL_ENTRIES = 16_000_000
@@ -288,7 +279,7 @@ def _by_jobs(plan, n_total: int, n_tables: int) -> bool:
 def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
                    attrs: dict | None) -> tuple[dict, int]:  # fmt: skip
     """Put the staged new rows in the index (merged into ``txn``), where
-    :func:`storage.index.plan_layers` says: a new store's main layer; a new delta layer (merged
+    :func:`storage.layers.plan_layers` says: a new store's main layer; a new delta layer (merged
     with the newest ones it outgrows); or a rebuild of the main layer from every layer, with
     the segment count the live rows call for, and no delta. A layer of up to LOCAL_ENTRIES
     entries is built here, larger ones by Dask jobs over blocks of tables. ``attrs``: the

@@ -17,7 +17,9 @@ import numpy as np
 from fairpipe.datasets import SourcePlan, is_url, read_source_rows
 from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import E2LSH
-from storage.index import Staging, index_tables, remove_from_tables, write_points
+from storage.rows import write_points
+from storage.segments import index_tables, remove_from_tables
+from storage.staging import Staging
 
 
 def ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,

@@ -36,9 +36,10 @@ from fairpipe.ranking import (
     read_candidates,
     rerank_lists,
 )
+from flows.dask_map import on_cluster
 from flows.outputs import check_output_file
 from flows.private import flow, task
-from flows.runtime import default_task_runner, on_cluster, run_flow
+from flows.task_runner import default_task_runner, run_flow
 
 BAD_OUT = "--out must end in .csv or .parquet. Got {out!r}."
 LISTS_PER_TASK = 50_000

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from storage.arrays import read_array
 from storage.erasure import retention_of
 from storage.queue import (
     abandoned,
@@ -18,7 +19,7 @@ from storage.queue import (
     unrecognised,
 )
 from storage.receipts import read_receipts
-from storage.store import FairpipeStore, read_array
+from storage.store import FairpipeStore
 from storage.summary import has_summary, read_summary_ids
 
 
@@ -92,7 +93,9 @@ def layout_of(attrs: dict) -> dict:
     before the exact one keep float32 keys), the point sketch and its residual (a cold query
     reads more without them); ``current`` when it has all, else re-ingesting into a new store
     gives them."""
-    from storage.index import has_residual, has_sketch, key_projection, store_format
+    from storage.formats import store_format
+    from storage.layers import key_projection
+    from storage.rows import has_residual, has_sketch
 
     out = {"format": store_format(attrs),
            "keys": key_projection(attrs),

@@ -39,16 +39,14 @@ from fairpipe.summary import (
     summary_arrays,
 )
 from fairpipe.validation import IdLookup
+from flows.leaf_shuffle import shuffle_by_leaf
 from flows.private import flow, task
 from flows.renamed import take_old_names
-from flows.runtime import (
-    default_task_runner,
-    gather_parts,
-    run_flow,
-    shuffle_by_leaf,
-)
+from flows.task_runner import default_task_runner, run_flow
+from storage.arrays import read_array, read_rows_at
+from storage.leaf_rows import gather_parts
 from storage.lineage import options_record, record
-from storage.store import FairpipeStore, read_array, read_rows_at
+from storage.store import FairpipeStore
 from storage.summary import (
     summary_store_attrs,
     write_summary,

@@ -16,6 +16,7 @@ from prefect.cache_policies import NO_CACHE
 from fairpipe.cluster import DCKMeans, QKMeans
 from fairpipe.summary import root_figures
 from fairpipe.validation import IdLookup
+from flows.dask_map import on_cluster
 from flows.fit import (
     fit_q_task,
     refresh_tree,
@@ -24,11 +25,11 @@ from flows.fit import (
     solve_leaves_task,
 )
 from flows.private import task
-from flows.runtime import on_cluster, reached_leaves, read_leaf_rows
 from flows.summarize import summarize_leaf_group, summarize_leaves_task
-from storage.index import n_features, read_all_live
+from storage.arrays import read_array
+from storage.leaf_rows import reached_leaves, read_leaf_rows
 from storage.models import model_params, read_model, write_model, write_tree_nodes
-from storage.store import read_array
+from storage.rows import n_features, read_all_live
 from storage.summary import (
     has_summary,
     stored_summary_tree,

@@ -1,6 +1,6 @@
-"""Persistence: one dataset = one Icechunk repository of Zarr v3 arrays (``store``), its rows and
-LSH index (``index``), its clustering model (``models``) and fair summary (``summary``), the
-writer lock (``lock``) and store URLs (``urls``).
+"""Persistence: one dataset = one Icechunk repository of Zarr v3 arrays (``store``), its rows
+(``rows``) and LSH index (``layers``, ``segments``, ``index``), its clustering model (``models``)
+and fair summary (``summary``), the writer lock (``lock``) and store URLs (``urls``).
 
 :func:`open_store` opens a store to write it (a :class:`FairpipeStore`); :func:`open_reader`
 opens a committed store to query it (a :class:`~storage.reader.StoreReader`: lazy, cached reads,
@@ -14,7 +14,8 @@ os.environ.setdefault("ICECHUNK_LOG", "error")
 
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
-from storage.store import FairpipeStore, NotAStoreError, StoreBusyError, open_store  # noqa: E402
+from storage.lock import StoreBusyError  # noqa: E402
+from storage.store import FairpipeStore, NotAStoreError, open_store  # noqa: E402
 
 if TYPE_CHECKING:
     from storage.reader import StoreReader, open_reader

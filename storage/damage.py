@@ -1,7 +1,7 @@
 """A damaged store: the errors that say so, and telling Icechunk's reports of damage from the rest.
 
 A store is damaged when what it holds is not what was written: a chunk whose bytes fail their
-checksum (:class:`storage.store.CorruptChunkError`), a snapshot, manifest, transaction log or ref
+checksum (:class:`storage.chunks.CorruptChunkError`), a snapshot, manifest, transaction log or ref
 Icechunk cannot decode, an object the store's metadata names that is missing, or a manifest
 that decodes but no longer lists the chunks its commit wrote (:mod:`storage.manifests`). Every
 one is a :class:`DamagedStoreError`: never bad input, never a bug; the command line exits 4.
@@ -25,7 +25,7 @@ import re
 
 from fairpipe.errors import wrapped
 
-# What to do about any damage: one line, like a damaged chunk's (storage.store.CORRUPT_CHUNK).
+# What to do about any damage: one line, like a damaged chunk's (storage.chunks.CORRUPT_CHUNK).
 DAMAGED = (
     "{what}{where} is damaged: {why}. 'fairpipe verify --store {store}' lists the damage; "
     "restore the store from a copy or ingest its source again."
@@ -152,7 +152,7 @@ def icechunk_damage(error: BaseException) -> DamagedStoreError | None:
         return None
     kind = fetch.group(1)
     if kind == "fetch_chunk":
-        from storage.store import CorruptChunkError
+        from storage.chunks import CorruptChunkError
 
         chunk = next((m for m in map(_CHUNK_KEY.match, _KEY.findall(text)) if m), None)
         why = MISSING_OBJECT.format(reason=reason)

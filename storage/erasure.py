@@ -20,9 +20,10 @@ import numpy as np
 
 from fairpipe.errors import FairpipeInputError
 from fairpipe.number_text import flaw, read_duration
+from storage.arrays import read_rows_at
 from storage.lineage import record
 from storage.receipts import read_receipts, write_receipts
-from storage.store import FairpipeStore, read_rows_at
+from storage.store import FairpipeStore
 
 RETENTION_KEY = "erasure_retention"
 DEFAULT_RETENTION = "0"
@@ -58,7 +59,7 @@ def set_retention(store: FairpipeStore, value: str, lock_timeout: float = 0.0) -
     text = str(value).strip().lower()
     before = retention_of(store.require_data())
     with store.transaction(f"set erasure_retention to {text}", lock_timeout=lock_timeout) as txn:
-        from storage.store import open_group
+        from storage.arrays import open_group
 
         open_group(txn.session, mode="a").attrs[RETENTION_KEY] = text
         record(txn, "configure", {"erasure_retention": text, "before": before})
@@ -142,7 +143,7 @@ def row_needles(url: str, rows) -> list[bytes]:
     to within 1/512 of a step, and its bytes are then (nearly always) the same as every such
     row's of the same range (pixels, counts, 0/1 data: one residual row for all), so finding
     them elsewhere would prove nothing; the row's point and sketch needles stay."""
-    from storage.index import sketch_arrays  # not at the top: status and configure import this
+    from storage.rows import sketch_arrays  # not at the top: status and configure import this
 
     store = FairpipeStore.open(url)
     session = store.readonly_session()

@@ -2,17 +2,18 @@
 and manifests against what their commits recorded; and giving checksums to arrays without.
 
 Every array a store creates ends its codec chain with a crc32c checksum of the encoded chunk
-(:func:`storage.store.checksummed`): a stored chunk whose bytes change no longer matches it, and
-reading it raises :class:`storage.store.CorruptChunkError` (on the direct chunk path, and through
-zarr where :func:`storage.store.zarr_checked` wraps the read). This module finds damaged chunks
+(:func:`storage.chunks.checksummed`): a stored chunk whose bytes change no longer matches it, and
+reading it raises :class:`storage.chunks.CorruptChunkError` (on the direct chunk path, and through
+zarr where :func:`storage.arrays.zarr_checked` wraps the read). This module finds damaged chunks
 without decoding them: :func:`verify_store` checks every chunk of every array of a snapshot
 (``fairpipe verify``), :func:`first_corrupt_chunk` the chunks a failed zarr read covered, and
 :func:`add_checksums` gives a checksum to the arrays of a store written before they had one.
 
 :func:`verify_store` first checks every snapshot of the history, newest first, against what its
-commit recorded (:func:`storage.manifests.verify_history`: the snapshot can be read, names itself
-as its child names it, and its arrays' metadata and chunks as their manifests list them are what
-its commit wrote), so a chunk a damaged manifest no longer lists is reported, not skipped.
+commit recorded (:func:`storage.snapshot_checks.verify_history`: the snapshot can be read, names
+itself as its child names it, and its arrays' metadata and chunks as their manifests list them
+are what its commit wrote), so a chunk a damaged manifest no longer lists is reported, not
+skipped.
 
 An array without a checksum cannot be verified: a damaged chunk of an uncompressed array still
 decodes, to wrong numbers. :func:`verify_store` decodes such an array's chunks (a damaged
@@ -34,20 +35,18 @@ from typing import Any
 import numpy as np
 from icechunk import IcechunkError
 
-from storage.damage import icechunk_reason
-from storage.store import (
+from storage.arrays import _metadata_read, open_group, zarr_api
+from storage.chunks import (
     READ_CONCURRENCY,
     CorruptChunkError,
-    FairpipeStore,
-    _metadata_read,
     _plain_chunks,
     checksum_ok,
     crc32c_of,
     decode_chunk,
     on_zarr_loop,
-    open_group,
-    zarr_api,
 )
+from storage.damage import icechunk_reason
+from storage.store import FairpipeStore
 
 # The most damaged chunks a report lists (it counts them all).
 LISTED_CORRUPT = 1000
@@ -69,7 +68,7 @@ def has_checksum(arr) -> bool:
 
 def store_arrays(session, checked: bool = True) -> list[tuple[str, Any]]:
     """(path, zarr array) of every array of a session's store, by path (``checked``: its
-    groups' metadata checked first, :func:`storage.store.open_group`)."""
+    groups' metadata checked first, :func:`storage.arrays.open_group`)."""
     with _metadata_read("a node"):
         root = open_group(session) if checked else zarr_api().open_group(session.store, mode="r")
         found = [(name, node) for name, node in root.members(max_depth=None)
@@ -237,7 +236,7 @@ def verify_store(store: FairpipeStore, snapshot: str | None = None,
     "array", "what", "why"}, ...], "arrays", "chunks", "bytes", "corrupt": [{"array", "chunk",
     "why"}, ...] (at most LISTED_CORRUPT), "n_corrupt", "unverifiable": [{"array", "chunks",
     "decoded"}, ...]}``: ``damaged`` lists the snapshots, manifests and metadata that are not
-    what their commits wrote (:func:`storage.manifests.verify_history`; ``unrecorded`` counts
+    what their commits wrote (:func:`storage.snapshot_checks.verify_history`; ``unrecorded`` counts
     the snapshots written before commits recorded it, whose manifests are only counted against
     Icechunk's own count). Arrays with a checksum are checked against it; arrays without are
     decoded and listed as unverifiable. A chunk whose object Icechunk cannot read is corrupt
@@ -245,7 +244,7 @@ def verify_store(store: FairpipeStore, snapshot: str | None = None,
     ``progress(array, arrays done, arrays, chunks checked)`` is called as each array starts and
     every 64 chunks."""
 
-    from storage.manifests import verify_history
+    from storage.snapshot_checks import verify_history
 
     with store.named():
         tip = snapshot if snapshot is not None else store.repo.lookup_branch("main")

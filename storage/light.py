@@ -4,10 +4,10 @@ package: the cold query's read path.
 Importing ``icechunk`` imports zarr (its store subclasses zarr's), 0.15 s of a cold one-query
 ``fairpipe sample`` of about 0.6 s. This view loads only icechunk's compiled module (3 ms), reads
 each array's ``zarr.json`` itself and fetches whole chunks through the compiled store, decoding
-them as :class:`storage.store._PlainChunks` does (raw little-endian bytes, then at most Blosc
+them as :class:`storage.chunks._PlainChunks` does (raw little-endian bytes, then at most Blosc
 or Zstd: numcodecs, 0.03 s; each chunk's crc32c checksum verified first, a
-:class:`~storage.store.CorruptChunkError` where it fails). :func:`storage.store.open_array`, :func:`~storage.store.read_many`,
-:func:`~storage.store.read_arrays` and :func:`~storage.store.for_rows_at` accept a
+:class:`~storage.chunks.CorruptChunkError` where it fails). :func:`storage.arrays.open_array`, :func:`~storage.arrays.read_many`,
+:func:`~storage.arrays.read_arrays` and :func:`~storage.arrays.for_rows_at` accept a
 :class:`LightSession` where they accept an Icechunk session, so the reader's code is the same on
 both paths and reads the same bytes.
 
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from storage.chunks import _fetch_many, _PlainChunks
 from storage.manifests import check_groups, expect
 from storage.names import current_names
-from storage.store import _fetch_many, _PlainChunks
 
 NATIVE = "icechunk._icechunk_python"
 # The arrays of a store a query may read (each must be plainly encoded for the light path).
@@ -44,7 +44,7 @@ QUERY_ARRAYS = ("ids", "id_ranges", "alive", "points", "sketch", "sketch_residua
 
 def delta_arrays(attrs: dict) -> list[str]:
     """The arrays of the index's delta layers of a store with these root attributes."""
-    from storage.index import deltas_of, layer_arrays
+    from storage.layers import deltas_of, layer_arrays
 
     if not isinstance(attrs.get("lsh"), dict):
         return []
@@ -246,7 +246,7 @@ def chunk_key_encoder(meta: dict):
 
 def plain_chunks(path: str, meta: dict) -> _PlainChunks | None:
     """The decoding of an array's chunks from its ``zarr.json``, for the codecs
-    :func:`storage.store._plain_chunks` reads (little-endian bytes, then Blosc or Zstd, then a
+    :func:`storage.chunks._plain_chunks` reads (little-endian bytes, then Blosc or Zstd, then a
     crc32c checksum); None for anything else."""
     if meta.get("zarr_format") != 3 or meta.get("storage_transformers"):
         return None

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from storage.store import open_group, read_json_array, write_json_array
+from storage.arrays import open_group, read_json_array, write_json_array
 
 LINEAGE = "lineage/json"
 OPERATION_KEY = "fairpipe_operation"  # commit metadata: the operation key of the commit's entry

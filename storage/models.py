@@ -20,8 +20,8 @@ import numpy as np
 
 from fairpipe.cluster import Q_STATE, DCKMeans, QKMeans, tree_array_names
 from fairpipe.errors import FairpipeInputError
+from storage.arrays import open_array, open_group, read_array, replace_array, zarr_checked
 from storage.names import renamed
-from storage.store import open_array, open_group, read_array, replace_array, zarr_checked
 
 NO_MODEL = "The store {url} has no fitted model. Run 'fairpipe fit --store {url}' first."
 # The estimators' parameters, kept under their own names in the model group's attributes.

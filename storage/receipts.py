@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from storage.store import (
+from storage.arrays import (
     create_array,
     open_array,
     open_group,
     read_json_array,
     read_rows_at,
-    rewrite_rows_at,
     write_json_array,
 )
+from storage.writes import rewrite_rows_at
 
 RECEIPTS = "receipts/json"
 ROW_RECEIPT = "receipts/row_receipt"

@@ -19,9 +19,9 @@ import numpy as np
 
 from fairpipe.summary import NodeOutput, SummaryParams, SummaryTree, level_arrays, nodes_from_arrays
 from fairpipe.tree import level_key
-from storage.index import points_and_groups_of
+from storage.arrays import open_array, open_group, read_array, replace_array, zarr_checked
 from storage.names import renamed
-from storage.store import open_array, open_group, read_array, replace_array, zarr_checked
+from storage.rows import points_and_groups_of
 
 NO_SUMMARY = (
     "The store {url} has no summary. Run 'fairpipe summarize --store {url} --k K --lower L "

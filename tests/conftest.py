@@ -33,7 +33,7 @@ def prefect_server(tmp_path_factory):
     import os
 
     os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
-    from flows.runtime import prefect_api
+    from flows.prefect_api import prefect_api
 
     with prefect_api() as url:
         yield url

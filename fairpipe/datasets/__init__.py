@@ -39,6 +39,12 @@ from fairpipe.datasets._scaling import (
     resolve_scale,
     spread_warning,
 )
+from fairpipe.datasets._source_rows import (
+    read_source_rows,
+    read_source_sample,
+    remap_groups,
+    source_groups,
+)
 from fairpipe.datasets._sources import (
     BUILTINS,
     SourcePlan,
@@ -47,11 +53,7 @@ from fairpipe.datasets._sources import (
     check_url_source,
     chunk_plan,
     plan_source,
-    read_source_rows,
-    read_source_sample,
-    remap_groups,
     rows_plan,
-    source_groups,
 )
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Row sources for ingest: plan a source once, then read any row range [a, b) of it.
+"""Row sources for ingest, planned: a source is inspected once, and its plan is what any job
+reading a row range [a, b) of it needs (:mod:`fairpipe.datasets._source_rows` reads the rows).
 
 A plan holds what is small and global (n, d, ids, group codes and names); the feature rows are
 read chunk by chunk, so a chunk reader's memory is bounded by the chunk size. Sources: a ``.npy``
@@ -9,59 +10,39 @@ in-memory data sets (``digits`` and the real data sets' loaders).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+# The row stride is read as csv_scan.OFFSET_STRIDE: one value, wherever it is set.
+from fairpipe.datasets import _csv_scan as csv_scan
 from fairpipe.datasets import _loaders as loaders
-from fairpipe.datasets._remote import (
-    UrlPath,
-    UrlUnreadable,
-    is_url,
-    list_url,
-    open_url,
-    url_size,
+from fairpipe.datasets._csv_scan import CSV_FIRST_LINE, ROW_COUNT, _header_fields, scan_csv
+from fairpipe.datasets._parquet import (
+    NO_PARQUET_FILES,
+    _check_parquet_columns,
+    _parquet_files,
+    _read_parquet,
 )
-from fairpipe.datasets._scaling import apply_scaler
+from fairpipe.datasets._remote import UrlPath, UrlUnreadable, is_url, list_url, url_size
+from fairpipe.datasets._source_io import URL_UNREADABLE, SourcePath, open_binary
 from fairpipe.errors import FairpipeInputError, check_positive_int, plain, subject
 from fairpipe.neighbors import MAX_ROWS
-from fairpipe.tables import (
-    NOT_CSV,
-    NOT_PARQUET,
-    NOT_UTF8,
-    check_flat_columns,
-    csv_errors,
-    parquet_errors,
-)
+from fairpipe.tables import csv_errors, parquet_errors
 from fairpipe.tables import first_line as _first_line
-from fairpipe.validation import (
-    EMPTY,
-    NON_NUMERIC,
-    check_points,
-    check_unique_ids,
-    load_npy,
-    row_name,
-)
+from fairpipe.validation import EMPTY, NON_NUMERIC, check_unique_ids, load_npy, row_name
 
-SourcePath = Path | UrlPath  # a local file or folder, or an object's URL
 BUILTINS = ("digits", "gaussian")
 NAMED_LOADERS = ("mnist", "word2vec", "adult", "bank", "census-kdd")
 MISSING_COLUMN = "Column {col!r} ({role}) is not in {where}; its columns are {columns}."
-NON_NUMERIC_COLUMN = (
-    "Feature column {col!r} of {where} is not numeric ({at} holds {value}); "
-    "name it with --group-column or --id-column, or remove it."
-)
 MISSING_GROUP = "{at} has no value in the group column {col!r}."
 MISSING_ID = "{at} has no value in the id column {col!r}."
 LENGTH_MISMATCH = "{what} {path} holds {got} entries; the points file holds {n} rows."
 NOT_A_LIST = "{what} {path} must hold one value per row (one dimension). Got shape {shape}."
 NOT_A_MATRIX = "{where} must hold a 2-dimensional matrix. Got shape {shape}."
 UNUSED_OPTION = "{flag} does not apply to {where}, {what}."
-# A CSV's data row 0 is on line 2, below its header.
-CSV_FIRST_LINE = 2
 # The sizes of the gaussian data set, each with its upper bound and why. The generator makes
 # GAUSSIAN_BLOCK rows at a time (float64, then float32) from the clusters' centres (clusters x d
 # float64): at most 256 MiB each.
@@ -97,115 +78,6 @@ class SourcePlan:
     # The scaler (center, scale: float64 per column) every row read is put through
     # (:func:`apply_scaler`); None: the values as they are.
     scaler: tuple[np.ndarray, np.ndarray] | None = None
-
-
-OFFSET_STRIDE = 4096
-SCAN_BYTES = 64 << 20
-
-
-def csv_row_offsets(path: SourcePath, n_rows: int, n_fields: int | None = None) -> np.ndarray:
-    """Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV of ``n_rows`` rows as
-    pandas reads it, checked by :func:`scan_csv`."""
-    offsets, rows = scan_csv(path, n_fields)
-    if rows != n_rows:
-        raise FairpipeInputError(ROW_COUNT.format(where=path.name, rows=rows, n=n_rows))
-    return offsets[: -(-n_rows // OFFSET_STRIDE)]
-
-
-def scan_csv(path: SourcePath, n_fields: int | None = None) -> tuple[np.ndarray, int]:
-    """(Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV (one pass over its
-    bytes looking for line ends). A row is found by its position, so the file's lines after the
-    header must be its ``n_rows`` rows (what pandas reads): an empty or blank line before the
-    last row, or a count that differs (a quoted field holding a line break), is an error naming
-    the line (pandas skips blank lines, so every row after one was read from the line above).
-    The same pass checks that the file is UTF-8 text and, in a file without quotes, that every
-    line has the header's ``n_fields`` fields (pandas reads a short row as missing values, and
-    fails on a long one only when the chunk holding it is read)."""
-    import codecs
-
-    utf8 = codecs.getincrementaldecoder("utf-8")()
-    offsets, line, pos = [], 0, 0
-    carry = False  # the unfinished line at the end of the previous block has content
-    carry_commas = 0  # the commas of that unfinished line
-    quoted = False  # a quote anywhere: commas may be inside fields, the fields are not counted
-    blank: int | None = None  # the first blank line after the header (0 = the header)
-    rows = 0  # lines after the header with content
-    with open_binary(path) as f:
-        while block := f.read(SCAN_BYTES):
-            if not (block.isascii() and utf8.getstate()[0] == b""):  # ASCII: 30x faster
-                _check_utf8(utf8, block, pos, path)
-            b = np.frombuffer(block, dtype=np.uint8)
-            nl = np.flatnonzero(b == 10)
-            content = b > 32  # not a space, a tab, a line end or another control byte
-            quoted = quoted or b'"' in block
-            commas = (b == 44).view(np.uint8) if n_fields is not None and not quoted else None
-            if nl.size:
-                starts = np.r_[0, nl[:-1] + 1]
-                has = np.logical_or.reduceat(content[: nl[-1] + 1], starts)
-                has[0] |= carry
-                numbers = np.arange(line, line + nl.size)  # each line ending in this block
-                data = has & (numbers > 0)
-                rows += int(data.sum())
-                empty = np.flatnonzero(~has & (numbers > 0))
-                if blank is None and empty.size:
-                    blank = int(numbers[empty[0]])
-                last = int(numbers[np.flatnonzero(data)[-1]]) if data.any() else -1
-                if blank is not None and last > blank:
-                    raise FairpipeInputError(BLANK_LINE.format(where=path.name, line=blank + 1))
-                if commas is not None:  # (a sum over bytes: flatnonzero takes 1.5x as long)
-                    fields = np.add.reduceat(commas[: nl[-1] + 1], starts, dtype=np.int64) + 1
-                    fields[0] += carry_commas
-                    wrong = np.flatnonzero(has & (fields != n_fields))
-                    if wrong.size:
-                        i = int(wrong[0])
-                        raise FairpipeInputError(FIELD_COUNT.format(
-                            line=int(numbers[i]) + 1, where=path.name, got=int(fields[i]),
-                            n=n_fields))  # fmt: skip
-                    carry_commas = int(np.count_nonzero(commas[nl[-1] + 1 :]))
-                # Line i (0 = the header) ends at ends[i - line]; data row r starts after line r.
-                ends = nl + pos + 1
-                offsets.append(ends[numbers % OFFSET_STRIDE == 0])
-                line += nl.size
-                carry = bool(content[nl[-1] + 1 :].any())
-            else:
-                carry = carry or bool(content.any())
-                carry_commas += 0 if commas is None else int(np.count_nonzero(commas))
-            pos += len(block)
-    _check_utf8(utf8, b"", pos, path, final=True)
-    if carry and line > 0:  # a last row without a line end
-        if blank is not None:
-            raise FairpipeInputError(BLANK_LINE.format(where=path.name, line=blank + 1))
-        if n_fields is not None and not quoted and carry_commas + 1 != n_fields:
-            raise FairpipeInputError(FIELD_COUNT.format(line=line + 1, where=path.name,
-                                                        got=carry_commas + 1, n=n_fields))  # fmt: skip
-        rows += 1
-    return (np.concatenate(offsets) if offsets else np.zeros(0, np.int64)), rows
-
-
-def _check_utf8(decoder, block: bytes, pos: int, path: SourcePath, final: bool = False) -> None:
-    """Decode ``block`` (the file's bytes from ``pos``) as UTF-8, or raise naming the line of
-    the first byte that is not."""
-    try:
-        decoder.decode(block, final)
-    except UnicodeDecodeError as e:
-        at = pos + e.start - (len(e.object) - len(block))  # the decoder kept a partial character
-        with open_binary(path) as again:
-            before = again.read(at)
-            byte = again.read(1)
-        raise FairpipeInputError(NOT_UTF8.format(
-            where=path.name, line=before.count(b"\n") + 1, byte=f"0x{byte[0]:02x}" if byte else "end",
-        )) from None  # fmt: skip
-
-
-BLANK_LINE = (
-    "{where} has an empty line at line {line}, before its last row. fairpipe reads a CSV's rows "
-    "by position: remove the empty lines."
-)
-ROW_COUNT = (
-    "{where} has {rows} non-empty lines after its header, but {n} rows as CSV (a quoted field "
-    "holding a line break?). fairpipe reads a CSV's rows by position: write one row per line."
-)
-FIELD_COUNT = "Line {line} of {where} has {got} field(s); its header has {n}."
 
 
 def _codes(values: np.ndarray, where: str, col: str,
@@ -413,118 +285,6 @@ def _read_table(path: SourcePath, kind: str, columns=None, skip: int = 0, nrows:
         return pd.read_csv(path, usecols=columns, skiprows=skiprows, nrows=nrows, dtype=dtype)
 
 
-def _read_parquet(path: SourcePath, columns, skip: int, nrows: int | None,
-                  files: list[tuple[str, int]] | None = None):  # fmt: skip
-    """Rows [skip, skip + nrows) of a Parquet file, or of a data set's ``files`` (path, rows)
-    taken one after the other: only the row groups holding them are read."""
-    import pandas as pd
-
-    if not files:
-        return _read_parquet_file(path, columns, skip, nrows)
-    stop = skip + (nrows if nrows is not None else sum(rows for _, rows in files))
-    parts: list = []
-    base = 0
-    for name, size in files:
-        if base < stop and base + size > skip:
-            a = max(skip - base, 0)
-            parts.append(
-                _read_parquet_file(_source_path(name), columns, a, min(stop - base, size) - a)
-            )
-        base += size
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
-
-
-def _read_parquet_file(path: SourcePath, columns, skip: int, nrows: int | None):
-    import pandas as pd
-    import pyarrow.parquet as pq
-
-    with open_binary(path) as f:
-        pf = pq.ParquetFile(f)
-        if nrows is None and skip == 0:
-            return pf.read(columns=columns).to_pandas()
-        stop = skip + (nrows if nrows is not None else pf.metadata.num_rows)
-        parts, base = [], 0
-        for rg in range(pf.metadata.num_row_groups):
-            size = pf.metadata.row_group(rg).num_rows
-            if base < stop and base + size > skip:
-                part = pf.read_row_group(rg, columns=columns).to_pandas()
-                parts.append(part.iloc[max(skip - base, 0) : stop - base])
-            base += size
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
-
-
-def _parquet_files(folder: Path | UrlPath, group_column: str | None = None,
-                   id_column: str | None = None) -> list[tuple[str, int]]:  # fmt: skip
-    """The Parquet files (``.parquet``, ``.pq``) of a folder or an object prefix, sorted by
-    name, with their rows (read from their footers); each file's columns hold one value per
-    row (:func:`_flat_columns`)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    if isinstance(folder, UrlPath):
-        try:
-            names = [url for url, _ in list_url(str(folder))]
-        except OSError as why:
-            raise FairpipeInputError(
-                URL_UNREADABLE.format(url=folder, why=_first_line(why))
-            ) from None
-    else:
-        names = sorted(str(p) for p in folder.iterdir() if p.is_file())
-    names = [n for n in names if n.lower().endswith((".parquet", ".pq"))]
-    if not names:
-        raise FairpipeInputError(NO_PARQUET_FILES.format(where=folder.name))
-    files = []
-    first: list[str] | None = None
-    for name in names:
-        try:
-            with open_binary(_source_path(name)) as f:
-                meta = pq.ParquetFile(f).metadata
-        except UrlUnreadable:
-            raise
-        except (OSError, pa.ArrowException) as why:
-            raise FairpipeInputError(NOT_PARQUET.format(where=name, why=_first_line(why))) from None
-        schema = meta.schema.to_arrow_schema()
-        columns = schema.names
-        check_flat_columns(schema, Path(name).name, _flat_columns(columns, group_column, id_column))
-        first = columns if first is None else first
-        if columns != first:
-            raise FairpipeInputError(NOT_SAME_COLUMNS.format(
-                file=name, where=folder.name, columns=columns, first=first))  # fmt: skip
-        files.append((name, meta.num_rows))
-    return files
-
-
-def _flat_columns(columns, group_column: str | None, id_column: str | None) -> dict:
-    """What each column of a table source must hold in each row (:func:`check_flat_columns`):
-    the id, the group, or else a feature."""
-    roles = {c: ("a feature column", "number") for c in columns}
-    if group_column is not None:
-        roles[group_column] = ("the group column (--group-column)", "name or number")
-    if id_column is not None:
-        roles[id_column] = ("the id column (--id-column)", "integer")
-    return roles
-
-
-def _check_parquet_columns(path: SourcePath, group_column: str | None,
-                           id_column: str | None) -> None:  # fmt: skip
-    """A Parquet file's columns hold one value per row, checked on its schema (its footer)."""
-    import pyarrow.parquet as pq
-
-    with parquet_errors(path, keep=(UrlUnreadable,)), open_binary(path) as f:
-        schema = pq.ParquetFile(f).schema_arrow
-    check_flat_columns(schema, path.name, _flat_columns(schema.names, group_column, id_column))
-
-
-def _source_path(path: str) -> SourcePath:
-    """A source's path as the readers take it: a URL named by its whole self."""
-    return UrlPath(path) if is_url(path) else Path(path)
-
-
-def open_binary(path):
-    """A local file or a URL (:func:`fairpipe.datasets._remote.open_url`), opened to read bytes."""
-    return open_url(str(path)) if is_url(str(path)) else open(path, "rb")
-
-
 def check_url_source(source: str) -> None:
     """Raise naming the URL ``source`` if there is nothing there or it cannot be read from here
     (one request: a quick check before a command starts its work; :func:`plan_source` reads the
@@ -566,24 +326,10 @@ def _plan_url(url: UrlPath, group_column: str | None, id_column: str | None) -> 
 
 
 URL_MISSING = "Source {url} does not exist: there is no object at that URL."
-URL_UNREADABLE = "Source {url} cannot be read ({why})."
 URL_KIND = (
     "Source {url}: expected a .parquet, .csv or .csv.gz object, or a prefix of Parquet files "
     "(a URL ending in /)."
 )
-NO_PARQUET_FILES = "Source {where} holds no Parquet files (.parquet, .pq)."
-NOT_SAME_COLUMNS = (
-    "{file} has the columns {columns}; the first file of {where} has {first}. The files of a "
-    "Parquet data set must have the same columns."
-)
-
-
-def _header_fields(path: SourcePath) -> int | None:
-    """The number of fields of a plain CSV's header line (None where it holds a quote: a comma
-    may then be inside a field)."""
-    with open_binary(path) as f:
-        header = f.readline()
-    return None if b'"' in header else header.count(b",") + 1
 
 
 def _plan_table(path: SourcePath, kind: str, group_column: str | None, id_column: str | None,
@@ -619,7 +365,7 @@ def _plan_table(path: SourcePath, kind: str, group_column: str | None, id_column
     if plain_csv:
         if rows != n:
             raise FairpipeInputError(ROW_COUNT.format(where=where, rows=rows, n=n))
-        plan.row_offsets = offsets[: -(-n // OFFSET_STRIDE)]
+        plan.row_offsets = offsets[: -(-n // csv_scan.OFFSET_STRIDE)]
     if group_column is not None:
         plan.groups, plan.group_names = _codes(
             meta[group_column].to_numpy(), where, group_column, first_line
@@ -650,186 +396,3 @@ def rows_plan(plan: SourcePlan, a: int, b: int, rows: np.ndarray) -> SourcePlan:
     :func:`read_source_rows`): what a job on a machine that cannot open the source gets."""
     return replace(chunk_plan(plan, a, b), kind="rows", points=rows, path=None, row_offsets=None,
                    files=[])  # fmt: skip
-
-
-def read_source_rows(plan: SourcePlan, a: int, b: int) -> np.ndarray:
-    """Validated float32 rows [a, b) of the source; errors name rows of the whole source."""
-    names: list[str] | None = None  # a table's feature columns, named in errors
-    first_line = CSV_FIRST_LINE if plan.kind == "csv" else None
-    if plan.kind == "rows":  # read and validated where the source is (rows_plan)
-        assert plan.points is not None
-        return plan.points[a - plan.points_start : b - plan.points_start]
-    if plan.kind == "memory":
-        assert plan.points is not None
-        X = plan.points[a - plan.points_start : b - plan.points_start]
-    elif plan.kind == "npy":
-        assert plan.path is not None
-        X = np.load(plan.path, mmap_mode="r", allow_pickle=False)[a:b]
-    elif plan.kind == "gaussian":
-        X = _gaussian_rows(plan, a, b, 0)
-    else:
-        assert plan.path is not None
-        if plan.row_offsets is not None and a // OFFSET_STRIDE < plan.row_offsets.shape[0]:
-            frame = _read_csv_at(plan, a, b)
-        else:
-            frame = _read_table(_source_path(plan.path), plan.kind, columns=plan.feature_columns,
-                                skip=a, nrows=b - a, files=plan.files)  # fmt: skip
-        if len(frame) != b - a:
-            raise FairpipeInputError(
-                f"{plan.where} changed while it was read: rows {a + 1}..{b} missing."
-            )
-        import pandas as pd
-
-        for col in plan.feature_columns:
-            # pandas >= 3 reads text as a string dtype numpy cannot interpret: ask pandas.
-            if not pd.api.types.is_numeric_dtype(frame[col].dtype):
-                bad = pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()
-                row = int(np.argmax(bad.to_numpy())) if bad.any() else 0
-                at = row_name(a + row, plan.where, first_line)
-                raise FairpipeInputError(NON_NUMERIC_COLUMN.format(
-                    col=col, where=plan.where, at=at, value=plain(frame[col].iloc[row])
-                ))  # fmt: skip
-        X = frame.to_numpy(dtype=np.float64)
-        names = list(plan.feature_columns)
-    checked = check_points(X, where=plan.where, n_features=plan.d, row_offset=a,
-                           column_names=names, first_line=first_line)  # fmt: skip
-    return checked if plan.scaler is None else apply_scaler(checked, *plan.scaler)
-
-
-def _read_csv_at(plan: SourcePlan, a: int, b: int):
-    """Rows [a, b) of a plain CSV, parsed from the nearest stored offset at or before row a."""
-    import pandas as pd
-
-    assert plan.path is not None and plan.row_offsets is not None
-    j = a // OFFSET_STRIDE
-    with open_binary(plan.path) as f:
-        f.seek(int(plan.row_offsets[j]))
-        try:
-            return pd.read_csv(f, header=None, names=plan.columns, usecols=plan.feature_columns,
-                               skiprows=a - j * OFFSET_STRIDE, nrows=b - a)  # fmt: skip
-        except pd.errors.ParserError as why:  # a quoted file's fields are not counted ahead
-            # pandas counts lines from the offset: its line 1 is data row j * STRIDE.
-            found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(why))
-            if found is None:
-                raise FairpipeInputError(NOT_CSV.format(where=plan.where,
-                                                        why=_first_line(why))) from None  # fmt: skip
-            expected, line, got = map(int, found.groups())
-            raise FairpipeInputError(FIELD_COUNT.format(
-                line=j * OFFSET_STRIDE + CSV_FIRST_LINE - 1 + line, where=plan.where, got=got,
-                n=expected)) from None  # fmt: skip
-
-
-def _gaussian_rows(plan: SourcePlan, a: int, b: int, part: int) -> np.ndarray:
-    """Rows [a, b) of the ``gaussian`` source: its points (``part`` 0) or groups (1), generated
-    block by block (a row's values do not depend on the range asked for)."""
-    p = plan.params
-    blocks = range(a // loaders.GAUSSIAN_BLOCK, (b - 1) // loaders.GAUSSIAN_BLOCK + 1)
-    if part == 1:  # the groups only: no points generated
-        parts = [loaders.gaussian_block_groups(p["seed"], blk, p["n"], p["clusters"], p["groups"])
-                 for blk in blocks]  # fmt: skip
-    else:
-        parts = [
-            loaders.gaussian_block(p["seed"], blk, p["n"], p["d"], p["clusters"], p["groups"])[0]
-            for blk in blocks
-        ]
-    first = blocks[0] * loaders.GAUSSIAN_BLOCK
-    return np.concatenate(parts)[a - first : b - first]
-
-
-def source_groups(plan: SourcePlan, a: int, b: int) -> np.ndarray:
-    """Group codes of rows [a, b) (all 0 when the source has no groups)."""
-    if plan.kind == "gaussian":
-        return _gaussian_rows(plan, a, b, 1)
-    if plan.groups is None:
-        return np.zeros(b - a, dtype=np.int32)
-    return plan.groups[a:b]
-
-
-def read_source_sample(plan: SourcePlan, rows: np.ndarray, step: int = 65536) -> np.ndarray:
-    """The validated rows ``rows`` (sorted positions) of the source. A ``.npy`` file gives just
-    those rows, and a plain CSV just their lines (found from the stored line offsets, parsed
-    alone: the source's bytes are parsed once, by the chunk jobs); any other source, or a
-    sample holding a bad value (whose error must name its row), is read ``step`` rows at a time
-    (memory bounded by the step, not by the source)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    quick = _sample_rows(plan, rows) if rows.size else None
-    if quick is not None:
-        return quick
-    parts = []
-    for a in range(0, plan.n, step):
-        mine = rows[(rows >= a) & (rows < a + step)]
-        if mine.size:
-            parts.append(read_source_rows(plan, a, min(a + step, plan.n))[mine - a])
-    if not parts:
-        return np.zeros((0, plan.d), dtype=np.float32)
-    return np.concatenate(parts)
-
-
-def _sample_rows(plan: SourcePlan, rows: np.ndarray) -> np.ndarray | None:
-    """:func:`read_source_sample`'s rows read alone (``.npy``, plain CSV), or None where they
-    cannot be (or hold anything but finite numbers: the full read then names the row)."""
-    try:
-        if plan.kind == "npy" and plan.path is not None:
-            X = np.load(plan.path, mmap_mode="r", allow_pickle=False)
-            if X.ndim != 2 or X.dtype.kind not in "biuf":
-                return None
-            X = np.asarray(X[rows])
-        elif plan.row_offsets is not None and plan.path is not None:
-            X = _csv_lines(plan, rows)
-            if X is None:
-                return None
-        else:
-            return None
-        if X.shape != (rows.size, plan.d) or not np.isfinite(X).all():  # bool, ints: finite
-            return None
-        checked = check_points(X, where=plan.where, n_features=plan.d)
-        return checked if plan.scaler is None else apply_scaler(checked, *plan.scaler)
-    except (FairpipeInputError, ValueError, TypeError, OSError):
-        return None
-
-
-def _csv_lines(plan: SourcePlan, rows: np.ndarray) -> np.ndarray | None:
-    """The feature values (float64) of data rows ``rows`` of a plain CSV: each stride of rows
-    holding one is read as bytes from its stored offset and split into lines; only the wanted
-    lines are parsed. None if a line is missing or a value is not a number."""
-    import io
-
-    import pandas as pd
-
-    assert plan.path is not None and plan.row_offsets is not None
-    offsets = plan.row_offsets
-    lines: list[bytes] = []
-    with open_binary(plan.path) as f:
-        for j in np.unique(rows // OFFSET_STRIDE).tolist():
-            if j >= offsets.shape[0]:
-                return None
-            f.seek(int(offsets[j]))
-            size = int(offsets[j + 1] - offsets[j]) if j + 1 < offsets.shape[0] else -1
-            block = f.read(size).split(b"\n")
-            for r in (rows[rows // OFFSET_STRIDE == j] - j * OFFSET_STRIDE).tolist():
-                if r >= len(block) or not block[r].strip():
-                    return None
-                lines.append(block[r].rstrip(b"\r"))
-    frame = pd.read_csv(io.BytesIO(b"\n".join(lines)), header=None, names=plan.columns,
-                        usecols=plan.feature_columns)  # fmt: skip
-    if len(frame) != rows.size:
-        return None
-    for col in plan.feature_columns:
-        if not pd.api.types.is_numeric_dtype(frame[col].dtype):
-            return None
-    return frame.to_numpy(dtype=np.float64)  # as read_source_rows
-
-
-def remap_groups(plan: SourcePlan, existing: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Group codes of every row of the source in the numbering of ``existing`` group names (new
-    names appended), and the names after it."""
-    names = list(existing)
-    lookup = {nm: i for i, nm in enumerate(names)}
-    for nm in plan.group_names:
-        if nm not in lookup:
-            lookup[nm] = len(names)
-            names.append(nm)
-    remap = np.array([lookup[nm] for nm in plan.group_names] or [0], dtype=np.int32)
-    if not plan.group_names:
-        return np.zeros(plan.n, np.int32), names
-    return remap[source_groups(plan, 0, plan.n)].astype(np.int32), names

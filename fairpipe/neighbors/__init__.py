@@ -30,12 +30,7 @@ from fairpipe.neighbors._degree_sampling import (
     PATHS,
     SAMPLERS,
     QueryStats,
-    degree_of,
-    neighbourhood,
     sample_query,
-    sq_distances,
-    unique_ints,
-    unique_inverse_ints,
 )
 from fairpipe.neighbors._evaluation import (
     EVALUATED_SAMPLERS,
@@ -74,6 +69,13 @@ from fairpipe.neighbors._parameters import (
     choose_lsh_parameters,
     collision_probability,
     lsh_recall,
+)
+from fairpipe.neighbors._query_buckets import (
+    degree_of,
+    neighbourhood,
+    sq_distances,
+    unique_ints,
+    unique_inverse_ints,
 )
 from fairpipe.neighbors._rank_sampling import RankState
 from fairpipe.neighbors._segments import (

@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 from fairpipe.hashing import stable_hash
-from fairpipe.neighbors._degree_sampling import squared
 from fairpipe.neighbors._fair_nn import FairNN
+from fairpipe.neighbors._query_buckets import squared
 
 
 def tv_to_uniform(samples: np.ndarray, support: np.ndarray) -> float:

@@ -40,10 +40,10 @@ from fairpipe.neighbors._degree_sampling import (
     SAMPLERS,
     SHORT_EMPTY,
     QueryStats,
-    neighbourhood,
     sample_query,
 )
 from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, LSHParameters
+from fairpipe.neighbors._query_buckets import neighbourhood
 from fairpipe.neighbors._rank_sampling import RankState
 from fairpipe.validation import check_points, check_points_and_ids
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fairpipe.errors import FairpipeInputError
-from flows import runtime
+from flows import task_runner
 from flows.cli import app
 
 runner = CliRunner()
@@ -153,7 +153,7 @@ def test_a_callable_that_gives_no_cluster_is_one_line_exit_2(tls_cluster, tmp_pa
 def test_an_address_and_a_callable_exclude_each_other(tls_cluster):
     cluster, _ = tls_cluster
     with pytest.raises(FairpipeInputError, match="not both"):
-        runtime.run_flow(None, dask_address=cluster.scheduler_address,
+        task_runner.run_flow(None, dask_address=cluster.scheduler_address,
                          dask_cluster="tls_factory:client")  # fmt: skip
 
 
@@ -163,7 +163,7 @@ def test_a_deployment_names_its_callable_in_fairpipe_dask_cluster(tls_cluster, m
     cluster, _ = tls_cluster
     monkeypatch.delenv("FAIRPIPE_DASK_ADDRESS", raising=False)
     monkeypatch.setenv("FAIRPIPE_DASK_CLUSTER", "tls_factory:client")
-    made = runtime.default_task_runner()
+    made = task_runner.default_task_runner()
     with made:
         client = made.dask_client
         assert client.scheduler.address == cluster.scheduler_address

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from flows import prefect_server as _server
-from flows.runtime import prefect_api
+from flows.prefect_api import prefect_api
 
 
 def healthy(url: str) -> bool:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from storage import open_store
-from storage.index import unscale_points
+from storage.rows import unscale_points
 
 runner = CliRunner()
 

@@ -158,10 +158,11 @@ def test_a_width_sample_reads_only_its_rows_and_equals_the_full_read(tmp_path, m
     plain CSV (its lines found from the stored offsets; CRLF line ends, an id and a group
     column between the features, quoted values), the same values as reading the source in
     steps; a bad value in a sampled row is still reported with its row in the source."""
-    import fairpipe.datasets._sources as sources
+    import fairpipe.datasets._csv_scan as csv_scan
+    import fairpipe.datasets._source_rows as source_rows
     from fairpipe.datasets import plan_source, read_source_sample
 
-    monkeypatch.setattr(sources, "OFFSET_STRIDE", 64)  # several strides in a small file
+    monkeypatch.setattr(csv_scan, "OFFSET_STRIDE", 64)  # several strides in a small file
     rng = np.random.default_rng(3)
     X = rng.normal(size=(1000, 3)) * 1e3
     lines = ["a,id,b,g,c"] + [f'{x[0]!r},{i},"{x[1]!r}",g{i % 3},{x[2]:.9g}'
@@ -171,10 +172,10 @@ def test_a_width_sample_reads_only_its_rows_and_equals_the_full_read(tmp_path, m
     rows = np.sort(rng.choice(1000, size=150, replace=False))
     for name, kw in [("t.csv", dict(id_column="id", group_column="g")), ("t.npy", {})]:
         plan = plan_source(str(tmp_path / name), **kw)
-        assert sources._sample_rows(plan, rows) is not None, name  # the rows alone
+        assert source_rows._sample_rows(plan, rows) is not None, name  # the rows alone
         got = read_source_sample(plan, rows)
         with monkeypatch.context() as m:
-            m.setattr(sources, "_sample_rows", lambda *a: None)
+            m.setattr(source_rows, "_sample_rows", lambda *a: None)
             want = read_source_sample(plan, rows, step=100)
         assert got.dtype == np.float32 and np.array_equal(got, want), name
     bad = 1 + int(rows[7])  # its line (after the header), counted from 0
@@ -190,10 +191,10 @@ def test_a_csv_is_read_by_position_or_refused_naming_the_line(tmp_path, monkeypa
     trailing empty lines and no final line end; an empty (or blank) line before the last row,
     which pandas would skip (shifting every later row onto the line above), and a quoted field
     holding a line break are refused naming what is wrong."""
-    import fairpipe.datasets._sources as sources
+    import fairpipe.datasets._csv_scan as csv_scan
     from fairpipe.datasets import plan_source, read_source_rows
 
-    monkeypatch.setattr(sources, "OFFSET_STRIDE", 8)
+    monkeypatch.setattr(csv_scan, "OFFSET_STRIDE", 8)
     rows = [f"{i},{i}.5" for i in range(100)]
     for text in ("a,b\n" + "\n".join(rows) + "\n", "a,b\n" + "\n".join(rows),
                  "a,b\r\n" + "\r\n".join(rows) + "\r\n\r\n\n  \n"):  # fmt: skip

@@ -14,7 +14,8 @@ from flows.ingest import IngestOptions, run_ingest
 from flows.predict import predict_store
 from flows.sample import load_sampler
 from storage.erasure import set_retention
-from storage.index import load_lsh, read_segments
+from storage.index import read_segments
+from storage.layers import load_lsh
 from storage.lock import StoreBusyError, WriterLock, lock_path_for
 from storage.models import read_model
 from storage.store import FairpipeStore

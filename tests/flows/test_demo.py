@@ -1,7 +1,8 @@
 """The demo end to end: ingest, fair sampling, fit, summarize, forget (what `make demo` runs)."""
 
 from flows.demo import run_demo
-from storage.store import FairpipeStore, read_array
+from storage.arrays import read_array
+from storage.store import FairpipeStore
 
 
 def test_demo_forgets_people_who_were_being_sampled(prefect_server, tmp_path):

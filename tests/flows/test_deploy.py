@@ -184,7 +184,7 @@ def stored_objects(url) -> dict[str, bytes]:
     receipts and the lineage log aside: they hold times), by key."""
     from zarr.buffer import default_buffer_prototype
 
-    from storage.store import on_zarr_loop
+    from storage.chunks import on_zarr_loop
 
     store = FairpipeStore.open(str(url)).readonly_session().store
 

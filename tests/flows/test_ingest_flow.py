@@ -11,7 +11,8 @@ from fairpipe import FairpipeInputError
 from flows.ingest import IngestOptions, run_ingest
 from flows.sample import load_sampler, sample_store
 from storage import NotAStoreError, StoreBusyError, open_store
-from storage.index import STAGING_MARK, index_entries, read_segments
+from storage.index import index_entries, read_segments
+from storage.staging import STAGING_MARK
 
 ARRAYS = (
     "points",
@@ -215,8 +216,9 @@ def test_id_ranges_follow_appends_and_find_ids_from_the_chunks_that_may_hold_the
     chunk; finding a few ids reads only the chunks whose range may hold them; an append whose
     id clashes with an old chunk or the shared partial chunk is refused naming it; ranges
     written by a version that did not keep them (their ``rows`` behind ``n``) are not used."""
-    from storage.index import ID_RANGES, StoredIds
-    from storage.store import FairpipeStore, read_array
+    from storage.arrays import read_array
+    from storage.rows import ID_RANGES, StoredIds
+    from storage.store import FairpipeStore
 
     rng = np.random.default_rng(5)
     ids = 10_000 + rng.permutation(100_000)[:1310]  # unsorted: wide ranges
@@ -263,7 +265,7 @@ def test_kept_group_counts_are_not_used_once_another_version_wrote():
     """``live_per_group`` holds the ``n`` it was kept at: an older version's append moves ``n``
     (even when its earlier forget made the counts sum to ``n_alive`` again), and its forget
     makes them disagree with ``n_alive``: either way the groups are counted again."""
-    from storage.index import counts_of
+    from storage.rows import counts_of
 
     attrs = {"n": 20, "n_alive": 20, "live_per_group": {"rows": 20, "counts": [10, 10]}}
     assert counts_of(attrs).tolist() == [10, 10]

@@ -23,12 +23,14 @@ from flows.forget import ForgetOptions, run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.status import store_status
 from flows.summarize import SummarizeOptions, run_summarize
+from storage.arrays import open_group, read_array
 from storage.index import index_entries
 from storage.models import read_model
 from storage.queue import pending
 from storage.reader import open_reader
-from storage.store import FairpipeStore, open_group, read_array, write_rows
+from storage.store import FairpipeStore
 from storage.summary import has_summary
+from storage.writes import write_rows
 
 NAMES = np.array(["a", "b", "c"])
 THREADS = dict(n_workers=1, processes=False)
@@ -115,7 +117,7 @@ def assert_kept_figures(path):
     """What a store keeps to avoid reading every row: the live rows per group (the root's
     ``live_per_group``) equal a count of every row, and each chunk of ids' ``id_ranges`` its
     smallest and largest id."""
-    from storage.index import ID_RANGES, counts_of, live_group_counts
+    from storage.rows import ID_RANGES, counts_of, live_group_counts
 
     st_ = FairpipeStore.open(str(path))
     s = st_.readonly_session()
@@ -323,11 +325,12 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
     import fairpipe.neighbors._segments as segments
     import flows.forget
     import flows.ingest
-    import storage.index
+    import storage.layers
+    import storage.segments
 
     monkeypatch.setattr(segments, "TARGET_SEGMENT_ROWS", 16)
-    monkeypatch.setattr(storage.index, "READ_AHEAD_ENTRIES", 20)
-    monkeypatch.setattr(storage.index, "DELTA_SHARE", 8)
+    monkeypatch.setattr(storage.segments, "READ_AHEAD_ENTRIES", 20)
+    monkeypatch.setattr(storage.layers, "DELTA_SHARE", 8)
     monkeypatch.setattr(flows.ingest, "FLOW_THREADS", 3)
     if jobs:
         monkeypatch.setattr(flows.ingest, "LOCAL_ROWS", 0)
@@ -371,14 +374,14 @@ def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, 
     """A store written before the delta layers (one delta named ``delta``, attributes
     ``delta_bits``/``delta_start``): queries read it, a forget reaches its rows, and the next
     append merges it into a layer (its arrays dropped); every state equals a fresh build."""
-    from storage.index import (
+    from storage.layers import layer_arrays
+    from storage.segments import (
         create_index,
         drop_arrays,
-        layer_arrays,
         write_bucket_counts,
         write_segment_lengths,
     )
-    from storage.store import write_block
+    from storage.writes import write_block
 
     X, ids, labels = pool()
     store = tmp_path / "store"

@@ -15,7 +15,7 @@ from fairpipe.errors import FairpipeInputError
 from flows.backfill import BackfillOptions, backfill_flow
 from flows.forget import ForgetOptions, forget_flow
 from flows.private import Private, RedactedError, conceal, flow, reveal, task
-from flows.runtime import _concealed
+from flows.task_runner import _concealed
 
 AN_ID = 918_273_645
 
@@ -127,7 +127,7 @@ def unnamed_probe(k: int) -> str:
 
 
 def test_flow_runs_are_named_after_the_command_and_the_store(prefect_server):
-    from flows.runtime import run_flow
+    from flows.task_runner import run_flow
 
     assert run_flow(named_probe, "/data/stores/people/", [AN_ID], processes=False) == "probe people"
     assert run_flow(named_probe, "s3://bucket/prefix/people") == "probe people"

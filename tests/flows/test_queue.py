@@ -20,10 +20,11 @@ from flows.backfill import BackfillOptions, run_backfill
 from flows.cli import app
 from flows.forget import ForgetOptions, _apply_batch, run_forget
 from flows.ingest import IngestOptions, run_ingest
+from storage.arrays import read_array
 from storage.erasure import files_holding, row_needles
 from storage.queue import ABANDONED_AFTER_SECONDS, file_request, pending, read_request
 from storage.receipts import read_receipts
-from storage.store import FairpipeStore, read_array
+from storage.store import FairpipeStore
 
 THREADS = dict(n_workers=1, processes=False)
 runner = CliRunner()

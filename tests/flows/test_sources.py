@@ -402,11 +402,11 @@ def test_a_url_the_workers_cannot_read_names_the_url_and_the_worker(
 ):
     """Read by the client (planned), refused to the workers (their credentials, their network):
     bad input naming both, and nothing left in the new store's place."""
-    import fairpipe.datasets._sources as sources
+    import fairpipe.datasets._source_io as source_io
     from fairpipe.datasets._remote import UrlUnreadable
     from fairpipe.errors import FairpipeInputError
 
-    opened = sources.open_url
+    opened = source_io.open_url
 
     def refused_on_workers(url, size=None):
         from distributed import get_worker
@@ -417,7 +417,7 @@ def test_a_url_the_workers_cannot_read_names_the_url_and_the_worker(
             return opened(url, size)
         raise UrlUnreadable(f"access denied to {worker.address}")
 
-    monkeypatch.setattr(sources, "open_url", refused_on_workers)
+    monkeypatch.setattr(source_io, "open_url", refused_on_workers)
     url = f"{in_bucket}/{source}"
     message = rf"Source {url} cannot be read on the worker inproc://\S+ \(access denied"
     with pytest.raises(FairpipeInputError, match=message):

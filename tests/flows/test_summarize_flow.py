@@ -12,7 +12,8 @@ from flows.cli import app
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.summarize import SummarizeOptions, run_summarize
-from storage.store import FairpipeStore, read_array
+from storage.arrays import read_array
+from storage.store import FairpipeStore
 
 NAMES = ["a", "b", "c", "rare"]
 TREE = dict(fanout=4, height=2, eval_size=300, seed=2)  # the flow's options

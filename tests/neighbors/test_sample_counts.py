@@ -6,6 +6,7 @@ import pytest
 from scipy import stats
 
 import fairpipe.neighbors._degree_sampling as kernel
+import fairpipe.neighbors._query_buckets as buckets
 from fairpipe import FairNN, FairpipeInputError
 from fairpipe.neighbors import chi_square_uniform
 from tests.conftest import skewed_points
@@ -110,8 +111,8 @@ def test_the_acceptance_rate_the_limit_is_set_from_is_the_measured_one(shell, sa
     the flattened buckets that are accepted: within 5 standard errors (false-failure rate
     below 1e-6)."""
     X, nn = shell
-    qb = kernel.query_buckets(nn.index_, nn.point_buckets_[0])
-    flat = kernel._flatten(nn.index_, qb, nn.points_, X[0], "exact", 4.0, 1.0)
+    qb = buckets.query_buckets(nn.index_, nn.point_buckets_[0])
+    flat = buckets._flatten(nn.index_, qb, nn.points_, X[0], "exact", 4.0, 1.0)
     p = kernel.acceptance(flat, qb.buckets.shape[0], sampler, 0.01)
     assert 0 < p < 1
     n = 200_000
@@ -164,9 +165,9 @@ def test_distances_of_many_rows_are_those_of_the_plain_computation():
     the whole gather's, bit for bit (which side of r a row falls on cannot change)."""
     rng = np.random.default_rng(0)
     X = (rng.normal(size=(30_000, 24)) * 10).astype(np.float32)
-    rows = rng.choice(30_000, 3 * kernel.DISTANCE_BLOCK + 17)
+    rows = rng.choice(30_000, 3 * buckets.DISTANCE_BLOCK + 17)
     for q in (X[3] + np.float32(0.5), X[3].astype(np.float64) + 0.5):
         diff = X[rows] - q
         want = np.einsum("ij,ij->i", diff, diff)
-        got = kernel.sq_distances(X, rows, q, ())
+        got = buckets.sq_distances(X, rows, q, ())
         assert got.dtype == want.dtype and np.array_equal(got, want)

@@ -191,7 +191,7 @@ def test_flat_and_lazy_paths_are_both_uniform_on_the_neighbourhood(skewed, sampl
 
 
 def test_flat_degree_equals_the_key_comparison_degree(skewed):
-    from fairpipe.neighbors._degree_sampling import _flatten, degree_of, query_buckets
+    from fairpipe.neighbors._query_buckets import _flatten, degree_of, query_buckets
 
     X, nn = skewed
     qb = query_buckets(nn.index_, nn.point_buckets_[7])

@@ -121,11 +121,26 @@ def worker_environment(endpoint: str = "") -> dict[str, str]:
     return env
 
 
+def kept_under_tmp() -> list[str]:
+    """What a worker keeps of the client's /tmp: the code and the Python environment, when a
+    checkout lives there (a newcomer may clone under /tmp); nothing else of it."""
+    tmp = Path("/tmp").resolve()
+    kept = {CODE, Path(sys.prefix).resolve()}
+    return sorted(str(p.relative_to(tmp)) for p in kept if p.is_relative_to(tmp))
+
+
 def worker_command(scheduler: str, namespace: str, worker_ip: str, name: str) -> list[str]:
     """A ``dask worker`` in the namespace, in a mount namespace of its own: a tmpfs over /tmp
-    (the client's temporary and pytest's folders vanish), HOME and TMPDIR inside it."""
+    (the client's temporary and pytest's folders vanish; a checkout under /tmp is bound back,
+    as the code would be installed on another machine), HOME and TMPDIR inside it."""
+    keep = kept_under_tmp()
+    rebind = "".join(
+        f"mkdir -p '/tmp/{rel}'; mount --bind '/mnt/{rel}' '/tmp/{rel}'; " for rel in keep
+    )
+    hide = "mount --bind /tmp /mnt; " if keep else ""
+    release = "umount -l /mnt; " if keep else ""
     script = (
-        "set -e; mount -t tmpfs tmpfs /tmp; mkdir -p /tmp/home /tmp/tmp; "
+        f"set -e; {hide}mount -t tmpfs tmpfs /tmp; {rebind}{release}mkdir -p /tmp/home /tmp/tmp; "
         "export HOME=/tmp/home TMPDIR=/tmp/tmp; "
         f"exec {sys.executable} -m distributed.cli.dask_worker {scheduler} --nworkers 1 "
         f"--nthreads 1 --no-dashboard --host {worker_ip} --local-directory /tmp/tmp "

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import flows.runtime as runtime
+import flows.cluster as cluster
+import flows.task_runner as task_runner
 from fairpipe.errors import FairpipeInputError
 
 runner = CliRunner()
@@ -42,15 +43,15 @@ def candidates(tmp_path):
 )
 def test_a_malformed_scheduler_address_is_refused_at_once(address):
     with pytest.raises(FairpipeInputError, match="must be a Dask scheduler address such as"):
-        runtime.check_dask_address(address)
+        cluster.check_dask_address(address)
 
 
 def test_a_malformed_scheduler_address_is_one_line_before_anything_starts(candidates, monkeypatch):
     def never(*args, **kwargs):
         raise AssertionError("started for a malformed address")
 
-    monkeypatch.setattr(runtime, "probe_scheduler", never)
-    monkeypatch.setattr(runtime, "prefect_api", never)
+    monkeypatch.setattr(cluster, "probe_scheduler", never)
+    monkeypatch.setattr(task_runner, "prefect_api", never)
     line = one_line_error(invoke(*candidates, "--dask-address", "notanaddress"))
     assert "Got 'notanaddress' instead." in line
 
@@ -62,8 +63,8 @@ def test_an_unreachable_scheduler_is_one_line_within_its_time_out(candidates):
     # one that hangs, after CONNECT_SECONDS: the command's start and this stay within 10 s.
     t0 = time.perf_counter()
     with pytest.raises(FairpipeInputError, match="Connection refused"):
-        runtime.connect("tcp://127.0.0.1:9")
-    assert time.perf_counter() - t0 < 2 and runtime.CONNECT_SECONDS <= 5
+        cluster.connect("tcp://127.0.0.1:9")
+    assert time.perf_counter() - t0 < 2 and cluster.CONNECT_SECONDS <= 5
 
 
 def test_workers_of_another_fairpipe_version_are_refused_before_any_work(

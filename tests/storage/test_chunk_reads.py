@@ -1,4 +1,4 @@
-"""Direct chunk reads (storage.store.read_rows_at / read_many) against zarr's own reads of the
+"""Direct chunk reads (storage.arrays.read_rows_at / read_many) against zarr's own reads of the
 same arrays: every codec the direct path decodes, chunks never written, and the arrays it leaves
 to zarr."""
 
@@ -8,18 +8,13 @@ import numpy as np
 import pytest
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
-import storage.store as store_module
-from storage.store import (
-    FairpipeStore,
-    _plain_chunks,
-    checksummed,
-    open_array,
-    open_group,
-    read_many,
-    read_rows_at,
-)
+import storage.arrays as arrays_module
+import storage.writes as writes_module
+from storage.arrays import open_array, open_group, read_many, read_rows_at
+from storage.chunks import _plain_chunks, checksummed
+from storage.store import FairpipeStore
 
-fetch_chunks = store_module._fetch_chunks
+fetch_chunks = arrays_module._fetch_chunks
 
 PLAIN = {
     "none": None,
@@ -92,7 +87,7 @@ def test_unwritten_chunks_read_as_the_fill_value(session):
 def test_selections_equal_zarrs_reads(session, codec, monkeypatch):
     arr = open_array(session, f"z_{codec}")
     fetched = []
-    monkeypatch.setattr(store_module, "_fetch_chunks", lambda *a: fetched.append(a[2]) or
+    monkeypatch.setattr(arrays_module, "_fetch_chunks", lambda *a: fetched.append(a[2]) or
                         fetch_chunks(*a))  # fmt: skip
     inside = [(0, 0, slice(0, 64)), (3, 2, slice(130, 190)), (2, 1, slice(64, 65)),
               (1, 4, slice(256, 300)), (0, 2, 5)]  # fmt: skip
@@ -132,7 +127,7 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
     byte for byte."""
     from zarr.buffer import default_buffer_prototype
 
-    from storage.store import on_zarr_loop
+    from storage.chunks import on_zarr_loop
 
     store = FairpipeStore.open(str(tmp_path / "s"), create=True)
     s = store.repo.writable_session("main")
@@ -149,7 +144,7 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
     for block, at in ((first, (1, 0, 0)), (again, (1, 0, 0)), (first[:, :2, :100], (0, 3, 0))):
         region = tuple(slice(a, a + n) for a, n in zip(at, block.shape))
         open_array(s, "by_zarr", mode="r+")[region] = block
-        store_module.write_block(s, "direct", at, block)
+        writes_module.write_block(s, "direct", at, block)
         expected[region] = block
     proto = default_buffer_prototype()
 
@@ -173,7 +168,7 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
                           fill_value=np.nan, **kw)  # fmt: skip
         open_array(s, name, mode="r+")[:20] = 1.0
     open_array(s, "f_by_zarr", mode="r+")[:20] = values
-    store_module.write_rows(s, "f_direct", 0, values)
+    writes_module.write_rows(s, "f_direct", 0, values)
     f_zarr, f_direct = on_zarr_loop(objects("f_by_zarr")), on_zarr_loop(objects("f_direct"))
     assert f_zarr == f_direct and sorted(f_direct) == ["c/0/0"]
 
@@ -186,7 +181,7 @@ def test_rows_written_inside_chunks_leave_the_objects_zarr_writes(tmp_path, code
     holding only the fill value (deleted, as zarr does) and the rows beyond the array's end."""
     from zarr.buffer import default_buffer_prototype
 
-    from storage.store import on_zarr_loop
+    from storage.chunks import on_zarr_loop
 
     store = FairpipeStore.open(str(tmp_path / "s"), create=True)
     s = store.repo.writable_session("main")
@@ -200,8 +195,8 @@ def test_rows_written_inside_chunks_leave_the_objects_zarr_writes(tmp_path, code
         return {k.split("/", 1)[1]: (await s.store.get(k, proto)).to_bytes() for k in keys}
 
     direct_writes = []
-    real = store_module._write_rows_direct
-    monkeypatch.setattr(store_module, "_write_rows_direct",
+    real = writes_module._write_rows_direct
+    monkeypatch.setattr(writes_module, "_write_rows_direct",
                         lambda *a: direct_writes.append(1) or real(*a))  # fmt: skip
     kinds = {"i8": ((), "int64", 0), "f4": ((3,), "float32", 0.0), "b1": ((), "bool", False),
              "u1": ((5,), "uint8", 0)}  # fmt: skip
@@ -220,7 +215,7 @@ def test_rows_written_inside_chunks_leave_the_objects_zarr_writes(tmp_path, code
                 if how == "by_zarr":
                     arr[n : n + m] = block
                 else:
-                    store_module.write_rows(s, arr.path, n, block)
+                    writes_module.write_rows(s, arr.path, n, block)
             n += m
         by_zarr, direct = (
             on_zarr_loop(objects(f"by_zarr_{kind}")),
@@ -238,7 +233,7 @@ def test_rows_written_inside_chunks_leave_the_objects_zarr_writes(tmp_path, code
     "name", ["x_none", "x_blosc", "y_zstd", "y_gzip", "wide", "sharded", "x_none_crc", "y_zstd_crc"]
 )
 def test_rewriting_rows_changes_those_rows_and_writes_only_their_chunks(tmp_path, name):
-    # storage.store.rewrite_rows_at (what erasing rows uses): the edited rows change, every
+    # storage.writes.rewrite_rows_at (what erasing rows uses): the edited rows change, every
     # other value stays, the edge chunk (3 rows of a 100-row chunk) included, and only the
     # chunks holding a row become new objects (plainly encoded arrays; others go through zarr).
     store = FairpipeStore.open(str(tmp_path / "s"), create=True)
@@ -267,7 +262,7 @@ def test_rewriting_rows_changes_those_rows_and_writes_only_their_chunks(tmp_path
     def edit(chunk: np.ndarray, local: np.ndarray) -> None:
         chunk[local] = -1.0
 
-    store_module.rewrite_rows_at(s, name, rows, edit)
+    writes_module.rewrite_rows_at(s, name, rows, edit)
     values[rows] = -1.0
     assert np.array_equal(np.asarray(open_array(s, name)[...]), values)
     s.commit("edited")
@@ -277,18 +272,18 @@ def test_rewriting_rows_changes_those_rows_and_writes_only_their_chunks(tmp_path
         # the manifest instead of being a file)
         assert 2 <= len(new) <= 3
     with pytest.raises(IndexError, match=f"Row {shape[0]} is out of range"):
-        store_module.rewrite_rows_at(store.repo.writable_session("main"), name, [shape[0]], edit)
+        writes_module.rewrite_rows_at(store.repo.writable_session("main"), name, [shape[0]], edit)
 
 
 def test_zarrs_event_loop_runner_is_where_the_store_reaches_it():
-    """storage.store.on_zarr_loop is the one use of zarr's internal ``zarr.core.sync.sync``;
+    """storage.chunks.on_zarr_loop is the one use of zarr's internal ``zarr.core.sync.sync``;
     an upgrade that moves or changes it fails here, naming zarr."""
     import asyncio
     import threading
 
     import zarr
 
-    from storage.store import on_zarr_loop
+    from storage.chunks import on_zarr_loop
 
     async def where() -> tuple[str, int]:
         await asyncio.sleep(0)
@@ -298,7 +293,7 @@ def test_zarrs_event_loop_runner_is_where_the_store_reaches_it():
         thread, value = on_zarr_loop(where())
     except (ImportError, AttributeError, TypeError) as exc:
         pytest.fail(f"zarr {zarr.__version__} moved or changed zarr.core.sync.sync ({exc}): "
-                    "update storage.store.on_zarr_loop, the one place fairpipe runs zarr's loop")  # fmt: skip
+                    "update storage.chunks.on_zarr_loop, the one place fairpipe runs zarr's loop")  # fmt: skip
     assert value == 42 and thread != threading.main_thread().name, (
         f"zarr {zarr.__version__}: sync() no longer runs on zarr's own loop thread"
     )

@@ -18,9 +18,11 @@ from fairpipe import DCKMeans, FairNN, FairSummary, QKMeans
 from fairpipe.datasets import load_gaussian
 from flows.forget import run_forget
 from flows.predict import predict_store
-from storage.index import load_lsh, load_sampler
+from storage.arrays import read_array
+from storage.index import load_sampler
+from storage.layers import load_lsh
 from storage.models import read_model
-from storage.store import FairpipeStore, read_array
+from storage.store import FairpipeStore
 from storage.summary import summary_tree
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "format1"

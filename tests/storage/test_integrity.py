@@ -31,19 +31,11 @@ from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.summarize import SummarizeOptions, run_summarize
+from storage.arrays import open_array, read_array, read_arrays, read_many, read_rows_at
+from storage.chunks import CorruptChunkError, corrupt_chunk_error, on_zarr_loop
 from storage.integrity import add_checksums, has_checksum, store_arrays, verify_store
 from storage.light import open_light, plain_chunks
-from storage.store import (
-    CorruptChunkError,
-    FairpipeStore,
-    corrupt_chunk_error,
-    on_zarr_loop,
-    open_array,
-    read_array,
-    read_arrays,
-    read_many,
-    read_rows_at,
-)
+from storage.store import FairpipeStore
 
 THREADS = dict(n_workers=1, processes=False)
 FORMAT1 = Path(__file__).resolve().parents[1] / "data" / "format1"
@@ -337,8 +329,8 @@ def test_the_erasure_scan_reads_inside_a_checksummed_zstd_chunk():
     (the proof that erased rows are in no stored byte must look inside compressed chunks)."""
     from numcodecs import Zstd
 
+    from storage.chunks import crc32c_of
     from storage.erasure import holds
-    from storage.store import crc32c_of
 
     row = np.arange(7, dtype=np.float32).tobytes()
     frame = Zstd(level=0).encode(row * 50 + np.arange(300, dtype=np.float32).tobytes())

@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 
 import storage.manifests as manifests
+from storage.arrays import create_array, read_array
+from storage.chunks import on_zarr_loop
 from storage.damage import (
     DamagedMetadataError,
     DamagedStoreError,
@@ -32,11 +34,10 @@ from storage.manifests import (
     FIRST_SNAPSHOT,
     RECORD_KEY,
     array_problem,
-    check_snapshot,
-    history_problem,
     lineage_problem,
 )
-from storage.store import FairpipeStore, create_array, on_zarr_loop, read_array
+from storage.snapshot_checks import check_snapshot, history_problem
+from storage.store import FairpipeStore
 
 FORMAT1 = Path(__file__).resolve().parents[1] / "data" / "format1"
 MANIFEST_REPORT = (

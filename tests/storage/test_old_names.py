@@ -9,10 +9,11 @@ from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
 from flows.ingest import IngestOptions, run_ingest
 from flows.summarize import SummarizeOptions, run_summarize
+from storage.arrays import open_group
 from storage.models import model_params
 from storage.names import OLD_NAMES, renamed
 from storage.reader import open_reader
-from storage.store import FairpipeStore, open_group
+from storage.store import FairpipeStore
 from storage.summary import summary_tree
 
 THREADS = dict(n_workers=1, processes=False)

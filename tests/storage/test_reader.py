@@ -96,6 +96,7 @@ def test_many_samples_enumerate_what_fairnn_enumerates_and_short_queries_say_why
 def test_a_long_lived_reader_reads_each_chunk_once(store, monkeypatch):
     """Later queries are served from what earlier ones read (segments and rows): asking the
     same queries again reads nothing."""
+    import storage.candidates
     import storage.reader
 
     path, nn, _ = store
@@ -103,8 +104,8 @@ def test_a_long_lived_reader_reads_each_chunk_once(store, monkeypatch):
     kw = dict(radius=1.5, n_samples=10, seed=1, with_neighbourhood=True)
     first = reader.sample(query_rows=[0, 2700, 1500], **kw)
     fetched: list = []
-    fetch = storage.reader._fetch_chunks
-    monkeypatch.setattr(storage.reader, "_fetch_chunks",
+    fetch = storage.candidates._fetch_chunks
+    monkeypatch.setattr(storage.candidates, "_fetch_chunks",
                         lambda *a: (fetched.append(a[2]), fetch(*a)))  # fmt: skip
     monkeypatch.setattr(storage.reader, "read_checked_segments",
                         lambda *a: pytest.fail(f"read {a[1]}"))  # fmt: skip
@@ -198,8 +199,9 @@ def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
     values through the light view as through zarr on an Icechunk session; and a reader on
     each path draws the same samples with the same statistics."""
     import storage.reader
+    from storage.arrays import read_array, read_many, read_rows_at
     from storage.light import QUERY_ARRAYS, LightSession, delta_arrays, open_light
-    from storage.store import FairpipeStore, read_array, read_many, read_rows_at
+    from storage.store import FairpipeStore
 
     path, _, _ = store
     opened = open_light(path)
@@ -248,7 +250,7 @@ def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
 
 
 def _members(session, name: str) -> set[str]:
-    from storage.store import open_group
+    from storage.arrays import open_group
 
     group = open_group(session)
     parent = name.rsplit("/", 1)[0] if "/" in name else ""
@@ -292,8 +294,9 @@ def test_what_the_light_path_cannot_read_is_read_the_ordinary_way(store, tmp_pat
 
     from zarr.codecs import GzipCodec
 
+    from storage.arrays import read_array
     from storage.light import LightSession, open_light, plain_chunks
-    from storage.store import FairpipeStore, read_array
+    from storage.store import FairpipeStore
 
     meta = {"zarr_format": 3, "shape": [4], "data_type": "int32", "fill_value": 0,
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from storage.arrays import open_group, read_array
 from storage.lock import StoreBusyError
-from storage.store import FairpipeStore, open_group, read_array
+from storage.store import FairpipeStore
 
 
 def files_under(folder: Path) -> dict[str, int]:

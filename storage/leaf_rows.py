@@ -1,0 +1,55 @@
+"""Stored live rows read by leaf: a row chunk's live rows split by leaf group, the parts of a
+leaf group joined, the leaves a deletion batch reaches, and the rows of a few leaves read chunk
+by chunk in this process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairpipe.tree import leaf_of
+from storage.rows import read_live_rows
+
+
+def split_by_leaf_group(session, a: int, b: int, seed: int, n_leaves: int, edges: np.ndarray,
+                        rows=None) -> dict:  # fmt: skip
+    """Live rows of [a, b) (or only ``rows`` of it) split by leaf group:
+    {group: (X, ids, leaf, groups)}."""
+    X, ids, groups = read_live_rows(session, a, b, rows)
+    if ids.size == 0:
+        return {}
+    leaf = leaf_of(ids, seed, n_leaves)
+    group = np.searchsorted(edges, leaf, side="right") - 1
+    return {
+        int(g): (X[group == g], ids[group == g], leaf[group == g], groups[group == g])
+        for g in np.unique(group)
+    }
+
+
+def gather_parts(d: int, given) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One leaf group's parts from every chunk job, concatenated: (X, ids, leaf, groups)."""
+    parts = [p for p in given if p is not None]
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return np.zeros((0, d), np.float32), z, z, z.astype(np.int32)
+    return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))  # type: ignore[return-value]
+
+
+def reached_leaves(all_ids, alive_after, rows, seed: int, n_leaves: int):
+    """(the leaves holding the deleted ``rows`` (sorted), the live rows left in them): what a
+    deletion batch makes a tree recompute."""
+    leaf_all = leaf_of(all_ids, seed, n_leaves)
+    leaves = np.unique(leaf_all[rows])
+    return leaves, np.flatnonzero(alive_after & np.isin(leaf_all, leaves))
+
+
+def read_leaf_rows(session, rows: np.ndarray, chunk_rows: int, n_rows: int, seed: int,
+                   n_leaves: int, d: int):  # fmt: skip
+    """(X, ids, leaf, groups) of the stored ``rows`` read in this process, chunk by chunk: the
+    local twin of the shuffle, for a few leaves."""
+    parts = [
+        split_by_leaf_group(session, int(a), min(int(a) + chunk_rows, n_rows), seed, n_leaves,
+                            np.zeros(1, np.int64), rows).get(0)
+        for a in np.unique(rows // chunk_rows) * chunk_rows
+    ]  # fmt: skip
+    return gather_parts(d, parts)
