@@ -38,7 +38,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=6)
     a = ap.parse_args()
     from flows.forget import run_forget
-    from flows.ingest import IngestOptions, run_ingest
+    from flows.ingest import run_ingest
+    from flows.parameters import IngestOptions
     from flows.prefect_api import HEARTBEAT_VARIABLES, prefect_api
 
     HEARTBEAT = HEARTBEAT_VARIABLES[0]

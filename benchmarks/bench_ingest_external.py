@@ -51,7 +51,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from flows.ingest import IngestOptions, run_ingest
+    from flows.ingest import run_ingest
+    from flows.parameters import IngestOptions
     from flows.prefect_api import prefect_api
 
     options = IngestOptions(n_hashes=15, n_tables=100, bucket_width=40.0,  # numpy's k and L

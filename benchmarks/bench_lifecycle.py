@@ -52,7 +52,8 @@ def main() -> None:
     from flows.cluster import local_cluster_kwargs
     from flows.fit import FitOptions, run_fit
     from flows.forget import run_forget
-    from flows.ingest import IngestOptions, run_ingest
+    from flows.ingest import run_ingest
+    from flows.parameters import IngestOptions
     from flows.prefect_api import prefect_api
     from flows.summarize import SummarizeOptions, run_summarize
     from storage.arrays import read_array

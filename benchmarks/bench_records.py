@@ -219,7 +219,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     from flows.forget import ForgetOptions, run_forget
-    from flows.ingest import IngestOptions, run_ingest
+    from flows.ingest import run_ingest
+    from flows.parameters import IngestOptions
     from storage.integrity import verify_store
 
     reps = range(args.repeat)

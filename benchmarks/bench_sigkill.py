@@ -51,7 +51,8 @@ def build_base(base: Path, n: int, env: dict) -> None:
     """Ingest, fit and summarize in this process (threads: quicker than three commands)."""
     os.environ["PREFECT_HOME"] = env["PREFECT_HOME"]
     from flows.fit import FitOptions, run_fit
-    from flows.ingest import IngestOptions, run_ingest
+    from flows.ingest import run_ingest
+    from flows.parameters import IngestOptions
     from flows.prefect_api import prefect_api
     from flows.summarize import SummarizeOptions, run_summarize
 

@@ -14,8 +14,9 @@ import numpy as np
 from fairpipe.neighbors import evaluate_tv, hash_order, pick_queries, plot_tv
 from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
-from flows.ingest import IngestOptions, run_ingest
+from flows.ingest import run_ingest
 from flows.outputs import check_output_file
+from flows.parameters import IngestOptions
 from flows.sample import load_sampler
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.erasure import files_holding, row_needles

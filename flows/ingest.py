@@ -18,7 +18,7 @@ import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import InitVar, dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 from prefect.cache_policies import NO_CACHE
@@ -31,22 +31,20 @@ from fairpipe.datasets import (
     plan_source,
     read_source_rows,
     remap_groups,
-    resolve_scale,
     rows_plan,
 )
 from fairpipe.errors import (
-    FairpipeInputError,
     check_one_of,
     check_open_unit,
     check_positive_float,
     check_positive_int,
 )
 from fairpipe.neighbors import E2LSH, WIDTH_PER_RADIUS
+from flows.checks import check_append
 from flows.dask_map import cluster_running, dask_client, dask_map, gather
 from flows.jobs import index_job, ingest_chunk, raise_bad_input
-from flows.parameters import check_recall_options, new_store_parameters, scaled_plan
+from flows.parameters import IngestOptions, check_recall_options, new_store_parameters, scaled_plan
 from flows.private import flow, task
-from flows.renamed import take_old_names
 from flows.task_runner import default_task_runner, run_flow, start_cluster_early
 from flows.update import update_after_append
 from storage.formats import upgrade_format1
@@ -54,7 +52,6 @@ from storage.layers import MAIN, layer_arrays, layer_bits, load_lsh, plan_layers
 from storage.lineage import options_record, record
 from storage.lock import StoreBusyError
 from storage.rows import (
-    StoredIds,
     choose_chunk_rows,
     counts_of,
     create_layout,
@@ -79,31 +76,7 @@ from storage.segments import (
 )
 from storage.staging import Staging
 from storage.store import CREATED_MEANWHILE, FairpipeStore
-from storage.summary import has_summary
 
-DIM_MISMATCH = (
-    "{where} holds {got}-dimensional points; the store {url} holds {d}-dimensional points."
-)
-ID_CLASH = "Id {id} of {where} is already in the store {url}; ids must be unique."
-
-
-NO_GROUPS = (
-    "The store {url} has groups ({names}); {where} has none. Name its group labels with "
-    "--group-column (CSV, Parquet) or --groups-file (.npy)."
-)
-UNGROUPED_STORE = (
-    "{where} has groups ({names}); the store {url} has none, so its rows could not be told "
-    "apart. Ingest into a new store, or leave out --group-column / --groups-file."
-)
-NEW_GROUP_WITH_SUMMARY = (
-    "{where} brings the group(s) {new}, which the summary of the store {url} has no bounds for. "
-    "Append without them, or give every group bounds: ingest into a new store and summarize it."
-)
-APPEND_CONFLICT = (
-    "{flag} {given} contradicts the store {url}, built with {flag} {stored}. An append keeps "
-    "the store's settings: leave {flag} out, or ingest into a new store."
-)
-DEFAULTS = {"seed": 0, "scale": "auto"}
 # The ``lsh`` attribute's record of what the parameters promise (flows.parameters).
 TUNING = ("radius", "recall_target", "expected_recall", "expected_candidates")
 # A small append is done by the flow itself, without Dask jobs (a round of jobs costs about
@@ -127,53 +100,6 @@ LOCAL_CELLS_COLD = 1 << 24
 def append_here(rows: int, d: int) -> bool:
     """Whether the flow hashes and writes an append of ``rows`` x ``d`` itself (no Dask jobs)."""
     return rows <= LOCAL_ROWS or (rows * d <= LOCAL_CELLS_COLD and not cluster_running())
-
-
-@dataclass
-class IngestOptions:
-    """The ingest flow's parameters: E2LSH's own names (the command line's flags in
-    kebab-case). ``None`` means: the store's setting when appending, else the default (seed 0;
-    n_hashes, n_tables and bucket_width chosen for ``recall`` 0.95 at ``radius``, by default
-    the median nearest-neighbour distance of a sample:
-    :func:`flows.parameters.new_store_parameters`; about 16 MB of points per chunk; scale
-    ``auto``). An append given a setting that differs from the store's is refused."""
-
-    seed: int | None = None
-    group_column: str | None = None
-    id_column: str | None = None
-    groups_file: str | None = None
-    ids_file: str | None = None
-    n_hashes: int | None = None  # hash functions per table
-    n_tables: int | None = None
-    bucket_width: float | None = None
-    radius: float | None = None  # the query radius the parameters are chosen for
-    recall: float | None = None  # the target recall at the radius (default 0.95)
-    chunk_rows: int | None = None
-    # none | standard | robust, or auto: standard for a table (CSV, Parquet), none for a .npy
-    # matrix or a built-in data set (fairpipe.datasets.resolve_scale)
-    scale: str | None = None
-
-    def get(self, name: str):
-        value = getattr(self, name)
-        return DEFAULTS.get(name) if value is None else value
-
-    gaussian: dict = field(default_factory=dict)
-    lock_timeout: float = 0.0
-    # The caller found no store at the URL when it started (a command line meaning to create
-    # one): a store found there now was made by another command meanwhile, which is a busy
-    # store (exit 3), not one to append to.
-    new_store: bool = False
-    # The old names (flows.renamed), accepted for one release.
-    lsh_k: InitVar[int | None] = None
-    lsh_tables: InitVar[int | None] = None
-    lsh_width: InitVar[float | None] = None
-
-    def __post_init__(self, lsh_k, lsh_tables, lsh_width) -> None:
-        take_old_names(self, OLD_NAMES, {"lsh_k": lsh_k, "lsh_tables": lsh_tables,
-                                         "lsh_width": lsh_width})  # fmt: skip
-
-
-OLD_NAMES = {"lsh_k": "n_hashes", "lsh_tables": "n_tables", "lsh_width": "bucket_width"}
 
 
 # -- Prefect tasks --------------------------------------------------------------------------------
@@ -383,11 +309,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         appending = "n" in attrs
         base = int(attrs.get("n", 0))
         if appending:
-            if plan.d != attrs["d"]:
-                raise FairpipeInputError(
-                    DIM_MISMATCH.format(where=plan.where, got=plan.d, url=store.url, d=attrs["d"])
-                )
-            check_append_options(options, attrs, store.url, plan.kind)
+            check_append(plan, options, attrs, txn.session, store.url)
             plan = replace(plan, scaler=scaler_of(attrs))  # the store's, never refitted
             chunk_rows = int(attrs["chunk_rows"])
             lsh = load_lsh(txn.session, attrs)
@@ -400,17 +322,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         ):  # the embedded cluster starts while the flow checks, plans and writes the rows
             start_cluster_early()
         ids = plan.ids if plan.ids is not None else np.arange(base, base + plan.n, dtype=np.int64)
-        if appending:
-            # Stored ids are unique: a binary search of the new ones in the chunks of stored
-            # ids whose range may hold one (none for ids that continue the row numbers; a full
-            # read of 1M ids took 0.03 s, a set intersection 0.86 s)
-            clash = StoredIds(txn.session, base).rows(ids)[1]
-            if clash.any():
-                first = int(ids[np.argmax(clash)])  # the first in the source's order
-                raise FairpipeInputError(ID_CLASH.format(id=first, where=plan.where, url=store.url))
         stored_names = list(attrs.get("group_names", []))
-        if appending:
-            check_append_groups(plan, stored_names, store.url, has_summary(txn.session))
         codes, group_names = remap_groups(plan, stored_names)
         new_groups = group_names[len(stored_names) :] if appending else []
 
@@ -520,52 +432,6 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         "rows_per_second": rows_s,
         "timings": timings,
     }
-
-
-def check_append_options(options: IngestOptions, attrs: dict, url: str, kind: str = "") -> None:
-    """Refuse settings given for an append that differ from the store's (``kind``: the
-    source's, which resolves a ``scale`` of ``auto``)."""
-    stored = {
-        "--scale": scale_method(attrs),
-        "--seed": attrs["seed"],
-        "--n-hashes": attrs["lsh"]["n_hashes"],
-        "--n-tables": attrs["lsh"]["n_tables"],
-        "--bucket-width": attrs["lsh"]["bucket_width"],
-        "--radius": attrs["lsh"].get("radius", attrs.get("suggested_radius")),
-        "--recall": attrs["lsh"].get("recall_target"),
-        "--chunk-rows": attrs["chunk_rows"],
-    }
-    given = {
-        "--seed": options.seed,
-        "--n-hashes": options.n_hashes,
-        "--n-tables": options.n_tables,
-        "--bucket-width": options.bucket_width,
-        "--radius": options.radius,
-        "--recall": options.recall,
-        "--chunk-rows": options.chunk_rows,
-        "--scale": None if options.scale is None else resolve_scale(options.scale, kind),
-    }
-    for flag, value in given.items():
-        if value is not None and value != stored[flag]:
-            shown = "none" if stored[flag] is None else stored[flag]
-            raise FairpipeInputError(
-                APPEND_CONFLICT.format(flag=flag, given=value, url=url, stored=shown)
-            )
-
-
-def check_append_groups(plan: SourcePlan, stored: list[str], url: str, summary: bool) -> None:
-    """A source without groups into a grouped store (or the reverse) is refused; so is a new
-    group when the store has a summary (its bounds name every group)."""
-    if stored and not plan.group_names:
-        raise FairpipeInputError(NO_GROUPS.format(url=url, names=", ".join(stored),
-                                                  where=plan.where))  # fmt: skip
-    if plan.group_names and not stored:
-        raise FairpipeInputError(
-            UNGROUPED_STORE.format(where=plan.where, names=", ".join(plan.group_names), url=url)
-        )
-    new = [name for name in plan.group_names if name not in stored]
-    if new and summary:
-        raise FairpipeInputError(NEW_GROUP_WITH_SUMMARY.format(where=plan.where, new=new, url=url))
 
 
 def run_ingest(source: str, store_url: str, options: IngestOptions | None = None,

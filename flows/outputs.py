@@ -20,14 +20,20 @@ NOT_A_FILE = "{option} {path} is a folder; give a file name."
 NOT_A_FOLDER = "{option} {path} is a file; give a folder (it is made if its parent exists)."
 READ_ONLY = "{option} {path} is on a read-only filesystem; give a path on a writable one."
 NOT_WRITABLE = "{option} {path} cannot be written in {folder} (no permission); give another path."
+TABLE_KINDS = (".csv", ".parquet")  # the tables a command writes (rerank --out)
+BAD_KIND = "{option} must end in {kinds}. Got {path!r}."
 
 
-def check_output_file(path: str | os.PathLike, option: str) -> None:
+def check_output_file(path: str | os.PathLike, option: str, kinds: tuple[str, ...] = ()) -> None:
     """Raise a FairpipeInputError unless a file can be written at ``path`` (``option`` names it
-    in the message): its folder exists and is writable, and it is not a folder itself."""
+    in the message): its name ends in one of ``kinds`` (if given), its folder exists and is
+    writable, and it is not a folder itself."""
     p = Path(path)
     if p.is_dir():
         raise FairpipeInputError(NOT_A_FILE.format(option=option, path=p))
+    if kinds and not p.name.lower().endswith(kinds):
+        shown = " or ".join(kinds) if len(kinds) < 3 else ", ".join(kinds)
+        raise FairpipeInputError(BAD_KIND.format(option=option, kinds=shown, path=str(path)))
     _check_writable(p.parent, p, option)
 
 

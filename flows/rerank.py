@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 from prefect.cache_policies import NO_CACHE
 
-from fairpipe.errors import FairpipeInputError
 from fairpipe.ranking import (
     METRICS,
     CandidateLists,
@@ -37,11 +36,10 @@ from fairpipe.ranking import (
     rerank_lists,
 )
 from flows.dask_map import on_cluster
-from flows.outputs import check_output_file
+from flows.outputs import TABLE_KINDS, check_output_file
 from flows.private import flow, task
 from flows.task_runner import default_task_runner, run_flow
 
-BAD_OUT = "--out must end in .csv or .parquet. Got {out!r}."
 LISTS_PER_TASK = 50_000
 LOCAL_LISTS = 200_000  # up to this many lists, the flow process re-ranks them itself
 PRECHECK_BYTES = 64 << 20  # smaller files are checked before the flow (and its cluster) starts
@@ -86,9 +84,7 @@ def rerank_flow(candidates: str, out: str, options: RerankOptions | None = None)
     o = options or RerankOptions()
     t_start = time.perf_counter()
     out_path = Path(out)
-    if not out_path.name.lower().endswith((".csv", ".parquet")):
-        raise FairpipeInputError(BAD_OUT.format(out=out))
-    check_output_file(out_path, "--out")
+    check_output_file(out_path, "--out", TABLE_KINDS)
     lists = prepare(candidates, o)
     t_read = time.perf_counter() - t_start
     n_lists = lists.list_ids.shape[0]

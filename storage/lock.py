@@ -14,10 +14,12 @@ longer names what it locked) and locks the path again.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -26,6 +28,9 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.jsontext import parse_json
 
 LOCK_NAME = ".fairpipe.lock"
+# Less free space than this, and no commit fits: it writes a snapshot, its manifests and at least
+# one chunk.
+MIN_FREE_BYTES = 1 << 20
 BUSY = (
     "Store {url} is being written by another process ({holder}); one committing writer per store "
     "at a time. Wait for it to finish, or pass a lock timeout to wait."
@@ -43,6 +48,29 @@ def lock_path_for(url: str, local_dir: Path | None) -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fairpipe" / "locks"
     cache.mkdir(parents=True, exist_ok=True)
     return cache / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".lock")
+
+
+def check_lock(path: Path, url: str, wait: bool = False) -> None:
+    """What a command asks before it starts its work on the local store at ``path`` (its
+    folder; a new store: its nearest existing folder), writing nothing: that another writer does
+    not hold its lock (StoreBusyError, unless the command will ``wait`` for it), and that it can
+    be written (an OSError as the filesystem would raise it: read-only, not permitted, or less
+    than MIN_FREE_BYTES free)."""
+    if path.is_dir() and (path / LOCK_NAME).exists():  # a store (its first writer notes itself)
+        try:
+            with WriterLock(path, url, timeout=0.0, note_holder=False):
+                pass
+        except StoreBusyError:
+            if not wait:
+                raise
+    where = path
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not os.access(where, os.W_OK):
+        code = errno.EROFS if os.statvfs(where).f_flag & os.ST_RDONLY else errno.EACCES
+        raise OSError(code, os.strerror(code), str(path))
+    if shutil.disk_usage(where).free < MIN_FREE_BYTES:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
 
 def _same_file(fd: int, path: Path) -> bool:

@@ -316,14 +316,19 @@ class Request:
 ID_TIME = "%Y%m%dT%H%M%S%fZ"  # a request id starts with its filing time, UTC
 
 
+def check_request_size(n_ids: int, reason: str) -> None:
+    """A request of ``n_ids`` ids for ``reason`` within what one request holds."""
+    if n_ids > MAX_REQUEST_IDS:
+        raise FairpipeInputError(TOO_MANY_IDS.format(limit=MAX_REQUEST_IDS, n=n_ids))
+    if len(reason) > MAX_REASON_CHARS:
+        raise FairpipeInputError(REASON_TOO_LONG.format(limit=MAX_REASON_CHARS, n=len(reason)))
+
+
 def new_request(ids: np.ndarray, reason: str = "", tag: str | None = None) -> Request:
     """A request filed now (not yet written anywhere); its id ends with ``tag`` (default: a
     random one), which lets a backfill find its own parts again."""
     ids = np.asarray(ids, dtype=np.int64)
-    if ids.size > MAX_REQUEST_IDS:
-        raise FairpipeInputError(TOO_MANY_IDS.format(limit=MAX_REQUEST_IDS, n=ids.size))
-    if len(reason) > MAX_REASON_CHARS:
-        raise FairpipeInputError(REASON_TOO_LONG.format(limit=MAX_REASON_CHARS, n=len(reason)))
+    check_request_size(ids.size, reason)
     now = datetime.now(UTC)
     rid = f"{now.strftime(ID_TIME)}-{tag or uuid.uuid4().hex[:8]}"
     assert REQUEST_ID.fullmatch(rid), rid

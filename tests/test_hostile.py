@@ -167,7 +167,8 @@ def test_an_ingest_interrupted_then_rerun_equals_one_never_interrupted(
 @pytest.fixture(scope="module")
 def queued(prefect_server, source, work) -> tuple[Path, list[bytes]]:
     """A fitted and summarized store with 12 deletion requests of 3 ids (some unknown) filed."""
-    from flows.ingest import IngestOptions, run_ingest
+    from flows.ingest import run_ingest
+    from flows.parameters import IngestOptions
 
     base = work / "queued"
     threads = dict(n_workers=1, processes=False)

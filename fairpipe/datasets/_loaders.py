@@ -36,7 +36,7 @@ class Dataset:
 
 
 def _open(path: str | Path):
-    path = _existing(path)
+    path = existing(path)
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
@@ -59,7 +59,8 @@ def _numbers(frame, columns: list, path, header: bool = True,
     return frame[columns].to_numpy(dtype=np.float64)
 
 
-def _existing(path: str | Path) -> Path:
+def existing(path: str | Path) -> Path:
+    """``path``, a named data set's file; an error naming it where there is none."""
     path = Path(path)
     if not path.exists():
         raise FairpipeInputError(f"Data file {str(path)!r} does not exist.")
@@ -132,7 +133,7 @@ def load_gaussian(
 def load_mnist_csv(path: str | Path) -> Dataset:
     """MNIST in CSV (784 pixel columns then the label; optional .gz), group = digit."""
 
-    frame = read_csv_table(_existing(path), header=None)
+    frame = read_csv_table(existing(path), header=None)
     if frame.shape[1] != 785:
         raise FairpipeInputError(
             f"{path}: an MNIST CSV has 785 columns (784 pixels and the label). Got {frame.shape[1]}."
@@ -207,7 +208,7 @@ def load_adult(path: str | Path, group: str = "sex") -> Dataset:
 
     if group not in ADULT_COLUMNS:
         raise FairpipeInputError(f"Adult has no column {group!r}; columns are {ADULT_COLUMNS}.")
-    frame = read_csv_table(_existing(path), header=None, names=ADULT_COLUMNS,
+    frame = read_csv_table(existing(path), header=None, names=ADULT_COLUMNS,
                            skipinitialspace=True, na_values="?", comment="|")  # fmt: skip
     _numbers(frame, ADULT_NUMERIC, path, header=False, comment="|")
     frame = frame.dropna().reset_index(drop=True)
@@ -239,7 +240,7 @@ def load_bank(path: str | Path) -> Dataset:
     """UCI Bank Marketing (bank-full.csv, ';' or ',' separated, optional .gz): the seven numeric
     columns, standardised, as points; six age groups (0-29, ..., 70+) as the group."""
 
-    frame = read_csv_table(_existing(path), sep=None, engine="python")
+    frame = read_csv_table(existing(path), sep=None, engine="python")
     missing = [c for c in BANK_NUMERIC if c not in frame.columns]
     if missing:
         raise FairpipeInputError(
@@ -254,7 +255,7 @@ def load_census_kdd(path: str | Path) -> Dataset:
     """UCI Census-Income (KDD) (no header, ', ' separated, optional .gz): seven numeric columns,
     standardised, as points; six age groups (0-29, ..., 70+) as the group."""
 
-    frame = read_csv_table(_existing(path), header=None, usecols=CENSUS_KDD_NUMERIC,
+    frame = read_csv_table(existing(path), header=None, usecols=CENSUS_KDD_NUMERIC,
                            skipinitialspace=True)  # fmt: skip
     X = _numbers(frame, CENSUS_KDD_NUMERIC, path, header=False)
     return _age_colours(X, frame[0].to_numpy(), "census-kdd")

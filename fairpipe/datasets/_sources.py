@@ -209,11 +209,14 @@ def plan_source(
 def check_source_options(source: str, group_column=None, id_column=None, groups_file=None,
                          ids_file=None) -> None:  # fmt: skip
     """Refuse (rather than ignore) an option that this kind of source does not use: columns of a
-    table for a .npy matrix, .npy files of ids and groups for a table, any for a built-in."""
+    table for a .npy matrix, .npy files of ids and groups for a table, any for a built-in; and
+    a named data set's file that is not there (``mnist:PATH``)."""
     table = {"--group-column": group_column, "--id-column": id_column}
     npy = {"--groups-file": groups_file, "--ids-file": ids_file}
     name, _, arg = source.partition(":")
     suffixes = "".join(Path(source).suffixes[-2:]).lower()
+    if name in NAMED_LOADERS and arg:
+        loaders.existing(arg)
     if source in BUILTINS or (name in NAMED_LOADERS and arg):
         where, what, unused = source, "a built-in data set", {**table, **npy}
     elif suffixes.endswith(".npy"):

@@ -208,7 +208,8 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
                 with errors_reported((name or fn.__name__).replace("_", "-"), flags, dict(kwargs)):
                     options = Shared(**{name: kwargs.pop(name) for name in shared})
                     merge_renamed(kwargs, old_flags, context)
-                    options = check_shared(options, name or fn.__name__, kwargs)
+                    options = check_shared(options, name or fn.__name__, kwargs,
+                                           writes=shared == (*WRITES_STORES, "verbose"))  # fmt: skip
                     if check is not None:
                         check(**kwargs)
                     if "dask_address" in shared:  # runs a flow: its Prefect server starts now,
@@ -268,15 +269,25 @@ def _flag(parameter: str) -> str:
     return "--" + parameter.replace("_", "-")
 
 
-def check_shared(options: Shared, name: str, own: Mapping[str, Any]) -> Shared:
+def check_shared(
+    options: Shared, name: str, own: Mapping[str, Any], writes: bool = False
+) -> Shared:
     """The shared options' values, and a ``--store`` given, checked before anything starts;
-    ``options`` with :attr:`Shared.store_absent` noted."""
+    ``options`` with :attr:`Shared.store_absent` noted. A command that ``writes`` a local store
+    takes its writer lock for a moment: a store it cannot write, or (waiting for no other
+    writer: ``--lock-timeout 0``) one another writer holds, is refused now."""
     owner = owner_of(name)
     check_workers(options.workers, owner)
     check_lock_timeout(options.lock_timeout, owner)
     check_file_kinds(own)
     if isinstance(own.get("store"), str):
         folder = check_store(own["store"], owner)
+        if writes and folder is not None:
+            from storage.lock import check_lock  # (start-up time: storage loads on first use)
+
+            # A forget told to keep its request (--unapplied keep) files it on a busy store too.
+            wait = options.lock_timeout > 0 or own.get("unapplied") == "keep"
+            check_lock(folder, own["store"], wait=wait)
         if folder is not None and not folder.exists():
             return dataclasses.replace(options, store_absent=True)
     return options
@@ -326,7 +337,8 @@ def errors_reported(
             one_line = " ".join(str(bad).split("\n"))
             message, code = _with_flags(one_line, parameter_flags), _exit_code_of(bad)
             if code == STORE_BUSY and "lock_timeout" in parameters and "lock timeout" in message:
-                message += " (option --lock-timeout)"  # it says "pass a lock timeout to wait"
+                # it says "pass a lock timeout to wait."
+                message = message.removesuffix(".") + " (option --lock-timeout)."
             print_error(_told(message, exc))
             raise typer.Exit(code) from None
         environment = environment_error(exc, parameters)

@@ -63,8 +63,14 @@ def _check(**o) -> None:
     given = (o["ids"] is not None) + (o["ids_file"] is not None)
     if given > 1:
         raise FairpipeInputError(ONE_SOURCE)
-    # The store, and the ids against it (a list of people to forget is small: read twice).
-    check_forget(o["store"], read_ids(text=o["ids"], path=o["ids_file"]) if given else None)
+    # The request's size, the store, and the ids against it (a list of people to forget is
+    # small: read twice).
+    ids = read_ids(text=o["ids"], path=o["ids_file"]) if given else None
+    if ids is not None:
+        from storage.queue import check_request_size
+
+        check_request_size(len(ids), o["reason"])
+    check_forget(o["store"], ids)
 
 
 @command(shared=WRITES_STORES, render=_render, check=_check)

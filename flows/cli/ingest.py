@@ -86,29 +86,28 @@ def _check(**o) -> None:
 
     check_source_options(o["source"], o["group_column"], o["id_column"], o["groups_file"],
                          o["ids_file"])  # fmt: skip
+    from flows.checks import check_ingest
+
+    options = ingest_options(o)
+    check_ingest(o["store"], None, options)  # what --store names, before the source is read
     source = Path(o["source"])
     name = o["source"].partition(":")[0]
     if o["source"] == "gaussian":  # its sizes, for a new store or an append
         from fairpipe.datasets import check_gaussian_sizes
 
-        check_gaussian_sizes({"n": o["gaussian_n"], "d": o["gaussian_d"],
-                              "clusters": o["gaussian_clusters"], "groups": o["gaussian_groups"]})  # fmt: skip
-    if name in ("digits", "gaussian", "mnist", "word2vec", "adult", "bank", "census-kdd"):
-        if o["source"] in ("digits", "gaussian") and _new_local_store(o["store"]):
-            # The generated and bundled data sets plan at once: the parameters' errors come
-            # before anything starts (the flow reuses the choice: flows.parameters).
-            from fairpipe.datasets import plan_source
-            from flows.parameters import new_store_parameters
+        check_gaussian_sizes(options.gaussian)
+    from fairpipe.datasets import plan_source
 
-            gaussian = {"n": o["gaussian_n"], "d": o["gaussian_d"],
-                        "clusters": o["gaussian_clusters"], "groups": o["gaussian_groups"]}  # fmt: skip
+    new_store = _new_local_store(o["store"])
+    if name in ("digits", "gaussian", "mnist", "word2vec", "adult", "bank", "census-kdd"):
+        if o["source"] in ("digits", "gaussian"):
+            # The generated and bundled data sets plan at once: a new store's parameters' errors
+            # and an append's come before anything starts (the flow reuses the choice:
+            # flows.parameters).
             plan = plan_source(o["source"], group_column=o["group_column"],
-                               id_column=o["id_column"], gaussian=gaussian,
+                               id_column=o["id_column"], gaussian=options.gaussian,
                                seed=o["seed"] or 0)  # fmt: skip
-            plan = _scaled(plan, o)
-            new_store_parameters(plan, plan.ids, o["seed"] or 0, n_hashes=o["n_hashes"],
-                                 n_tables=o["n_tables"], bucket_width=o["bucket_width"],
-                                 radius=o["radius"], recall=o["recall"])  # fmt: skip
+            _check_planned(plan, o, options, new_store)
         return  # the others: loaded by the flow
     from fairpipe.datasets import check_url_source, is_url
 
@@ -120,20 +119,45 @@ def _check(**o) -> None:
         size = sum(p.stat().st_size for p in source.iterdir() if p.is_file())
     if size > PLAN_AHEAD_BYTES and source.suffix.lower() != ".npy":
         return
-    from fairpipe.datasets import plan_source, read_source_rows
+    from fairpipe.datasets import read_source_rows
 
     plan = plan_source(o["source"], group_column=o["group_column"], id_column=o["id_column"],
                        groups_file=o["groups_file"], ids_file=o["ids_file"])  # fmt: skip
     if size <= CHECK_AHEAD_BYTES:
         read_source_rows(plan, 0, plan.n)
     check_projection_size(plan.d, o["n_hashes"] or 1, o["n_tables"] or 1)
-    if _new_local_store(o["store"]):  # the parameters' errors (the flow chooses them again)
+    _check_planned(plan, o, options, new_store)
+
+
+def _check_planned(plan, o: dict, options, new_store: bool) -> None:
+    """A planned source: a new store's parameters' errors (the flow chooses them again), or an
+    append's against the store."""
+    if new_store:
         from flows.parameters import new_store_parameters
 
         plan = _scaled(plan, o)
         new_store_parameters(plan, plan.ids, o["seed"] or 0, n_hashes=o["n_hashes"],
                              n_tables=o["n_tables"], bucket_width=o["bucket_width"],
                              radius=o["radius"], recall=o["recall"])  # fmt: skip
+    else:
+        from flows.checks import check_ingest
+
+        check_ingest(o["store"], plan, options)
+
+
+def ingest_options(o: dict, lock_timeout: float = 0.0, new_store: bool = False):
+    """The ingest flow's options (:class:`flows.parameters.IngestOptions`) from the command's."""
+    from flows.parameters import IngestOptions
+
+    gaussian = {"n": o["gaussian_n"], "d": o["gaussian_d"], "clusters": o["gaussian_clusters"],
+                "groups": o["gaussian_groups"]}  # fmt: skip
+    return IngestOptions(
+        seed=o["seed"], group_column=o["group_column"], id_column=o["id_column"],
+        groups_file=o["groups_file"], ids_file=o["ids_file"], n_hashes=o["n_hashes"],
+        n_tables=o["n_tables"], bucket_width=o["bucket_width"], radius=o["radius"],
+        recall=o["recall"], chunk_rows=o["chunk_rows"], scale=o["scale"], gaussian=gaussian,
+        lock_timeout=lock_timeout, new_store=new_store,
+    )  # fmt: skip
 
 
 def _scaled(plan, o: dict):
@@ -280,16 +304,9 @@ def ingest(
       fairpipe ingest digits --store digits.store
       fairpipe ingest gaussian --store gaussian.store --gaussian-n 5000 --recall 0.9
     """
-    from flows.ingest import IngestOptions, run_ingest
+    from flows.ingest import run_ingest
 
-    gaussian = {"n": gaussian_n, "d": gaussian_d, "clusters": gaussian_clusters,
-                "groups": gaussian_groups}  # fmt: skip
-    options = IngestOptions(
-        seed=seed, group_column=group_column, id_column=id_column, groups_file=groups_file,
-        ids_file=ids_file, n_hashes=n_hashes, n_tables=n_tables, bucket_width=bucket_width,
-        radius=radius, recall=recall, chunk_rows=chunk_rows, lock_timeout=shared.lock_timeout,
-        gaussian=gaussian, scale=scale, new_store=shared.store_absent,
-    )  # fmt: skip
+    options = ingest_options(locals(), shared.lock_timeout, shared.store_absent)
     result = run_ingest(source, store, options, **shared.cluster)
     for warning in result["warnings"]:
         diagnostics_console().print(f"warning: {warning}")

@@ -43,9 +43,9 @@ def _check(**o) -> None:
         check_table_ahead,
         load_desired_file,
     )
-    from flows.outputs import check_output_file
+    from flows.outputs import TABLE_KINDS, check_output_file
 
-    check_output_file(o["out"], "--out")  # (the flow checks it again)
+    check_output_file(o["out"], "--out", TABLE_KINDS)  # (the flow checks it again)
     if o["desired"] != "population":  # a small JSON file: read before anything starts
         load_desired_file(o["desired"])
     columns = candidate_columns(o["list_column"], o["score_column"], o["group_column"])

@@ -58,6 +58,11 @@ def data(tmp_path_factory) -> Path:
     (d / "ids_2_64.txt").write_text(f"5\n{2**64}\n")
     (d / "ids_neg.csv").write_text("id\n5\n-3\n")
     (d / "nan_share.json").write_text('{"0": NaN, "1": 1.0}')  # Python's json reads NaN
+    np.save(d / "d64.npy", rng.normal(size=(20, 64)))  # the digits store's dimension
+    np.save(d / "ids_0.npy", np.arange(20))  # ids the digits store holds
+    (d / "many_ids.txt").write_text("\n".join(map(str, range(1_000_001))) + "\n")
+    (d / "folder").mkdir()
+    (d / "folder" / "notes.txt").write_text("not a store\n")
     return d
 
 
@@ -159,6 +164,16 @@ CASES = [
     ("summarize --store {new} --k 3 --lower 0", r"There is no fairpipe store at"),
     ("backfill --store {new} --ids-file {d}/ids_neg.csv", r"There is no fairpipe store at"),
     ("backfill --store {store} --ids-file {d}/missing.txt", r"The ids file .*missing.txt does not exist\."),
+    # what --store names, and an append against the store, before anything starts
+    ("ingest {d}/good.npy --store {d}/folder", r"folder is not a fairpipe store \(the folder holds notes.txt\)\. Give an empty or new folder"),
+    ("ingest {d}/good.npy --store {d}/good.csv", r"good.csv is not a fairpipe store \(it is a file\)\."),
+    ("ingest {d}/good.npy --store {store}", r"good.npy holds 3-dimensional points; the store .* holds 64-dimensional points\."),
+    ("ingest digits --store {store} --seed 5", r"--seed 5 contradicts the store .*, built with --seed 3\. An append keeps the store's settings"),
+    ("ingest {d}/d64.npy --store {store} --ids-file {d}/ids_0.npy", r"Id 0 of d64.npy is already in the store .*; ids must be unique\."),
+    ("ingest mnist:{d}/nothing --store {new}", r"Data file '.*nothing' does not exist\."),
+    ("forget --store {store} --ids 3 --reason " + "r" * 10_001, r"A deletion request's reason holds at most 10,000 characters; got 10,001\.$"),
+    ("forget --store {store} --ids-file {d}/many_ids.txt", r"A deletion request holds at most 1,000,000 ids; got 1,000,001\. File a larger backlog with 'fairpipe backfill'"),
+    ("rerank {d}/good.csv --out {new}.txt", r"--out must end in .csv or .parquet\. Got '.*new-store.txt'\."),
     # summarize, predict, rerank, audit, demo
     ("summarize --store {store} --k 3 --lower 0.1 --fanout 1", r"The --fanout option of fairpipe summarize must be an integer >= 2"),
     ("summarize --store {store} --k 3 --lower 0 --height 50", r"8 \*\* 50 leaves; at most 16777216"),
@@ -213,3 +228,36 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(
     assert listing(store) == before
     assert not (tmp_path / "cache").exists()
     assert started == []
+
+
+BUSY_CASES = [
+    "fit --store {store} --n-clusters 3",
+    "summarize --store {store} --k 3 --lower 0",
+    "forget --store {store} --ids 3",
+    "backfill --store {store} --ids-file {ids}",
+    "ingest digits --store {store}",
+]
+
+
+@pytest.mark.parametrize("line", BUSY_CASES, ids=[c.split()[0] for c in BUSY_CASES])
+def test_a_busy_store_is_refused_before_anything_starts(line, digits_store, tmp_path, monkeypatch):
+    """Another writer holds the store's lock, and the command waits for none (--lock-timeout 0,
+    the default): exit 3 at once, naming the holder; nothing started or filed."""
+    import fcntl
+
+    store = digits_store[0]
+    (tmp_path / "ids.txt").write_text("3\n")
+    args = line.format(store=store, ids=tmp_path / "ids.txt").split()
+    started = []
+    monkeypatch.setattr(flows.cli._runner, "launch_early", lambda: started.append("server"))
+    before = listing(store)
+    fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        out = runner.invoke(app, args, catch_exceptions=False)
+    finally:
+        os.close(fd)
+    assert (out.exit_code, out.stdout) == (3, ""), out.stderr
+    (one,) = out.stderr.splitlines()
+    assert one.startswith(f"error: Store {store} is being written by another process"), one
+    assert started == [] and listing(store) == before

@@ -191,8 +191,8 @@ def test_a_busy_store_exits_3_and_names_the_lock_timeout(digits_store, cache_hom
     assert out.exit_code == 3 and out.stdout == ""
     (line,) = out.stderr.splitlines()
     assert line.startswith(f"error: Store {url} is being written by another process")
-    assert line.endswith("pass a lock timeout to wait. (option --lock-timeout). No request "
-                         "for these 1 ids is filed: nothing of it is applied.")  # fmt: skip
+    # Refused before anything starts: nothing filed, nothing to withdraw.
+    assert line.endswith("pass a lock timeout to wait (option --lock-timeout).")
     assert open_ids(path) == 1797  # nothing was forgotten
 
 

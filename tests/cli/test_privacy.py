@@ -145,8 +145,8 @@ def test_no_id_or_reason_reaches_prefect_or_a_bug_report(own_prefect, store, das
         raise ValueError(f"row of id {IN_A_BUG} is odd")
 
     monkeypatch.setattr(flows.ingest, "plan_source", plan_source)
-    in_task = invoke("ingest", folder / "people.csv", "--store", path, "--id-column", "id",
-                     "--group-column", "group", *cluster)  # fmt: skip
+    in_task = invoke("ingest", folder / "people.csv", "--store", path.parent / "another", "--id-column",
+                     "id", "--group-column", "group", *cluster)  # fmt: skip
     assert in_task.exit_code == 1 and f"of id {IN_A_BUG} is odd" in in_task.stderr, in_task.stderr
 
     assert list(cache.rglob("*.txt")), "the bugs were reported in files"

@@ -15,7 +15,7 @@ from fairpipe.errors import FairpipeInputError
 from flows.audit import AuditOptions
 from flows.cli import app
 from flows.fit import FitOptions
-from flows.ingest import IngestOptions
+from flows.parameters import IngestOptions
 from flows.summarize import SummarizeOptions
 
 runner = CliRunner()

@@ -20,7 +20,8 @@ from fairpipe.cluster import QKMeans
 from fairpipe.errors import FairpipeInputError
 from flows.fit import FitOptions, run_fit
 from flows.forget import ForgetOptions, run_forget
-from flows.ingest import IngestOptions, run_ingest
+from flows.ingest import run_ingest
+from flows.parameters import IngestOptions
 from flows.status import store_status
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.arrays import open_group, read_array

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from flows.forget import run_forget
-from flows.ingest import IngestOptions, run_ingest
+from flows.ingest import run_ingest
+from flows.parameters import IngestOptions
 from storage.erasure import holds
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore

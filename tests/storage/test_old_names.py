@@ -7,7 +7,8 @@ import pytest
 
 from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
-from flows.ingest import IngestOptions, run_ingest
+from flows.ingest import run_ingest
+from flows.parameters import IngestOptions
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.arrays import open_group
 from storage.models import model_params

@@ -10,7 +10,8 @@ from sklearn.datasets import make_blobs
 from fairpipe import FairNN, FairpipeInputError
 from fairpipe.neighbors import MODES, chi_square_uniform
 from flows.forget import run_forget
-from flows.ingest import IngestOptions, run_ingest
+from flows.ingest import run_ingest
+from flows.parameters import IngestOptions
 from storage import NotAStoreError, open_reader
 
 LSH = dict(n_hashes=3, n_tables=6, bucket_width=2.5, seed=3)

@@ -182,7 +182,8 @@ def test_a_first_ingest_that_fails_after_making_the_store_leaves_nothing(
     """The folders of the path it made, its repository, its staging: all removed; the error
     reaches the caller."""
     import flows.ingest
-    from flows.ingest import IngestOptions, run_ingest
+    from flows.ingest import run_ingest
+    from flows.parameters import IngestOptions
 
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
