@@ -9,6 +9,28 @@ import flows  # noqa: F401  (environment defaults for Prefect and Dask)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+# The scenario tier: whole programs as users run them (deployments, the second host, signals,
+# hostile campaigns, the documents' examples); `make test` runs it after the fast tier (units and
+# the commands), each on two test processes. `pytest -m "not scenario"` runs the fast tier alone.
+SCENARIOS = (
+    "tests/second_host/",
+    "tests/flows/test_deploy.py",
+    "tests/test_hostile.py",
+    "tests/test_hostile_cases.py",
+    "tests/test_docs_examples.py",
+    "tests/cli/test_interrupts.py",
+    "tests/cli/test_privacy.py",
+    "tests/cli/test_server.py",
+    "tests/cli/test_early_server.py",
+    "tests/flows/test_queue.py::test_sigkilled_drains",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.nodeid.startswith(SCENARIOS):
+            item.add_marker(pytest.mark.scenario)
+
 
 @pytest.fixture(autouse=True)
 def _prefect_console_on_an_open_stream():

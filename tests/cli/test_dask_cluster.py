@@ -35,7 +35,8 @@ def tls_cluster(prefect_server, tmp_path_factory):
         files[name] = folder / f"{name}.pem"
         files[name].write_text(getattr(security, name))
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, security=security,
-                      dashboard_address=None) as cluster:  # fmt: skip
+                      dashboard_address=None,
+                      scheduler_kwargs={"dashboard_address": ":0"}) as cluster:  # fmt: skip
         (folder / "tls_factory.py").write_text(
             textwrap.dedent(f"""
             from distributed import Client

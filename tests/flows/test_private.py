@@ -17,7 +17,7 @@ from flows.forget import ForgetOptions, forget_flow
 from flows.private import Private, RedactedError, conceal, flow, reveal, task
 from flows.task_runner import _concealed
 
-AN_ID = 918_273_645
+AN_ID = 271_828_182  # not one of test_privacy.py's secrets (which it looks for in a copied database)
 
 
 def test_private_parameters_are_recorded_as_placeholders():

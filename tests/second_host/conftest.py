@@ -159,7 +159,9 @@ def second_host(tmp_path_factory):
         if shutil.which(tool) is None:
             lacking(f"no {tool!r} command")
     tag = os.getpid() % 100_000
-    net = 20 + os.getpid() % 200
+    # One subnet per pytest process: two test workers (pytest -n 2) build a second host each.
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % 2
+    net = 20 + (os.getpid() % 100) * 2 + worker
     namespace, host_if, worker_if = f"fp{tag}", f"fph{tag}", f"fpw{tag}"
     host_ip, worker_ip = f"10.77.{net}.1", f"10.77.{net}.2"
     logs = tmp_path_factory.mktemp("second-host")
