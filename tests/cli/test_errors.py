@@ -245,7 +245,8 @@ def test_every_command_has_verbose_showing_a_bugs_traceback(monkeypatch, cache_h
     assert not cache_home.exists()
 
 
-AN_ID = 271_828_182  # not one of test_privacy.py's secrets (which it looks for in a copied database)
+# not one of test_privacy.py's secrets (which it looks for in a copied database)
+AN_ID = 271_828_182
 
 
 def test_a_bug_report_redacts_ids_in_messages_and_arguments(monkeypatch, cache_home):

@@ -17,7 +17,8 @@ from flows.forget import ForgetOptions, forget_flow
 from flows.private import Private, RedactedError, conceal, flow, reveal, task
 from flows.task_runner import _concealed
 
-AN_ID = 271_828_182  # not one of test_privacy.py's secrets (which it looks for in a copied database)
+# not one of test_privacy.py's secrets (which it looks for in a copied database)
+AN_ID = 271_828_182
 
 
 def test_private_parameters_are_recorded_as_placeholders():
