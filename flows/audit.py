@@ -48,6 +48,7 @@ from fairpipe.audit import (
 )
 from fairpipe.datasets import AuditData, load_audit_data
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
+from fairpipe.old_names import OLD_OPTIONS
 from flows.dask_map import on_cluster
 from flows.outputs import check_output_folder
 from flows.private import flow, task
@@ -90,10 +91,7 @@ class AuditOptions:
     local: InitVar[int | None] = None
 
     def __post_init__(self, seeds, local) -> None:
-        take_old_names(self, OLD_NAMES, {"seeds": seeds, "local": local})
-
-
-OLD_NAMES = {"seeds": "n_seeds", "local": "n_local"}
+        take_old_names(self, OLD_OPTIONS["audit"], {"seeds": seeds, "local": local})
 
 
 def check_request(o: AuditOptions):

@@ -24,6 +24,7 @@ from prefect.cache_policies import NO_CACHE
 
 from fairpipe.cluster import DCKMeans, QKMeans, choose_model, nearest, solve_leaves
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
+from fairpipe.old_names import OLD_OPTIONS
 from flows.dask_map import dask_map, on_cluster
 from flows.leaf_shuffle import shuffle_by_leaf
 from flows.private import flow, task
@@ -58,7 +59,7 @@ class FitOptions:
     gamma: InitVar[float | None] = None
 
     def __post_init__(self, k, width, iterations, gamma) -> None:
-        take_old_names(self, OLD_NAMES, {"k": k, "width": width, "iterations": iterations,
+        take_old_names(self, OLD_OPTIONS["fit"], {"k": k, "width": width, "iterations": iterations,
                                          "gamma": gamma})  # fmt: skip
 
     def dc_params(self) -> dict:
@@ -76,9 +77,6 @@ class FitOptions:
             max_iter=self.max_iter, n_init=1 if self.n_init is None else self.n_init,
             seed=self.seed,
         )  # fmt: skip
-
-
-OLD_NAMES = {"k": "n_clusters", "width": "fanout", "iterations": "max_iter", "gamma": "balance"}
 
 
 # Q-k-means' Lloyd steps run over every live point in one process (n x d float64): it is refused

@@ -32,6 +32,7 @@ from fairpipe.neighbors import (
     lsh_recall,
     width_sample_rows,
 )
+from fairpipe.old_names import OLD_OPTIONS
 from flows.renamed import take_old_names
 
 RECALL_WITH_PARAMETERS = (
@@ -99,11 +100,8 @@ class IngestOptions:
     lsh_width: InitVar[float | None] = None
 
     def __post_init__(self, lsh_k, lsh_tables, lsh_width) -> None:
-        take_old_names(self, OLD_NAMES, {"lsh_k": lsh_k, "lsh_tables": lsh_tables,
+        take_old_names(self, OLD_OPTIONS["ingest"], {"lsh_k": lsh_k, "lsh_tables": lsh_tables,
                                          "lsh_width": lsh_width})  # fmt: skip
-
-
-OLD_NAMES = {"lsh_k": "n_hashes", "lsh_tables": "n_tables", "lsh_width": "bucket_width"}
 
 
 def check_recall_options(n_hashes, n_tables, bucket_width, recall) -> None:

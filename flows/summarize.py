@@ -23,6 +23,7 @@ import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
+from fairpipe.old_names import OLD_OPTIONS
 from fairpipe.summary import (
     FairSummary,
     NodeOutput,
@@ -76,7 +77,7 @@ class SummarizeOptions:
     width: InitVar[int | None] = None
 
     def __post_init__(self, width) -> None:
-        take_old_names(self, {"width": "fanout"}, {"width": width})
+        take_old_names(self, OLD_OPTIONS["summarize"], {"width": width})
 
 
 def _names(attrs: dict) -> list[str]:

@@ -1,27 +1,22 @@
 """The store's attribute names: the library's parameter names. A store written with the older
 names (``lsh`` -> ``k`` and ``width``; ``tree`` -> ``width`` and ``iterations``; ``qkmeans`` ->
 ``iterations`` and ``gamma``; ``summary`` -> ``width``) is read as if it held the current ones
-(:func:`current_names`) and is rewritten with them by its next commit (:func:`upgrade_names`,
-called by every transaction that writes)."""
+(``fairpipe.old_names.OLD_ATTRIBUTES``; :func:`current_names`) and is rewritten with them by
+its next commit (:func:`upgrade_names`, called by every transaction that writes)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-# Per place (the root's ``lsh`` attribute, or a group's attributes): old name -> current name.
-OLD_NAMES: dict[str, dict[str, str]] = {
-    "lsh": {"k": "n_hashes", "width": "bucket_width"},
-    "tree": {"width": "fanout", "iterations": "max_iter"},
-    "qkmeans": {"iterations": "max_iter", "gamma": "balance"},
-    "summary": {"width": "fanout"},
-}
+from fairpipe.old_names import OLD_ATTRIBUTES
+
 GROUPS = ("tree", "qkmeans", "summary")
 
 
 def renamed(attrs: dict[str, Any], place: str) -> dict[str, Any]:
     """``attrs`` (of ``place``) with every old name replaced by its current one (the same dict
     when it holds none)."""
-    old = OLD_NAMES[place]
+    old = OLD_ATTRIBUTES[place]
     if not any(name in attrs for name in old):
         return attrs
     return {old.get(name, name): value for name, value in attrs.items()}

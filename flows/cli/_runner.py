@@ -43,6 +43,7 @@ import typer
 from rich.text import Text
 
 from fairpipe.errors import FairpipeInputError, outcomes, wrapped
+from fairpipe.old_names import OLD_FLAGS
 from flows.cli._bugs import is_panic, report_bug
 from flows.cli._options import (
     AsJson,
@@ -156,8 +157,7 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             render: Callable[[dict], None] | None = None,
             read_only: bool = False,
             check: Callable[..., None] | None = None,
-            name: str | None = None,
-            renamed: Mapping[str, str] | None = None) -> Callable[[F], F]:  # fmt: skip
+            name: str | None = None) -> Callable[[F], F]:  # fmt: skip
     """A command: run under the one exception handler (see the module's docstring), with the
     ``shared`` options (and ``--verbose``) added after its own and given to it as
     ``shared: Shared``; the dict it returns is printed as one JSON object (``--json``) or by
@@ -175,13 +175,12 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
 
     ``name``: how messages name the command (``server start``; default: the function's name).
 
-    ``renamed`` maps an old flag (``--k``) to the parameter that replaced it (``n_clusters``):
-    the old flag still works for one release, hidden from ``--help``; given together with the
-    new one, it is bad input (:func:`merge_renamed`).
+    The command's old flags (``fairpipe.old_names.OLD_FLAGS``: ``--k`` -> ``n_clusters``)
+    still work for one release, hidden from ``--help``; one given together with its new flag is
+    bad input (:func:`merge_renamed`).
     """
     flags = dict(parameter_flags or {})
     shared = (*shared, "verbose")
-    old_flags = dict(renamed or {})
 
     def decorate(fn: F) -> F:
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
@@ -192,6 +191,7 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             for name, (annotation, default) in SHARED_OPTIONS.items() if name in shared
         ]  # fmt: skip
         by_name = {p.name: p for p in own}
+        old_flags = OLD_FLAGS.get(name or fn.__name__, {})
         hidden = [_old_flag_parameter(flag, by_name[new]) for flag, new in old_flags.items()]
         if hidden:  # typer hands the command its context: which options the command line gave
             hidden.append(inspect.Parameter(CONTEXT, inspect.Parameter.KEYWORD_ONLY,

@@ -17,7 +17,6 @@ from flows.cli._runner import RUNS_FLOWS, Shared, command
 # The search functions' parameters that their error messages name, and their flags.
 FLAGS = {"baselines": "--baseline", "n_seeds": "--n-seeds", "n_local": "--n-local"}
 # The old flags, hidden aliases for one release.
-RENAMED = {"--seeds": "n_seeds", "--local": "n_local"}
 OBJECTIVES = ("loss", "probability")  # fairpipe.audit's OBJECTIVES
 BASELINES = ("aequitas", "random")  # flows.audit.BASELINES
 TRAINABLE = ("mlp",)  # flows.audit.TRAINABLE
@@ -73,7 +72,7 @@ def _check(**o) -> None:
         raise FairpipeInputError(MODEL_AND_TRAIN)
 
 
-@command(FLAGS, shared=RUNS_FLOWS, render=_render, check=_check, renamed=RENAMED)
+@command(FLAGS, shared=RUNS_FLOWS, render=_render, check=_check)
 def audit(
     protected: Annotated[
         list[str],

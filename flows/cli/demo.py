@@ -14,7 +14,6 @@ from flows.cli._runner import Shared, command
 
 PARAMETER_FLAGS = {"n_queries": "--n-queries"}
 # The old flag, a hidden alias for one release.
-RENAMED = {"--queries": "n_queries"}
 
 
 def _render(r: dict) -> None:
@@ -49,7 +48,7 @@ def _check(**o) -> None:
     check_int_range(o["n_queries"], "--n-queries", "fairpipe demo", 1, MAX_QUERIES)
 
 
-@command(PARAMETER_FLAGS, render=_render, check=_check, renamed=RENAMED)
+@command(PARAMETER_FLAGS, render=_render, check=_check)
 def demo(
     store: Annotated[
         str | None,

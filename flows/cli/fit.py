@@ -13,8 +13,6 @@ from flows.cli._output import result_console
 from flows.cli._runner import WRITES_STORES, Shared, command
 
 # The old flags, hidden aliases for one release.
-RENAMED = {"--k": "n_clusters", "--tree-width": "fanout", "--tree-height": "height",
-           "--iterations": "max_iter", "--gamma": "balance"}  # fmt: skip
 MODELS = ("dc", "q", "auto")
 # DCKMeans' and QKMeans' parameters that their error messages name, and their flags.
 FLAGS = {name: "--" + name.replace("_", "-")
@@ -58,7 +56,7 @@ def _check(**o) -> None:
     check_fit(o["store"], o["n_clusters"], o["model"])
 
 
-@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check, renamed=RENAMED)
+@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check)
 def fit(
     store: Store,
     n_clusters: Annotated[int, typer.Option("--n-clusters", help="Number of clusters.")] = 8,

@@ -30,7 +30,6 @@ FLAGS = {
     "scale": "--scale",
 }
 # The old flags, hidden aliases for one release.
-RENAMED = {"--lsh-k": "n_hashes", "--lsh-tables": "n_tables", "--lsh-width": "bucket_width"}
 
 
 def _render(r: dict) -> None:
@@ -176,7 +175,7 @@ def _new_local_store(store: str) -> bool:
     return local is not None and not local.exists()
 
 
-@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check, renamed=RENAMED)
+@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check)
 def ingest(
     source: Annotated[
         str,

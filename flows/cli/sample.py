@@ -40,7 +40,6 @@ RECALL = (
 # FairNN.sample's parameters that its error messages name, and their flags.
 FLAGS = {"sampler": "--sampler", "n_samples": "--n-samples", "mode": "--mode", "radius": "--radius"}
 # The old flags, hidden aliases for one release.
-RENAMED = {"--method": "sampler", "--samples": "n_samples"}
 SAMPLERS = ("exact", "approx", "uniform", "weighted", "rank")  # fairpipe.neighbors' SAMPLERS
 MODES = ("buckets", "approximate", "exact")
 
@@ -114,7 +113,7 @@ def _check(**o) -> None:
     )  # fmt: skip
 
 
-@command(FLAGS, render=_render, read_only=True, check=_check, renamed=RENAMED)
+@command(FLAGS, render=_render, read_only=True, check=_check)
 def sample(
     store: Store,
     query_id: QueryId = None,

@@ -14,7 +14,6 @@ from flows.cli._output import result_console
 from flows.cli._runner import WRITES_STORES, Shared, command
 
 # The old flags, hidden aliases for one release.
-RENAMED = {"--tree-width": "fanout", "--tree-height": "height"}
 UTILITIES = ("exemplar", "facility")  # fairpipe.summary.UTILITIES
 RULES = ("swap", "ck")  # fairpipe.summary.RULES
 # FairSummary's parameters that its error messages name, and their flags.
@@ -69,7 +68,7 @@ def _check(**o) -> None:
     )  # fmt: skip
 
 
-@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check, renamed=RENAMED)
+@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check)
 def summarize(
     store: Store,
     k: Annotated[int, typer.Option("--k", help="Summary size: at most k elements.")] = 10,

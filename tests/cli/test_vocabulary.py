@@ -123,10 +123,11 @@ def test_every_deployment_passes_its_flows_current_parameters(prefect_server):
     current names only (an old name would still validate: it is looked for by name)."""
     import importlib
 
-    from flows.renamed import take_old_names  # noqa: F401  (the old names' one place)
+    from fairpipe.old_names import OLD_OPTIONS  # the old names' one place
 
-    old_names = {"k", "width", "iterations", "gamma", "lsh_k", "lsh_tables", "lsh_width",
-                 "seeds", "local"}  # fmt: skip
+    old_names = {old for names in OLD_OPTIONS.values() for old in names}
+    assert old_names == {"k", "width", "iterations", "gamma", "lsh_k", "lsh_tables", "lsh_width",
+                         "seeds", "local"}  # fmt: skip
     for deployment in yaml.safe_load(DEPLOY.read_text())["deployments"]:
         module, name = deployment["entrypoint"].rsplit(".", 1)
         flow = getattr(importlib.import_module(module), name)

@@ -5,6 +5,7 @@ and its next commit rewrites them (storage.names)."""
 import numpy as np
 import pytest
 
+from fairpipe.old_names import OLD_ATTRIBUTES
 from flows.fit import FitOptions, run_fit
 from flows.forget import run_forget
 from flows.ingest import run_ingest
@@ -12,13 +13,13 @@ from flows.parameters import IngestOptions
 from flows.summarize import SummarizeOptions, run_summarize
 from storage.arrays import open_group
 from storage.models import model_params
-from storage.names import OLD_NAMES, renamed
+from storage.names import renamed
 from storage.reader import open_reader
 from storage.store import FairpipeStore
 from storage.summary import summary_tree
 
 THREADS = dict(n_workers=1, processes=False)
-OLD = {place: {new: old for old, new in names.items()} for place, names in OLD_NAMES.items()}
+OLD = {place: {new: old for old, new in names.items()} for place, names in OLD_ATTRIBUTES.items()}
 
 
 def _raw(path) -> tuple[dict, dict, dict]:
