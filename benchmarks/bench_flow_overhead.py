@@ -39,7 +39,7 @@ def main() -> None:
     a = ap.parse_args()
     from flows.forget import run_forget
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import IngestOptions
     from flows.prefect_api import HEARTBEAT_VARIABLES, prefect_api
 
     HEARTBEAT = HEARTBEAT_VARIABLES[0]

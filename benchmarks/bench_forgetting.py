@@ -52,14 +52,14 @@ def main() -> None:
         a.n = 100_000
     from distributed import Client, LocalCluster
 
-    from flows.backfill import BackfillOptions, run_backfill
+    from flows.backfill import run_backfill
     from flows.cluster import local_cluster_kwargs
-    from flows.fit import FitOptions, run_fit
+    from flows.fit import run_fit
     from flows.forget import run_forget
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import BackfillOptions, FitOptions, IngestOptions, SummarizeOptions
     from flows.prefect_api import prefect_api
-    from flows.summarize import SummarizeOptions, run_summarize
+    from flows.summarize import run_summarize
     from storage.queue import file_request
     from storage.store import FairpipeStore
 

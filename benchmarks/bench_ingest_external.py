@@ -52,7 +52,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import IngestOptions
     from flows.prefect_api import prefect_api
 
     options = IngestOptions(n_hashes=15, n_tables=100, bucket_width=40.0,  # numpy's k and L

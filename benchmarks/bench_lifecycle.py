@@ -50,12 +50,12 @@ def main() -> None:
     from distributed import LocalCluster
 
     from flows.cluster import local_cluster_kwargs
-    from flows.fit import FitOptions, run_fit
+    from flows.fit import run_fit
     from flows.forget import run_forget
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import FitOptions, IngestOptions, SummarizeOptions
     from flows.prefect_api import prefect_api
-    from flows.summarize import SummarizeOptions, run_summarize
+    from flows.summarize import run_summarize
     from storage.arrays import read_array
     from storage.index import index_entries
     from storage.models import read_model

@@ -218,9 +218,9 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    from flows.forget import ForgetOptions, run_forget
+    from flows.forget import run_forget
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import ForgetOptions, IngestOptions
     from storage.integrity import verify_store
 
     reps = range(args.repeat)

@@ -50,11 +50,11 @@ def drain_argv(store: Path, batch: int) -> list[str]:
 def build_base(base: Path, n: int, env: dict) -> None:
     """Ingest, fit and summarize in this process (threads: quicker than three commands)."""
     os.environ["PREFECT_HOME"] = env["PREFECT_HOME"]
-    from flows.fit import FitOptions, run_fit
+    from flows.fit import run_fit
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import FitOptions, IngestOptions, SummarizeOptions
     from flows.prefect_api import prefect_api
-    from flows.summarize import SummarizeOptions, run_summarize
+    from flows.summarize import run_summarize
 
     threads = dict(n_workers=1, processes=False)
     with prefect_api():

@@ -118,9 +118,9 @@ def flow_benchmark(X, groups, names) -> dict:
     from flows.cluster import local_cluster_kwargs
     from flows.forget import run_forget
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import IngestOptions, SummarizeOptions
     from flows.prefect_api import prefect_api
-    from flows.summarize import SummarizeOptions, run_summarize
+    from flows.summarize import run_summarize
     from storage.store import FairpipeStore
     from storage.summary import read_summary_ids
 

@@ -22,7 +22,7 @@ import json
 import os
 import pickle
 import time
-from dataclasses import InitVar, asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from prefect.cache_policies import NO_CACHE
@@ -48,11 +48,10 @@ from fairpipe.audit import (
 )
 from fairpipe.datasets import AuditData, load_audit_data
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
-from fairpipe.old_names import OLD_OPTIONS
 from flows.dask_map import on_cluster
+from flows.options import BASELINES, TRAINABLE, AuditOptions
 from flows.outputs import check_output_folder
 from flows.private import flow, task
-from flows.renamed import take_old_names
 from flows.task_runner import default_task_runner, run_flow
 
 # Seeds per Dask task: fixed (so the samples do not depend on the worker count) and large enough
@@ -60,38 +59,10 @@ from flows.task_runner import default_task_runner, run_flow
 # batches of 250, one thread).
 SEEDS_PER_TASK = 250
 WARM_UP_TASKS = 4  # idle workers take one each
-BASELINES = ("aequitas", "random")
-TRAINABLE = ("mlp",)
 MODEL_AND_TRAIN = "Give either a model file (--model) or --train, not both."
 TOO_FEW_ROWS = (
     "{name} has {rows} rows; ADF's seeds are drawn from the data, so it needs at least 4."
 )
-
-
-@dataclass
-class AuditOptions:
-    dataset: str = "adult"
-    protected: list[str] = field(default_factory=lambda: ["sex"])
-    model: str | None = None  # a pickled classifier; None: train one (``train``)
-    train: str | None = None  # "mlp": the paper's network (the default when no model is given)
-    n_seeds: int = 1000
-    n_local: int = 1000
-    max_iter: int = 10
-    objective: str = "loss"  # ADF's loss against the model's own decision, or "probability"
-    baselines: tuple[str, ...] = BASELINES
-    retrain: bool = False
-    repeats: int = 5  # retraining repeats (the improvement is averaged), as the paper
-    train_iter: int = 50
-    rate_samples: int = 10_000  # random inputs for the discrimination rate
-    seed: int = 0
-    data_dir: str | None = None
-    progress: bool = False  # a progress bar on stderr (the command line sets it)
-    # The old names (flows.renamed), accepted for one release.
-    seeds: InitVar[int | None] = None
-    local: InitVar[int | None] = None
-
-    def __post_init__(self, seeds, local) -> None:
-        take_old_names(self, OLD_OPTIONS["audit"], {"seeds": seeds, "local": local})
 
 
 def check_request(o: AuditOptions):

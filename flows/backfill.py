@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import re
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,8 +33,9 @@ from fairpipe.datasets import read_ids
 from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.tree import leaf_of
 from fairpipe.validation import IdLookup
-from flows.forget import ForgetOptions, drain
-from flows.private import PRIVATE, flow
+from flows.forget import drain
+from flows.options import BackfillOptions, ForgetOptions
+from flows.private import flow
 from flows.task_runner import default_task_runner, run_flow
 from storage.erasure import erase_due
 from storage.lineage import operation
@@ -52,24 +52,10 @@ from storage.receipts import read_receipts
 from storage.store import FairpipeStore
 from storage.summary import has_summary, summary_tree
 
-# Ids per part. A part of random ids rewrites most index segments and row chunks whatever its
-# size (at 1M rows the index alone is ~12 s a part), so a backlog goes faster in fewer, larger
-# parts: 50,000 ids made a backfill of 100,000 ids at 1M cost about one fresh build
-# (docs/benchmarks.md), while a part still commits within about half a minute there.
-BATCH_SIZE = 50_000
 BATCH_TOO_LARGE = (
     "The 'batch_size' parameter of backfill must be at most {limit:,} (the ids one deletion "
     "request holds). Got {got} instead."
 )
-
-
-@dataclass
-class BackfillOptions:
-    batch_size: int = BATCH_SIZE  # ids per part (one request, one commit)
-    # Kept in every part's receipt; never in Prefect's records (PRIVATE).
-    reason: str = field(default="backfill", metadata=PRIVATE)
-    lock_timeout: float = 0.0
-    progress: bool = False  # a progress bar with ETA on stderr (the command line sets it)
 
 
 def check_batch_size(batch_size) -> int:

@@ -20,7 +20,7 @@ from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
 
 if TYPE_CHECKING:
     from fairpipe.datasets import SourcePlan
-    from flows.parameters import IngestOptions
+    from flows.options import IngestOptions
 
 DIM_MISMATCH = (
     "{where} holds {got}-dimensional points; the store {url} holds {d}-dimensional points."

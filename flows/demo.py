@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from fairpipe.neighbors import evaluate_tv, hash_order, pick_queries, plot_tv
-from flows.fit import FitOptions, run_fit
+from flows.fit import run_fit
 from flows.forget import run_forget
 from flows.ingest import run_ingest
+from flows.options import FitOptions, IngestOptions, SummarizeOptions
 from flows.outputs import check_output_file
-from flows.parameters import IngestOptions
 from flows.sample import load_sampler
-from flows.summarize import SummarizeOptions, run_summarize
+from flows.summarize import run_summarize
 from storage.erasure import files_holding, row_needles
 from storage.queue import file_request, pending
 from storage.receipts import read_receipts

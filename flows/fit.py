@@ -17,67 +17,22 @@ these jobs to Dask (:func:`flows.dask_map.on_cluster`).
 from __future__ import annotations
 
 import time
-from dataclasses import InitVar, dataclass
 
 import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.cluster import DCKMeans, QKMeans, choose_model, nearest, solve_leaves
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
-from fairpipe.old_names import OLD_OPTIONS
 from flows.dask_map import dask_map, on_cluster
 from flows.leaf_shuffle import shuffle_by_leaf
+from flows.options import FitOptions
 from flows.private import flow, task
-from flows.renamed import take_old_names
 from flows.task_runner import default_task_runner, run_flow
 from storage.leaf_rows import gather_parts
 from storage.lineage import record
 from storage.models import write_model
 from storage.rows import n_features, read_all_live, read_live_rows
 from storage.store import FairpipeStore
-
-
-@dataclass
-class FitOptions:
-    """The fit flow's parameters: :class:`DCKMeans`' and :class:`QKMeans`' own names and
-    defaults (the command line's flags in kebab-case), with ``model`` choosing between them."""
-
-    n_clusters: int = 8
-    model: str = "dc"  # dc | q | auto
-    fanout: int = 8
-    height: int = 1
-    max_iter: int = 10
-    n_init: int | None = None  # restarts: DC, of each internal node (10); Q, whole runs (1)
-    seed: int = 0
-    epsilon: float = 0.05
-    balance: float = 0.2
-    lock_timeout: float = 0.0
-    # The old names (flows.renamed), accepted for one release.
-    k: InitVar[int | None] = None
-    width: InitVar[int | None] = None
-    iterations: InitVar[int | None] = None
-    gamma: InitVar[float | None] = None
-
-    def __post_init__(self, k, width, iterations, gamma) -> None:
-        take_old_names(self, OLD_OPTIONS["fit"], {"k": k, "width": width, "iterations": iterations,
-                                         "gamma": gamma})  # fmt: skip
-
-    def dc_params(self) -> dict:
-        """The parameters of :class:`DCKMeans`."""
-        return dict(
-            n_clusters=self.n_clusters, fanout=self.fanout, height=self.height,
-            max_iter=self.max_iter, n_init=10 if self.n_init is None else self.n_init,
-            seed=self.seed,
-        )  # fmt: skip
-
-    def q_params(self) -> dict:
-        """The parameters of :class:`QKMeans`."""
-        return dict(
-            n_clusters=self.n_clusters, epsilon=self.epsilon, balance=self.balance,
-            max_iter=self.max_iter, n_init=1 if self.n_init is None else self.n_init,
-            seed=self.seed,
-        )  # fmt: skip
-
 
 # Q-k-means' Lloyd steps run over every live point in one process (n x d float64): it is refused
 # above this many bytes of points (DC-k-means has no such limit: each job holds one leaf group).

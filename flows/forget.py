@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 from prefect.cache_policies import NO_CACHE
@@ -39,7 +38,8 @@ from flows import update
 from flows.checks import ALL_UNKNOWN
 from flows.dask_map import dask_map
 from flows.jobs import remove_job
-from flows.private import PRIVATE, flow, task
+from flows.options import UNAPPLIED, ForgetOptions
+from flows.private import flow, task
 from flows.task_runner import default_task_runner, run_flow, start_cluster_early
 from flows.update import forget_q_task, update_dc, update_summary_tree
 from storage.arrays import read_array
@@ -76,7 +76,6 @@ from storage.store import FairpipeStore
 NO_PROGRESS = "A drain of {url} came back to requests it had already applied ({rids})."
 
 
-MAX_BATCH = 10_000
 # A batch of at least this many rows rewrites the index as Dask jobs over blocks of tables (it
 # reaches most segments of every table: 1,000 ids at 1M touch all of them); a smaller one is
 # rewritten by the flow itself (a one-id forget touches one segment per table).
@@ -95,28 +94,12 @@ def update_index_task(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, blo
                     [b for _, b in blocks], scatter=(2, 3))  # fmt: skip
 
 
-UNAPPLIED = ("withdraw", "keep")
 WITHDRAWN = "the request for these {n} ids is withdrawn: nothing of it is applied"
 NOT_FILED = "no request for these {n} ids is filed: nothing of it is applied"
 KEPT = (
     "the request {rid} for these {n} ids stays filed: the next drain applies it ('fairpipe "
     "status --store {url}' lists it)"
 )
-
-
-@dataclass
-class ForgetOptions:
-    lock_timeout: float = 0.0
-    # What becomes of the request ``ids`` make when the drain cannot apply it (the store busy,
-    # a full disk, damage, an interrupt): withdrawn, or kept filed for the next drain. Either
-    # way the error says which.
-    unapplied: str = "withdraw"
-    # Drop every earlier snapshot and the objects only they used now, whatever the store's
-    # erasure_retention (storage.erasure): time travel before this drain is lost.
-    purge_history: bool = False
-    max_batch: int = MAX_BATCH  # ids per batch (a larger request is a batch of its own)
-    # Kept in the receipt of the request ``ids`` make; never in Prefect's records (PRIVATE).
-    reason: str = field(default="", metadata=PRIVATE)
 
 
 def _ids_array(ids) -> np.ndarray:

@@ -43,7 +43,8 @@ from fairpipe.neighbors import E2LSH, WIDTH_PER_RADIUS
 from flows.checks import check_append
 from flows.dask_map import cluster_running, dask_client, dask_map, gather
 from flows.jobs import index_job, ingest_chunk, raise_bad_input
-from flows.parameters import IngestOptions, check_recall_options, new_store_parameters, scaled_plan
+from flows.options import IngestOptions
+from flows.parameters import check_recall_options, new_store_parameters, scaled_plan
 from flows.private import flow, task
 from flows.task_runner import default_task_runner, run_flow, start_cluster_early
 from flows.update import update_after_append

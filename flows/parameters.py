@@ -1,5 +1,4 @@
-"""An ingest's options (:class:`IngestOptions`), and a new store's E2LSH parameters: chosen for
-a recall at the query radius, or given.
+"""A new store's E2LSH parameters: chosen for a recall at the query radius, or given.
 
 Shared by the ingest flow and the command line's checks (which run it on a source small enough
 to plan ahead, so that its errors come before anything starts); it imports no Prefect or Dask.
@@ -9,7 +8,7 @@ The choice itself is :func:`fairpipe.neighbors.choose_lsh_parameters`.
 from __future__ import annotations
 
 import os
-from dataclasses import InitVar, dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,8 +31,6 @@ from fairpipe.neighbors import (
     lsh_recall,
     width_sample_rows,
 )
-from fairpipe.old_names import OLD_OPTIONS
-from flows.renamed import take_old_names
 
 RECALL_WITH_PARAMETERS = (
     "--recall does not apply where --n-hashes, --n-tables and --bucket-width are all given: they "
@@ -56,52 +53,6 @@ EMPTY_BALLS = (
 )
 
 FLAGS = {"n_hashes": "--n-hashes", "n_tables": "--n-tables", "bucket_width": "--bucket-width"}
-
-DEFAULTS = {"seed": 0, "scale": "auto"}
-
-
-@dataclass
-class IngestOptions:
-    """The ingest flow's parameters: E2LSH's own names (the command line's flags in
-    kebab-case). ``None`` means: the store's setting when appending, else the default (seed 0;
-    n_hashes, n_tables and bucket_width chosen for ``recall`` 0.95 at ``radius``, by default
-    the median nearest-neighbour distance of a sample:
-    :func:`flows.parameters.new_store_parameters`; about 16 MB of points per chunk; scale
-    ``auto``). An append given a setting that differs from the store's is refused."""
-
-    seed: int | None = None
-    group_column: str | None = None
-    id_column: str | None = None
-    groups_file: str | None = None
-    ids_file: str | None = None
-    n_hashes: int | None = None  # hash functions per table
-    n_tables: int | None = None
-    bucket_width: float | None = None
-    radius: float | None = None  # the query radius the parameters are chosen for
-    recall: float | None = None  # the target recall at the radius (default 0.95)
-    chunk_rows: int | None = None
-    # none | standard | robust, or auto: standard for a table (CSV, Parquet), none for a .npy
-    # matrix or a built-in data set (fairpipe.datasets.resolve_scale)
-    scale: str | None = None
-
-    def get(self, name: str):
-        value = getattr(self, name)
-        return DEFAULTS.get(name) if value is None else value
-
-    gaussian: dict = field(default_factory=dict)
-    lock_timeout: float = 0.0
-    # The caller found no store at the URL when it started (a command line meaning to create
-    # one): a store found there now was made by another command meanwhile, which is a busy
-    # store (exit 3), not one to append to.
-    new_store: bool = False
-    # The old names (flows.renamed), accepted for one release.
-    lsh_k: InitVar[int | None] = None
-    lsh_tables: InitVar[int | None] = None
-    lsh_width: InitVar[float | None] = None
-
-    def __post_init__(self, lsh_k, lsh_tables, lsh_width) -> None:
-        take_old_names(self, OLD_OPTIONS["ingest"], {"lsh_k": lsh_k, "lsh_tables": lsh_tables,
-                                         "lsh_width": lsh_width})  # fmt: skip
 
 
 def check_recall_options(n_hashes, n_tables, bucket_width, recall) -> None:

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +35,7 @@ from fairpipe.ranking import (
     rerank_lists,
 )
 from flows.dask_map import on_cluster
+from flows.options import RerankOptions
 from flows.outputs import TABLE_KINDS, check_output_file
 from flows.private import flow, task
 from flows.task_runner import default_task_runner, run_flow
@@ -43,18 +43,6 @@ from flows.task_runner import default_task_runner, run_flow
 LISTS_PER_TASK = 50_000
 LOCAL_LISTS = 200_000  # up to this many lists, the flow process re-ranks them itself
 PRECHECK_BYTES = 64 << 20  # smaller files are checked before the flow (and its cluster) starts
-
-
-@dataclass
-class RerankOptions:
-    algorithm: str = "detconstsort"
-    k: int = 10
-    desired: str = "population"  # a JSON file, or "population": each list's own distribution
-    list_column: str = "list"
-    score_column: str = "score"
-    group_column: str = "group"
-    smoothing: float = 0.0  # Skew's zero-count smoothing (0: -inf, the paper's definition)
-    partitions: int | None = None  # force Dask with this many tasks (tests); None: by size
 
 
 def prepare(path: str, o: RerankOptions) -> CandidateLists:

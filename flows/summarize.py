@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import InitVar, dataclass
 
 import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
-from fairpipe.old_names import OLD_OPTIONS
 from fairpipe.summary import (
     FairSummary,
     NodeOutput,
@@ -41,8 +39,8 @@ from fairpipe.summary import (
 )
 from fairpipe.validation import IdLookup
 from flows.leaf_shuffle import shuffle_by_leaf
+from flows.options import SummarizeOptions
 from flows.private import flow, task
-from flows.renamed import take_old_names
 from flows.task_runner import default_task_runner, run_flow
 from storage.arrays import read_array, read_rows_at
 from storage.leaf_rows import gather_parts
@@ -52,32 +50,6 @@ from storage.summary import (
     summary_store_attrs,
     write_summary,
 )
-
-
-@dataclass
-class SummarizeOptions:
-    """The summarize flow's parameters: :class:`FairSummary`'s own names and defaults (the
-    command line's flags in kebab-case); ``lower``/``upper`` as fractions of k, or
-    ``bounds_file``."""
-
-    k: int = 10
-    lower: float | None = None  # fraction of k, for every group
-    upper: float | None = None
-    bounds_file: str | None = None  # per group name, counts
-    utility: str = "exemplar"
-    rule: str = "swap"
-    factor: float = 2.0
-    eval_size: int = 2048
-    gamma: float | None = None
-    fanout: int = 8
-    height: int = 1
-    seed: int = 0
-    lock_timeout: float = 0.0
-    # The old name of ``fanout`` (flows.renamed), accepted for one release.
-    width: InitVar[int | None] = None
-
-    def __post_init__(self, width) -> None:
-        take_old_names(self, OLD_OPTIONS["summarize"], {"width": width})
 
 
 def _names(attrs: dict) -> list[str]:

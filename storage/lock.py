@@ -28,8 +28,9 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.jsontext import parse_json
 
 LOCK_NAME = ".fairpipe.lock"
-# Less free space than this, and no commit fits: it writes a snapshot, its manifests and at least
-# one chunk.
+# Less free space than this, and a writing command refuses at its start rather than fail midway:
+# a commit writes a snapshot, its manifests and every chunk it changes (a chunk of points holds
+# up to 16 MB).
 MIN_FREE_BYTES = 1 << 20
 BUSY = (
     "Store {url} is being written by another process ({holder}); one committing writer per store "

@@ -65,7 +65,7 @@ def prefect_server(tmp_path_factory):
 def digits_store(prefect_server, tmp_path_factory):
     """The digits ingested once (2 worker processes), shared by read-only tests."""
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import IngestOptions
 
     path = tmp_path_factory.mktemp("stores") / "digits"
     result = run_ingest("digits", str(path), IngestOptions(seed=3, n_hashes=8, n_tables=20))

@@ -26,8 +26,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.fit import FitOptions, run_fit
-from flows.summarize import SummarizeOptions, run_summarize
+from flows.fit import run_fit
+from flows.options import FitOptions, SummarizeOptions
+from flows.summarize import run_summarize
 from storage.erasure import files_holding, row_needles
 from storage.queue import file_request, pending
 from storage.receipts import read_receipts
@@ -168,7 +169,7 @@ def test_an_ingest_interrupted_then_rerun_equals_one_never_interrupted(
 def queued(prefect_server, source, work) -> tuple[Path, list[bytes]]:
     """A fitted and summarized store with 12 deletion requests of 3 ids (some unknown) filed."""
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import IngestOptions
 
     base = work / "queued"
     threads = dict(n_workers=1, processes=False)

@@ -102,10 +102,10 @@ def source(work) -> Path:
 def base(prefect_server, source, work) -> Path:
     """A store ingested, fitted and summarized (in this process, on threads): copy it with
     :func:`copy_of` before a case that may change it."""
-    from flows.fit import FitOptions, run_fit
+    from flows.fit import run_fit
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
-    from flows.summarize import SummarizeOptions, run_summarize
+    from flows.options import FitOptions, IngestOptions, SummarizeOptions
+    from flows.summarize import run_summarize
 
     store = work / "base"
     threads = dict(n_workers=1, processes=False)

@@ -13,13 +13,12 @@ from fairpipe.errors import FairpipeInputError
 from flows.cli._options import Seed, check_options, choice
 from flows.cli._output import result_console
 from flows.cli._runner import RUNS_FLOWS, Shared, command
+from flows.options import BASELINES, TRAINABLE, AuditOptions
 
 # The search functions' parameters that their error messages name, and their flags.
 FLAGS = {"baselines": "--baseline", "n_seeds": "--n-seeds", "n_local": "--n-local"}
 # The old flags, hidden aliases for one release.
 OBJECTIVES = ("loss", "probability")  # fairpipe.audit's OBJECTIVES
-BASELINES = ("aequitas", "random")  # flows.audit.BASELINES
-TRAINABLE = ("mlp",)  # flows.audit.TRAINABLE
 METHODS = (("adf", "ADF"), ("aequitas", "AEQUITAS"), ("random", "random"))
 BASELINES_AND_NONE = "Give --baseline or --no-baselines, not both."
 COLUMNS = ("method", "#ID", "#GDiff", "success", "global", "seconds", "IDs/s", "1k IDs")
@@ -89,7 +88,7 @@ def audit(
             help="adult, german or bank (read from --data-dir), adult:PATH, german:PATH, "
             "bank:PATH, or an integer CSV with a 'label' column.",
         ),
-    ] = "adult",
+    ] = AuditOptions.dataset,
     model: Annotated[
         str | None,
         typer.Option(
@@ -111,11 +110,13 @@ def audit(
     ] = None,
     n_seeds: Annotated[
         int, typer.Option("--n-seeds", help="Global seeds (clustered from the data).")
-    ] = 1000,
+    ] = AuditOptions.n_seeds,
     n_local: Annotated[
         int, typer.Option("--n-local", help="Local steps per discriminatory input.")
-    ] = 1000,
-    max_iter: Annotated[int, typer.Option("--max-iter", help="Global iterations per seed.")] = 10,
+    ] = AuditOptions.n_local,
+    max_iter: Annotated[
+        int, typer.Option("--max-iter", help="Global iterations per seed.")
+    ] = AuditOptions.max_iter,
     objective: Annotated[
         str,
         typer.Option(
@@ -124,7 +125,7 @@ def audit(
             "probability.",
             **choice(*OBJECTIVES),
         ),
-    ] = "loss",
+    ] = AuditOptions.objective,
     baseline: Annotated[
         list[str],
         typer.Option(
@@ -140,11 +141,13 @@ def audit(
     retrain: Annotated[
         bool,
         typer.Option("--retrain", help="Retrain with 5% of the inputs found.", show_default="off"),
-    ] = False,
-    repeats: Annotated[int, typer.Option("--repeats", help="Retraining repeats (averaged).")] = 5,
+    ] = AuditOptions.retrain,
+    repeats: Annotated[
+        int, typer.Option("--repeats", help="Retraining repeats (averaged).")
+    ] = AuditOptions.repeats,
     train_iter: Annotated[
         int, typer.Option("--train-iter", help="Training epochs of the MLP.")
-    ] = 50,
+    ] = AuditOptions.train_iter,
     out: Annotated[
         str | None,
         typer.Option(
@@ -159,7 +162,7 @@ def audit(
             show_default="the shared data folder beside the repository",
         ),
     ] = None,
-    seed: Seed = 0,
+    seed: Seed = AuditOptions.seed,
     *,
     shared: Shared,
 ) -> dict:
@@ -171,7 +174,7 @@ def audit(
       fairpipe audit --protected sex --n-seeds 50 --n-local 50 --no-baselines
       fairpipe audit --protected sex --protected race --retrain --out audit-out
     """
-    from flows.audit import AuditOptions, run_audit
+    from flows.audit import run_audit
 
     options = AuditOptions(
         dataset=dataset, protected=list(protected), model=model, train=train, n_seeds=n_seeds,

@@ -10,6 +10,7 @@ from fairpipe.errors import check_int_range
 from flows.cli._options import Store
 from flows.cli._output import result_console
 from flows.cli._runner import WRITES_STORES, Shared, command
+from flows.options import BackfillOptions
 
 
 def _render(r: dict) -> None:
@@ -59,8 +60,10 @@ def backfill(
     ],
     batch_size: Annotated[
         int, typer.Option("--batch-size", help="Ids per batch (one request and one commit).")
-    ] = 50_000,
-    reason: Annotated[str, typer.Option("--reason", help="Kept in every receipt.")] = "backfill",
+    ] = BackfillOptions.batch_size,
+    reason: Annotated[
+        str, typer.Option("--reason", help="Kept in every receipt.")
+    ] = BackfillOptions.reason,
     *,
     shared: Shared,
 ) -> dict:
@@ -71,7 +74,7 @@ def backfill(
       seq 100 199 > backlog.txt
       fairpipe backfill --store digits.store --ids-file backlog.txt --batch-size 50
     """
-    from flows.backfill import BackfillOptions, run_backfill
+    from flows.backfill import run_backfill
 
     options = BackfillOptions(batch_size=batch_size, reason=reason,
                               lock_timeout=shared.lock_timeout,

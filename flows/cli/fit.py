@@ -11,6 +11,7 @@ from fairpipe.tree import check_tree
 from flows.cli._options import Seed, Store, check_options, choice
 from flows.cli._output import result_console
 from flows.cli._runner import WRITES_STORES, Shared, command
+from flows.options import FitOptions
 
 # The old flags, hidden aliases for one release.
 MODELS = ("dc", "q", "auto")
@@ -59,7 +60,9 @@ def _check(**o) -> None:
 @command(FLAGS, shared=WRITES_STORES, render=_render, check=_check)
 def fit(
     store: Store,
-    n_clusters: Annotated[int, typer.Option("--n-clusters", help="Number of clusters.")] = 8,
+    n_clusters: Annotated[
+        int, typer.Option("--n-clusters", help="Number of clusters.")
+    ] = FitOptions.n_clusters,
     model: Annotated[
         str,
         typer.Option(
@@ -69,18 +72,18 @@ def fit(
             "with at least 1,000 live points per cluster, else dc.",
             **choice(*MODELS),
         ),
-    ] = "dc",
+    ] = FitOptions.model,
     fanout: Annotated[
         int,
         typer.Option("--fanout", help="dc: children per node of the tree (fanout^height leaves)."),
-    ] = 8,
+    ] = FitOptions.fanout,
     height: Annotated[
         int,
         typer.Option("--height", help="dc: levels below the root (a large store: 2 or more)."),
-    ] = 1,
+    ] = FitOptions.height,
     max_iter: Annotated[
         int, typer.Option("--max-iter", help="Most Lloyd iterations (dc: per node).")
-    ] = 10,
+    ] = FitOptions.max_iter,
     n_init: Annotated[
         int | None,
         typer.Option(
@@ -97,11 +100,11 @@ def fit(
             help="q: lattice spacing, in the data's units (larger: more certified deletions, "
             "higher loss).",
         ),
-    ] = 0.05,
+    ] = FitOptions.epsilon,
     balance: Annotated[
         float, typer.Option("--balance", help="q: balance correction, in (0, 1).")
-    ] = 0.2,
-    seed: Seed = 0,
+    ] = FitOptions.balance,
+    seed: Seed = FitOptions.seed,
     *,
     shared: Shared,
 ) -> dict:
@@ -112,7 +115,7 @@ def fit(
       fairpipe fit --store digits.store --n-clusters 10
       fairpipe fit --store digits.store --n-clusters 10 --fanout 4 --height 2
     """
-    from flows.fit import FitOptions, run_fit
+    from flows.fit import run_fit
 
     options = FitOptions(
         n_clusters=n_clusters, model=model, fanout=fanout, height=height, max_iter=max_iter,

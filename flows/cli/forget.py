@@ -11,9 +11,8 @@ from fairpipe.errors import FairpipeInputError, check_one_of
 from flows.cli._options import Ids, IdsFile, Store, check_options, choice
 from flows.cli._output import result_console
 from flows.cli._runner import WRITES_STORES, Shared, command
+from flows.options import UNAPPLIED, ForgetOptions
 
-# The choices of --unapplied (flows.forget.UNAPPLIED: the flow is imported only once it runs).
-UNAPPLIED = ("withdraw", "keep")
 ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
 
 
@@ -80,13 +79,13 @@ def forget(
     ids_file: IdsFile = None,
     max_batch: Annotated[
         int, typer.Option("--max-batch", help="Ids per batch (one commit each), at most.")
-    ] = 10_000,
+    ] = ForgetOptions.max_batch,
     reason: Annotated[
         str,
         typer.Option(
             "--reason", help="Kept in the receipt of the --ids request.", show_default="none"
         ),
-    ] = "",
+    ] = ForgetOptions.reason,
     unapplied: Annotated[
         str,
         typer.Option(
@@ -94,9 +93,9 @@ def forget(
             help="What becomes of the --ids request if this command cannot apply it (the store "
             "busy, a full disk, damage, an interrupt): withdraw it, or keep it filed for the "
             "next drain. The error says which.",
-            **choice("withdraw", "keep"),
+            **choice(*UNAPPLIED),
         ),
-    ] = "withdraw",
+    ] = ForgetOptions.unapplied,
     purge_history: Annotated[
         bool,
         typer.Option(
@@ -105,7 +104,7 @@ def forget(
             "objects only they used now, whatever the store's erasure_retention.",
             show_default="off",
         ),
-    ] = False,
+    ] = ForgetOptions.purge_history,
     *,
     shared: Shared,
 ) -> dict:
@@ -120,7 +119,7 @@ def forget(
       fairpipe forget --store digits.store
     """
     from fairpipe.datasets import read_ids
-    from flows.forget import ForgetOptions, run_forget
+    from flows.forget import run_forget
 
     if ids is not None and ids_file is not None:
         raise FairpipeInputError(ONE_SOURCE)

@@ -12,6 +12,7 @@ from fairpipe.errors import check_int_range, check_one_of, check_open_unit
 from flows.cli._options import Store, check_options, choice
 from flows.cli._output import diagnostics_console, result_console
 from flows.cli._runner import WRITES_STORES, Shared, command
+from flows.options import IngestOptions
 
 # A source file up to this size (and any .npy, whose plan reads its header and the ids and
 # groups files only) is planned before the flow starts, so that its errors come before anything
@@ -145,8 +146,7 @@ def _check_planned(plan, o: dict, options, new_store: bool) -> None:
 
 
 def ingest_options(o: dict, lock_timeout: float = 0.0, new_store: bool = False):
-    """The ingest flow's options (:class:`flows.parameters.IngestOptions`) from the command's."""
-    from flows.parameters import IngestOptions
+    """The ingest flow's options (:class:`flows.options.IngestOptions`) from the command's."""
 
     gaussian = {"n": o["gaussian_n"], "d": o["gaussian_d"], "clusters": o["gaussian_clusters"],
                 "groups": o["gaussian_groups"]}  # fmt: skip

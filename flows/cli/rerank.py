@@ -10,6 +10,7 @@ from rich.table import Table
 from flows.cli._options import check_options, choice
 from flows.cli._output import result_console
 from flows.cli._runner import RUNS_FLOWS, Shared, command
+from flows.options import RerankOptions
 
 ALGORITHMS = ("detgreedy", "detcons", "detrelaxed", "detconstsort")  # fairpipe.ranking's
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
@@ -76,10 +77,10 @@ def rerank(
             "detconstsort.",
             **choice(*ALGORITHMS),
         ),
-    ] = "detconstsort",
+    ] = RerankOptions.algorithm,
     k: Annotated[
         int, typer.Option("--k", help="Top-k of each list (a shorter list keeps all).")
-    ] = 10,
+    ] = RerankOptions.k,
     desired: Annotated[
         str,
         typer.Option(
@@ -87,22 +88,22 @@ def rerank(
             help='A JSON file {"group": share, ...} summing to 1, or "population": each '
             "list's own group distribution.",
         ),
-    ] = "population",
+    ] = RerankOptions.desired,
     list_column: Annotated[
         str, typer.Option("--list-column", help="The column naming each row's list.")
-    ] = "list",
+    ] = RerankOptions.list_column,
     score_column: Annotated[
         str, typer.Option("--score-column", help="The column of scores (higher first).")
-    ] = "score",
+    ] = RerankOptions.score_column,
     group_column: Annotated[
         str, typer.Option("--group-column", help="The column of group labels.")
-    ] = "group",
+    ] = RerankOptions.group_column,
     smoothing: Annotated[
         float,
         typer.Option(
             "--smoothing", help="Skew of a group absent from the top k: -inf at 0 (the paper)."
         ),
-    ] = 0.0,
+    ] = RerankOptions.smoothing,
     *,
     shared: Shared,
 ) -> dict:
@@ -113,7 +114,7 @@ def rerank(
       printf 'list,score,group\\n1,0.9,a\\n1,0.8,a\\n1,0.7,b\\n1,0.6,b\\n' > lists.csv
       fairpipe rerank lists.csv --out reranked.csv --k 2
     """
-    from flows.rerank import RerankOptions, run_rerank
+    from flows.rerank import run_rerank
 
     options = RerankOptions(
         algorithm=algorithm, k=k, desired=desired, list_column=list_column,

@@ -12,6 +12,7 @@ from fairpipe.tree import check_tree
 from flows.cli._options import Seed, Store, check_options, choice
 from flows.cli._output import result_console
 from flows.cli._runner import WRITES_STORES, Shared, command
+from flows.options import SummarizeOptions
 
 # The old flags, hidden aliases for one release.
 UTILITIES = ("exemplar", "facility")  # fairpipe.summary.UTILITIES
@@ -71,7 +72,9 @@ def _check(**o) -> None:
 @command(FLAGS, shared=WRITES_STORES, render=_render, check=_check)
 def summarize(
     store: Store,
-    k: Annotated[int, typer.Option("--k", help="Summary size: at most k elements.")] = 10,
+    k: Annotated[
+        int, typer.Option("--k", help="Summary size: at most k elements.")
+    ] = SummarizeOptions.k,
     lower: Annotated[
         float | None,
         typer.Option(
@@ -108,7 +111,7 @@ def summarize(
             "it, raised.",
             **choice(*UTILITIES),
         ),
-    ] = "exemplar",
+    ] = SummarizeOptions.utility,
     rule: Annotated[
         str,
         typer.Option(
@@ -117,17 +120,17 @@ def summarize(
             "1/4 bound).",
             **choice(*RULES),
         ),
-    ] = "swap",
+    ] = SummarizeOptions.rule,
     eval_size: Annotated[
         int, typer.Option("--eval-size", help="Evaluation points per node.")
-    ] = 2048,
+    ] = SummarizeOptions.eval_size,
     fanout: Annotated[
         int, typer.Option("--fanout", help="Children per node of the tree (fanout^height leaves).")
-    ] = 8,
+    ] = SummarizeOptions.fanout,
     height: Annotated[
         int, typer.Option("--height", help="Levels below the root (0: one node streams all).")
-    ] = 1,
-    seed: Seed = 0,
+    ] = SummarizeOptions.height,
+    seed: Seed = SummarizeOptions.seed,
     *,
     shared: Shared,
 ) -> dict:
@@ -138,7 +141,7 @@ def summarize(
       fairpipe summarize --store digits.store --k 20 --lower 0.05 --upper 0.2
       fairpipe summarize --store digits.store --k 20 --upper 0.15 --utility facility
     """
-    from flows.summarize import SummarizeOptions, run_summarize
+    from flows.summarize import run_summarize
 
     options = SummarizeOptions(
         k=k, lower=lower, upper=upper, bounds_file=bounds, utility=utility, rule=rule,

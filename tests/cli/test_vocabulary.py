@@ -12,11 +12,8 @@ from typer.testing import CliRunner
 
 from fairpipe import DCKMeans, FairSummary, QKMeans
 from fairpipe.errors import FairpipeInputError
-from flows.audit import AuditOptions
 from flows.cli import app
-from flows.fit import FitOptions
-from flows.parameters import IngestOptions
-from flows.summarize import SummarizeOptions
+from flows.options import AuditOptions, FitOptions, IngestOptions, SummarizeOptions
 
 runner = CliRunner()
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prefect.yaml"

@@ -8,10 +8,10 @@ from zarr.errors import ArrayNotFoundError
 from fairpipe.cluster import DCKMeans, QKMeans
 from fairpipe.datasets import read_ids
 from fairpipe.neighbors import build_segments
-from flows.fit import FitOptions, run_fit
-from flows.forget import ForgetOptions, run_forget
+from flows.fit import run_fit
+from flows.forget import run_forget
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
+from flows.options import FitOptions, ForgetOptions, IngestOptions
 from flows.predict import predict_store
 from flows.sample import load_sampler
 from storage.erasure import set_retention

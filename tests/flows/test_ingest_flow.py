@@ -9,7 +9,7 @@ import pytest
 
 from fairpipe import FairpipeInputError
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
+from flows.options import IngestOptions
 from flows.sample import load_sampler, sample_store
 from storage import NotAStoreError, StoreBusyError, open_store
 from storage.index import index_entries, read_segments

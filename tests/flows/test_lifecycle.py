@@ -18,12 +18,12 @@ from sklearn.datasets import make_blobs
 
 from fairpipe.cluster import QKMeans
 from fairpipe.errors import FairpipeInputError
-from flows.fit import FitOptions, run_fit
-from flows.forget import ForgetOptions, run_forget
+from flows.fit import run_fit
+from flows.forget import run_forget
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
+from flows.options import FitOptions, ForgetOptions, IngestOptions, SummarizeOptions
 from flows.status import store_status
-from flows.summarize import SummarizeOptions, run_summarize
+from flows.summarize import run_summarize
 from storage.arrays import open_group, read_array
 from storage.index import index_entries
 from storage.models import read_model

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from fairpipe.errors import FairpipeInputError
-from flows.backfill import BackfillOptions, backfill_flow
-from flows.forget import ForgetOptions, forget_flow
+from flows.backfill import backfill_flow
+from flows.forget import forget_flow
+from flows.options import BackfillOptions, ForgetOptions
 from flows.private import Private, RedactedError, conceal, flow, reveal, task
 from flows.task_runner import _concealed
 

@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 from zarr.errors import ArrayNotFoundError, GroupNotFoundError
 
 from fairpipe.errors import FairpipeInputError
-from flows.backfill import BackfillOptions, run_backfill
+from flows.backfill import run_backfill
 from flows.cli import app
-from flows.forget import ForgetOptions, _apply_batch, run_forget
+from flows.forget import _apply_batch, run_forget
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
+from flows.options import BackfillOptions, ForgetOptions, IngestOptions
 from storage.arrays import read_array
 from storage.erasure import files_holding, row_needles
 from storage.queue import ABANDONED_AFTER_SECONDS, file_request, pending, read_request

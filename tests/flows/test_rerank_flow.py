@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 from fairpipe.ranking import infeasible_index, rerank
 from flows.cli import app
-from flows.rerank import RerankOptions, run_rerank
+from flows.options import RerankOptions
+from flows.rerank import run_rerank
 
 
 def candidates(path, n_lists=40, seed=0):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
+from flows.options import IngestOptions
 from storage.store import FairpipeStore
 from tests.storage.test_object_store import BUCKET, s3_server  # noqa: F401 (a fixture)
 

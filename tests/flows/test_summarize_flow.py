@@ -11,8 +11,8 @@ from fairpipe.summary import FairSummary
 from flows.cli import app
 from flows.forget import run_forget
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
-from flows.summarize import SummarizeOptions, run_summarize
+from flows.options import IngestOptions, SummarizeOptions
+from flows.summarize import run_summarize
 from storage.arrays import read_array
 from storage.store import FairpipeStore
 

@@ -27,11 +27,11 @@ from zarr.buffer import default_buffer_prototype
 
 from flows.cli import app
 from flows.cli._runner import CORRUPT_STORE
-from flows.fit import FitOptions, run_fit
+from flows.fit import run_fit
 from flows.forget import run_forget
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
-from flows.summarize import SummarizeOptions, run_summarize
+from flows.options import FitOptions, IngestOptions, SummarizeOptions
+from flows.summarize import run_summarize
 from storage.arrays import open_array, read_array, read_arrays, read_many, read_rows_at
 from storage.chunks import CorruptChunkError, corrupt_chunk_error, on_zarr_loop
 from storage.integrity import add_checksums, has_checksum, store_arrays, verify_store

@@ -16,7 +16,7 @@ import pytest
 
 from flows.forget import run_forget
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
+from flows.options import IngestOptions
 from storage.erasure import holds
 from storage.receipts import read_receipts
 from storage.store import FairpipeStore

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from fairpipe.old_names import OLD_ATTRIBUTES
-from flows.fit import FitOptions, run_fit
+from flows.fit import run_fit
 from flows.forget import run_forget
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
-from flows.summarize import SummarizeOptions, run_summarize
+from flows.options import FitOptions, IngestOptions, SummarizeOptions
+from flows.summarize import run_summarize
 from storage.arrays import open_group
 from storage.models import model_params
 from storage.names import renamed

@@ -11,7 +11,7 @@ from fairpipe import FairNN, FairpipeInputError
 from fairpipe.neighbors import MODES, chi_square_uniform
 from flows.forget import run_forget
 from flows.ingest import run_ingest
-from flows.parameters import IngestOptions
+from flows.options import IngestOptions
 from storage import NotAStoreError, open_reader
 
 LSH = dict(n_hashes=3, n_tables=6, bucket_width=2.5, seed=3)
@@ -117,7 +117,8 @@ def test_a_long_lived_reader_reads_each_chunk_once(store, monkeypatch):
 
 def test_predict_reads_the_model_root(store, prefect_server):
     from fairpipe import DCKMeans
-    from flows.fit import FitOptions, run_fit
+    from flows.fit import run_fit
+    from flows.options import FitOptions
 
     path, nn, X = store
     run_fit(str(path), FitOptions(n_clusters=3, fanout=2, height=1, seed=1), **THREADS)

@@ -183,7 +183,7 @@ def test_a_first_ingest_that_fails_after_making_the_store_leaves_nothing(
     reaches the caller."""
     import flows.ingest
     from flows.ingest import run_ingest
-    from flows.parameters import IngestOptions
+    from flows.options import IngestOptions
 
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")

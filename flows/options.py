@@ -1,0 +1,209 @@
+"""The flows' options, one dataclass per flow: each setting's name and default, declared once.
+The command line takes its flags' defaults from here, and the deployments' parameters are
+checked against them; this module imports no Prefect or Dask, so a command's checks read it
+before anything starts. Old names are listed in :mod:`fairpipe.old_names`."""
+
+from __future__ import annotations
+
+from dataclasses import InitVar, dataclass, field
+
+from fairpipe.old_names import OLD_OPTIONS
+from flows.private import PRIVATE
+from flows.renamed import take_old_names
+
+# -- ingest -----------------------------------------------------------------------------------------
+DEFAULTS = {"seed": 0, "scale": "auto"}
+
+
+@dataclass
+class IngestOptions:
+    """The ingest flow's parameters: E2LSH's own names (the command line's flags in
+    kebab-case). ``None`` means: the store's setting when appending, else the default (seed 0;
+    n_hashes, n_tables and bucket_width chosen for ``recall`` 0.95 at ``radius``, by default
+    the median nearest-neighbour distance of a sample:
+    :func:`flows.parameters.new_store_parameters`; about 16 MB of points per chunk; scale
+    ``auto``). An append given a setting that differs from the store's is refused."""
+
+    seed: int | None = None
+    group_column: str | None = None
+    id_column: str | None = None
+    groups_file: str | None = None
+    ids_file: str | None = None
+    n_hashes: int | None = None  # hash functions per table
+    n_tables: int | None = None
+    bucket_width: float | None = None
+    radius: float | None = None  # the query radius the parameters are chosen for
+    recall: float | None = None  # the target recall at the radius (default 0.95)
+    chunk_rows: int | None = None
+    # none | standard | robust, or auto: standard for a table (CSV, Parquet), none for a .npy
+    # matrix or a built-in data set (fairpipe.datasets.resolve_scale)
+    scale: str | None = None
+
+    def get(self, name: str):
+        value = getattr(self, name)
+        return DEFAULTS.get(name) if value is None else value
+
+    gaussian: dict = field(default_factory=dict)
+    lock_timeout: float = 0.0
+    # The caller found no store at the URL when it started (a command line meaning to create
+    # one): a store found there now was made by another command meanwhile, which is a busy
+    # store (exit 3), not one to append to.
+    new_store: bool = False
+    # The old names (flows.renamed), accepted for one release.
+    lsh_k: InitVar[int | None] = None
+    lsh_tables: InitVar[int | None] = None
+    lsh_width: InitVar[float | None] = None
+
+    def __post_init__(self, lsh_k, lsh_tables, lsh_width) -> None:
+        take_old_names(self, OLD_OPTIONS["ingest"], {"lsh_k": lsh_k, "lsh_tables": lsh_tables,
+                                         "lsh_width": lsh_width})  # fmt: skip
+
+
+# -- fit --------------------------------------------------------------------------------------------
+@dataclass
+class FitOptions:
+    """The fit flow's parameters: :class:`DCKMeans`' and :class:`QKMeans`' own names and
+    defaults (the command line's flags in kebab-case), with ``model`` choosing between them."""
+
+    n_clusters: int = 8
+    model: str = "dc"  # dc | q | auto
+    fanout: int = 8
+    height: int = 1
+    max_iter: int = 10
+    n_init: int | None = None  # restarts: DC, of each internal node (10); Q, whole runs (1)
+    seed: int = 0
+    epsilon: float = 0.05
+    balance: float = 0.2
+    lock_timeout: float = 0.0
+    # The old names (flows.renamed), accepted for one release.
+    k: InitVar[int | None] = None
+    width: InitVar[int | None] = None
+    iterations: InitVar[int | None] = None
+    gamma: InitVar[float | None] = None
+
+    def __post_init__(self, k, width, iterations, gamma) -> None:
+        take_old_names(self, OLD_OPTIONS["fit"], {"k": k, "width": width, "iterations": iterations,
+                                         "gamma": gamma})  # fmt: skip
+
+    def dc_params(self) -> dict:
+        """The parameters of :class:`DCKMeans`."""
+        return dict(
+            n_clusters=self.n_clusters, fanout=self.fanout, height=self.height,
+            max_iter=self.max_iter, n_init=10 if self.n_init is None else self.n_init,
+            seed=self.seed,
+        )  # fmt: skip
+
+    def q_params(self) -> dict:
+        """The parameters of :class:`QKMeans`."""
+        return dict(
+            n_clusters=self.n_clusters, epsilon=self.epsilon, balance=self.balance,
+            max_iter=self.max_iter, n_init=1 if self.n_init is None else self.n_init,
+            seed=self.seed,
+        )  # fmt: skip
+
+
+# -- summarize --------------------------------------------------------------------------------------
+@dataclass
+class SummarizeOptions:
+    """The summarize flow's parameters: :class:`FairSummary`'s own names and defaults (the
+    command line's flags in kebab-case); ``lower``/``upper`` as fractions of k, or
+    ``bounds_file``."""
+
+    k: int = 10
+    lower: float | None = None  # fraction of k, for every group
+    upper: float | None = None
+    bounds_file: str | None = None  # per group name, counts
+    utility: str = "exemplar"
+    rule: str = "swap"
+    factor: float = 2.0
+    eval_size: int = 2048
+    gamma: float | None = None
+    fanout: int = 8
+    height: int = 1
+    seed: int = 0
+    lock_timeout: float = 0.0
+    # The old name of ``fanout`` (flows.renamed), accepted for one release.
+    width: InitVar[int | None] = None
+
+    def __post_init__(self, width) -> None:
+        take_old_names(self, OLD_OPTIONS["summarize"], {"width": width})
+
+
+# -- forget and backfill ----------------------------------------------------------------------------
+MAX_BATCH = 10_000
+UNAPPLIED = ("withdraw", "keep")
+
+
+@dataclass
+class ForgetOptions:
+    lock_timeout: float = 0.0
+    # What becomes of the request ``ids`` make when the drain cannot apply it (the store busy,
+    # a full disk, damage, an interrupt): withdrawn, or kept filed for the next drain. Either
+    # way the error says which.
+    unapplied: str = "withdraw"
+    # Drop every earlier snapshot and the objects only they used now, whatever the store's
+    # erasure_retention (storage.erasure): time travel before this drain is lost.
+    purge_history: bool = False
+    max_batch: int = MAX_BATCH  # ids per batch (a larger request is a batch of its own)
+    # Kept in the receipt of the request ``ids`` make; never in Prefect's records (PRIVATE).
+    reason: str = field(default="", metadata=PRIVATE)
+
+
+# Ids per part. A part of random ids rewrites most index segments and row chunks whatever its
+# size (at 1M rows the index alone is ~12 s a part), so a backlog goes faster in fewer, larger
+# parts: 50,000 ids made a backfill of 100,000 ids at 1M cost about one fresh build
+# (docs/benchmarks.md), while a part still commits within about half a minute there.
+BATCH_SIZE = 50_000
+
+
+@dataclass
+class BackfillOptions:
+    batch_size: int = BATCH_SIZE  # ids per part (one request, one commit)
+    # Kept in every part's receipt; never in Prefect's records (PRIVATE).
+    reason: str = field(default="backfill", metadata=PRIVATE)
+    lock_timeout: float = 0.0
+    progress: bool = False  # a progress bar with ETA on stderr (the command line sets it)
+
+
+# -- rerank -----------------------------------------------------------------------------------------
+@dataclass
+class RerankOptions:
+    algorithm: str = "detconstsort"
+    k: int = 10
+    desired: str = "population"  # a JSON file, or "population": each list's own distribution
+    list_column: str = "list"
+    score_column: str = "score"
+    group_column: str = "group"
+    smoothing: float = 0.0  # Skew's zero-count smoothing (0: -inf, the paper's definition)
+    partitions: int | None = None  # force Dask with this many tasks (tests); None: by size
+
+
+# -- audit ------------------------------------------------------------------------------------------
+BASELINES = ("aequitas", "random")
+TRAINABLE = ("mlp",)
+
+
+@dataclass
+class AuditOptions:
+    dataset: str = "adult"
+    protected: list[str] = field(default_factory=lambda: ["sex"])
+    model: str | None = None  # a pickled classifier; None: train one (``train``)
+    train: str | None = None  # "mlp": the paper's network (the default when no model is given)
+    n_seeds: int = 1000
+    n_local: int = 1000
+    max_iter: int = 10
+    objective: str = "loss"  # ADF's loss against the model's own decision, or "probability"
+    baselines: tuple[str, ...] = BASELINES
+    retrain: bool = False
+    repeats: int = 5  # retraining repeats (the improvement is averaged), as the paper
+    train_iter: int = 50
+    rate_samples: int = 10_000  # random inputs for the discrimination rate
+    seed: int = 0
+    data_dir: str | None = None
+    progress: bool = False  # a progress bar on stderr (the command line sets it)
+    # The old names (flows.renamed), accepted for one release.
+    seeds: InitVar[int | None] = None
+    local: InitVar[int | None] = None
+
+    def __post_init__(self, seeds, local) -> None:
+        take_old_names(self, OLD_OPTIONS["audit"], {"seeds": seeds, "local": local})
