@@ -80,7 +80,7 @@ def zarr_checked(arr, sel: Any = None):
     """Around a read of zarr array ``arr`` through zarr's codec pipeline (or a write of part of a
     chunk, which reads it): zarr's own error for a chunk that fails its checksum or its decoders
     (a ValueError or RuntimeError naming no chunk) becomes a
-    :class:`~storage.chunks.CorruptChunkError` naming the first chunk selection ``sel`` reads
+    :class:`~storage.damage.CorruptChunkError` naming the first chunk selection ``sel`` reads
     (every chunk where None) that fails, if one does (:func:`storage.integrity.first_corrupt_chunk`,
     which runs only once the read has failed)."""
     try:

@@ -1,8 +1,8 @@
 """Chunks read and written straight through a store, beneath zarr's codec pipeline: an array's
 codecs as a plain chain (:class:`_PlainChunks`: little-endian bytes, then Blosc or Zstd, then a
 crc32c checksum), chunks fetched and put concurrently on zarr's own event loop
-(:func:`on_zarr_loop`), and the error for a chunk whose stored bytes are damaged
-(:class:`CorruptChunkError`). The one place fairpipe reaches zarr beyond its public API."""
+(:func:`on_zarr_loop`), raising :class:`storage.damage.CorruptChunkError` for a chunk whose
+stored bytes are damaged. The one place fairpipe reaches zarr beyond its public API."""
 
 from __future__ import annotations
 
@@ -11,53 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from fairpipe.errors import wrapped
-from storage.damage import DamagedStoreError
-
-# A chunk whose stored bytes fail their checksum (or cannot be decoded): one line, naming the
-# chunk, the array and the store, and what to do.
-CORRUPT_CHUNK = (
-    "Chunk {chunk} of array '{array}'{where} is corrupt: {why}. 'fairpipe verify --store "
-    "{store}' lists every damaged chunk; restore the store from a copy or ingest its source again."
-)
-CHECKSUM_MISMATCH = "its crc32c checksum does not match its bytes"
-UNDECODABLE = "its bytes cannot be decoded ({error})"
-
-
-class CorruptChunkError(DamagedStoreError):
-    """A chunk of an array whose stored bytes are not what was written: they fail the crc32c
-    checksum every array carries as its last codec, or (an array stored without one) cannot be
-    decoded. Damaged storage, never bad input and never a wrong answer: the read stops.
-
-    ``array`` is the array's path in the store, ``chunk`` the chunk's coordinates, ``store`` the
-    store's URL where the layer that raised it knew it (:meth:`with_store` adds it later)."""
-
-    def __init__(self, array: str, chunk: tuple[int, ...], store: str | None = None,
-                 why: str = CHECKSUM_MISMATCH):  # fmt: skip
-        self.array, self.chunk, self.store, self.why = array, tuple(chunk), store, why
-        super().__init__(array, self.chunk, store, why)
-
-    def __str__(self) -> str:
-        where = f" in the store {self.store}" if self.store else ""
-        return CORRUPT_CHUNK.format(chunk=format_chunk(self.chunk), array=self.array,
-                                    where=where, why=self.why, store=self.store or "STORE")  # fmt: skip
-
-    def with_store(self, store: str | None) -> CorruptChunkError:
-        """This error, naming ``store`` if it named none."""
-        if self.store or not store:
-            return self
-        return CorruptChunkError(self.array, self.chunk, store, self.why)
-
-
-def format_chunk(chunk: tuple[int, ...]) -> str:
-    """Chunk coordinates as a message shows them: ``(3, 0)``, ``(7)``."""
-    return "(" + ", ".join(str(int(c)) for c in chunk) + ")"
-
-
-def corrupt_chunk_error(exc: BaseException | None) -> CorruptChunkError | None:
-    """The :class:`CorruptChunkError` behind ``exc`` (itself, or an error it wraps:
-    :func:`fairpipe.errors.wrapped`), or None."""
-    return next((e for e in wrapped(exc) if isinstance(e, CorruptChunkError)), None)
+from storage.damage import CHECKSUM_MISMATCH, UNDECODABLE, CorruptChunkError
 
 
 def on_zarr_loop(coroutine):

@@ -1,7 +1,7 @@
 """A damaged store: the errors that say so, and telling Icechunk's reports of damage from the rest.
 
 A store is damaged when what it holds is not what was written: a chunk whose bytes fail their
-checksum (:class:`storage.chunks.CorruptChunkError`), a snapshot, manifest, transaction log or ref
+checksum (:class:`CorruptChunkError`), a snapshot, manifest, transaction log or ref
 Icechunk cannot decode, an object the store's metadata names that is missing, or a manifest
 that decodes but no longer lists the chunks its commit wrote (:mod:`storage.manifests`). Every
 one is a :class:`DamagedStoreError`: never bad input, never a bug; the command line exits 4.
@@ -25,7 +25,7 @@ import re
 
 from fairpipe.errors import wrapped
 
-# What to do about any damage: one line, like a damaged chunk's (storage.chunks.CORRUPT_CHUNK).
+# What to do about any damage: one line, like a damaged chunk's (CORRUPT_CHUNK).
 DAMAGED = (
     "{what}{where} is damaged: {why}. 'fairpipe verify --store {store}' lists the damage; "
     "restore the store from a copy or ingest its source again."
@@ -152,8 +152,6 @@ def icechunk_damage(error: BaseException) -> DamagedStoreError | None:
         return None
     kind = fetch.group(1)
     if kind == "fetch_chunk":
-        from storage.chunks import CorruptChunkError
-
         chunk = next((m for m in map(_CHUNK_KEY.match, _KEY.findall(text)) if m), None)
         why = MISSING_OBJECT.format(reason=reason)
         if chunk is None:
@@ -222,3 +220,49 @@ def raise_damage(error: BaseException, store: str | None = None) -> None:
     found = damaged_store_error(error)
     if found is not None:
         raise found.with_store(store) from error
+
+
+# A chunk whose stored bytes fail their checksum (or cannot be decoded): one line, naming the
+# chunk, the array and the store, and what to do.
+CORRUPT_CHUNK = (
+    "Chunk {chunk} of array '{array}'{where} is corrupt: {why}. 'fairpipe verify --store "
+    "{store}' lists every damaged chunk; restore the store from a copy or ingest its source again."
+)
+CHECKSUM_MISMATCH = "its crc32c checksum does not match its bytes"
+UNDECODABLE = "its bytes cannot be decoded ({error})"
+
+
+class CorruptChunkError(DamagedStoreError):
+    """A chunk of an array whose stored bytes are not what was written: they fail the crc32c
+    checksum every array carries as its last codec, or (an array stored without one) cannot be
+    decoded. Damaged storage, never bad input and never a wrong answer: the read stops.
+
+    ``array`` is the array's path in the store, ``chunk`` the chunk's coordinates, ``store`` the
+    store's URL where the layer that raised it knew it (:meth:`with_store` adds it later)."""
+
+    def __init__(self, array: str, chunk: tuple[int, ...], store: str | None = None,
+                 why: str = CHECKSUM_MISMATCH):  # fmt: skip
+        self.array, self.chunk, self.store, self.why = array, tuple(chunk), store, why
+        super().__init__(array, self.chunk, store, why)
+
+    def __str__(self) -> str:
+        where = f" in the store {self.store}" if self.store else ""
+        return CORRUPT_CHUNK.format(chunk=format_chunk(self.chunk), array=self.array,
+                                    where=where, why=self.why, store=self.store or "STORE")  # fmt: skip
+
+    def with_store(self, store: str | None) -> CorruptChunkError:
+        """This error, naming ``store`` if it named none."""
+        if self.store or not store:
+            return self
+        return CorruptChunkError(self.array, self.chunk, store, self.why)
+
+
+def format_chunk(chunk: tuple[int, ...]) -> str:
+    """Chunk coordinates as a message shows them: ``(3, 0)``, ``(7)``."""
+    return "(" + ", ".join(str(int(c)) for c in chunk) + ")"
+
+
+def corrupt_chunk_error(exc: BaseException | None) -> CorruptChunkError | None:
+    """The :class:`CorruptChunkError` behind ``exc`` (itself, or an error it wraps:
+    :func:`fairpipe.errors.wrapped`), or None."""
+    return next((e for e in wrapped(exc) if isinstance(e, CorruptChunkError)), None)

@@ -3,7 +3,7 @@ and manifests against what their commits recorded; and giving checksums to array
 
 Every array a store creates ends its codec chain with a crc32c checksum of the encoded chunk
 (:func:`storage.chunks.checksummed`): a stored chunk whose bytes change no longer matches it, and
-reading it raises :class:`storage.chunks.CorruptChunkError` (on the direct chunk path, and through
+reading it raises :class:`storage.damage.CorruptChunkError` (on the direct chunk path, and through
 zarr where :func:`storage.arrays.zarr_checked` wraps the read). This module finds damaged chunks
 without decoding them: :func:`verify_store` checks every chunk of every array of a snapshot
 (``fairpipe verify``), :func:`first_corrupt_chunk` the chunks a failed zarr read covered, and
@@ -38,14 +38,13 @@ from icechunk import IcechunkError
 from storage.arrays import _metadata_read, open_group, zarr_api
 from storage.chunks import (
     READ_CONCURRENCY,
-    CorruptChunkError,
     _plain_chunks,
     checksum_ok,
     crc32c_of,
     decode_chunk,
     on_zarr_loop,
 )
-from storage.damage import icechunk_reason
+from storage.damage import CorruptChunkError, icechunk_reason
 from storage.store import FairpipeStore
 
 # The most damaged chunks a report lists (it counts them all).

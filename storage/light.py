@@ -6,7 +6,7 @@ Importing ``icechunk`` imports zarr (its store subclasses zarr's), 0.15 s of a c
 each array's ``zarr.json`` itself and fetches whole chunks through the compiled store, decoding
 them as :class:`storage.chunks._PlainChunks` does (raw little-endian bytes, then at most Blosc
 or Zstd: numcodecs, 0.03 s; each chunk's crc32c checksum verified first, a
-:class:`~storage.chunks.CorruptChunkError` where it fails). :func:`storage.arrays.open_array`, :func:`~storage.arrays.read_many`,
+:class:`~storage.damage.CorruptChunkError` where it fails). :func:`storage.arrays.open_array`, :func:`~storage.arrays.read_many`,
 :func:`~storage.arrays.read_arrays` and :func:`~storage.arrays.for_rows_at` accept a
 :class:`LightSession` where they accept an Icechunk session, so the reader's code is the same on
 both paths and reads the same bytes.

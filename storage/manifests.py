@@ -50,6 +50,7 @@ import numpy as np
 from storage.damage import DamagedMetadataError, damaged_store_error, raise_damage
 
 RECORD_KEY = "fairpipe_manifests"
+CREATED = "create fairpipe store"  # the message of a store's first commit
 RECORD_VERSION = 1
 # The coordinates listed per round trip into Icechunk's compiled code.
 COORDINATE_BATCH = 4096
@@ -288,8 +289,6 @@ def _readable(info):
 def _by_fairpipe(info) -> bool:
     """Whether snapshot ``info`` was committed by fairpipe, as its message and metadata tell
     (what a damaged record key cannot hide: the other keys and the message stay)."""
-    from storage.store import CREATED
-
     return info.message == CREATED or any(
         str(k).startswith("fairpipe") for k in info.metadata or {}
     )

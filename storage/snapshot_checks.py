@@ -16,8 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.chunks import CorruptChunkError, format_chunk
-from storage.damage import DamagedMetadataError, damaged_store_error, raise_damage
+from storage.damage import (
+    CorruptChunkError,
+    DamagedMetadataError,
+    damaged_store_error,
+    format_chunk,
+    raise_damage,
+)
 from storage.manifests import (
     _EXPECTED,
     GROUP_GONE,

@@ -23,10 +23,18 @@ import numpy as np
 from fairpipe.errors import FairpipeInputError
 from storage.arrays import open_group, read_array, zarr_api
 from storage.creation import abandoned_creation, make_folders
-from storage.damage import DamagedMetadataError, DamagedStoreError, raise_damage
+from storage.damage import (
+    DamagedMetadataError,
+    DamagedStoreError,
+    is_panic,
+    probe_snapshots,
+    raise_damage,
+)
 from storage.lock import LOCK_NAME, StoreBusyError, WriterLock, lock_path_for
+from storage.manifests import CREATED, RECORD_KEY, expect, snapshots_opened
 from storage.names import current_names, upgrade_names
 from storage.paths import NESTED, check_own_objects
+from storage.snapshot_checks import ancestry, check_snapshot, history_problem
 from storage.transaction import CHECKPOINT, INTERNAL, TXN_PREFIX, Transaction, commit_recorded
 from storage.urls import (
     delete_objects,
@@ -38,7 +46,6 @@ from storage.urls import (
 )
 
 FORMAT = 2
-CREATED = "create fairpipe store"  # the message of a store's first commit
 # Where Icechunk's local storage keeps a branch's ref (its folder outlives the branch).
 LOCAL_REF_FOLDER = "refs/branch.{branch}"
 NOT_A_STORE = "{url} is not a fairpipe store ({why}). Give an empty or new folder to create one."
@@ -250,7 +257,6 @@ class FairpipeStore:
         """A read-only session at ``snapshot_id`` (default: the tip of ``main``) whose reads are
         checked against what its commit recorded (:func:`storage.manifests.expect`). Damage
         met opening it is a :class:`DamagedStoreError` naming this store."""
-        from storage.manifests import expect
 
         with self.named():
             if snapshot_id is not None:
@@ -285,8 +291,6 @@ class FairpipeStore:
         (commits on its private branch before it was published), which no reader ever saw as
         ``main``. A snapshot that cannot be read, or is not what its commit recorded
         (:func:`storage.snapshot_checks.history_problem`), is a :class:`DamagedStoreError`."""
-        from storage.manifests import RECORD_KEY
-        from storage.snapshot_checks import ancestry, history_problem
 
         with self.named():
             tip = self.repo.lookup_branch("main")
@@ -315,7 +319,6 @@ class FairpipeStore:
         """Damage met inside (a :class:`DamagedStoreError`, or what Icechunk reports as damage:
         :func:`storage.damage.icechunk_damage`) is raised as a :class:`DamagedStoreError`
         naming this store."""
-        from storage.damage import is_panic, probe_snapshots
 
         try:
             yield
@@ -325,8 +328,6 @@ class FairpipeStore:
             raise e.with_store(self.url) from e
         except BaseException as e:
             if is_panic(e) and self.repo is not None:  # a damaged snapshot Icechunk panics on?
-                from storage.manifests import snapshots_opened
-
                 snapshots = snapshots_opened()
                 with contextlib.suppress(Exception):
                     snapshots.append(self.repo.lookup_branch("main"))
@@ -361,7 +362,6 @@ class FairpipeStore:
         against what its commit recorded first (:func:`storage.snapshot_checks.check_snapshot`):
         nothing is written on top of damage.
         """
-        from storage.snapshot_checks import check_snapshot
 
         with self.writer_lock(lock_timeout):
             stale = [b for b in self.repo.list_branches() if b.startswith(TXN_PREFIX)]
