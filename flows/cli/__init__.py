@@ -14,57 +14,13 @@ import os
 import sys
 from typing import Any
 
-from flows import DEFAULT_ENV  # environment defaults, before Prefect is imported
+from flows.cli._quiet import quiet_warnings  # first: the libraries quieted before Prefect loads
 
-# A command's stderr is its own: its progress, and one line per error. The libraries' logs,
-# warnings and tracebacks would bury them: Prefect's engine (a failed flow's traceback) and its
-# services ("EventsWorker - Still processing items"), Dask's workers ("Compute Failed") and comms
-# (CommClosedError at shutdown), a Rust panic's backtrace (RUST_BACKTRACE). Set for this process
-# and the ones it starts (Prefect's server, Dask's workers) before Prefect or Dask is imported,
-# unless the user set the variable; ``--verbose`` (:func:`loud_libraries`) shows them again.
-QUIET_DASK_LOGGERS = ("distributed", "distributed.client", "distributed.gc", "tornado",
-                      "tornado.application", "asyncio")  # fmt: skip
-QUIET_ENV = {
-    "PREFECT_LOGGING_LEVEL": "CRITICAL",
-    "PREFECT_LOGGING_ROOT_LEVEL": "CRITICAL",  # other libraries' loggers, through Prefect's root
-    "DASK_LOGGING": repr({name: "critical" for name in QUIET_DASK_LOGGERS}),
-    "RUST_BACKTRACE": "0",  # a panic's 200 lines of backtrace (often set for Rust development)
-    "ICECHUNK_LOG": "off",  # Icechunk logs to stdout, which holds the command's result
-}
-_LOUD: dict[str, str | None] = {}  # the variables as they were, for --verbose
-for _name, _value in QUIET_ENV.items():
-    _given = os.environ.get(_name)
-    if _given in (None, DEFAULT_ENV.get(_name)) or _name == "RUST_BACKTRACE":
-        _LOUD[_name] = _given
-        os.environ[_name] = _value
-if "DASK_LOGGING" in _LOUD and "DASK_LOGGING__DISTRIBUTED" in os.environ:  # within DASK_LOGGING
-    _LOUD["DASK_LOGGING__DISTRIBUTED"] = os.environ.pop("DASK_LOGGING__DISTRIBUTED")
+# isort: split
+import typer
+import typer.core
 
-
-def loud_libraries() -> None:
-    """Show the libraries' logs, warnings and tracebacks again (``--verbose``): the environment,
-    warning filters and root log level as they were before the command line quieted them, for a
-    command that has not imported the libraries yet."""
-    import logging
-    import warnings
-
-    for name, value in _LOUD.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    if _SAVED_WARNING_FILTERS:
-        warnings.filters[:] = _SAVED_WARNING_FILTERS  # type: ignore[index]
-    logging.getLogger().setLevel(logging.WARNING)
-
-
-_SAVED_WARNING_FILTERS: list = []
-
-
-import typer  # noqa: E402
-import typer.core  # noqa: E402
-
-from flows.cli import (  # noqa: E402
+from flows.cli import (
     audit,
     backfill,
     demo,
@@ -197,7 +153,6 @@ def main() -> None:
     import logging
     import signal
     import threading
-    import warnings
 
     from flows.cli._output import standard_streams
     from flows.cli._runner import PROGRAM
@@ -219,11 +174,7 @@ def main() -> None:
     # Python's warnings and logs too (Icechunk's, Dask's, a library logging before Prefect sets
     # up logging), here and in the processes the command starts: by the program only, so that
     # tests running commands keep their own warning filters.
-    if "PYTHONWARNINGS" not in os.environ and not sys.warnoptions:
-        _LOUD["PYTHONWARNINGS"] = None
-        _SAVED_WARNING_FILTERS[:] = warnings.filters
-        os.environ["PYTHONWARNINGS"] = "ignore"
-        warnings.simplefilter("ignore")
+    quiet_warnings()
     logging.getLogger().setLevel(logging.CRITICAL)
     try:
         app(prog_name="fairpipe")

@@ -67,6 +67,7 @@ from flows.cli._output import (
     print_error,
     print_line,
 )
+from flows.cli._quiet import loud_libraries
 from flows.prefect_server import deliver_records, launch_early, stop_early
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
@@ -201,8 +202,6 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
         def run(**kwargs: Any) -> None:
             context = kwargs.pop(CONTEXT, None)
             if kwargs["verbose"]:
-                from flows.cli import loud_libraries
-
                 loud_libraries()
             try:
                 with errors_reported((name or fn.__name__).replace("_", "-"), flags, dict(kwargs)):
