@@ -53,7 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import storage.manifests as manifests  # noqa: E402
-from storage.arrays import open_array, open_group, read_array, zarr_api  # noqa: E402
+from storage.arrays import open_array, open_group, read_array  # noqa: E402
+from storage.chunks import zarr_api  # noqa: E402
 from storage.snapshot_checks import check_snapshot, verify_history  # noqa: E402
 from storage.store import FairpipeStore  # noqa: E402
 from storage.urls import make_storage, parse_store_url  # noqa: E402

@@ -8,8 +8,11 @@ from __future__ import annotations
 from dataclasses import InitVar, dataclass, field
 
 from fairpipe.old_names import OLD_OPTIONS
-from flows.private import PRIVATE
 from flows.renamed import take_old_names
+
+# The metadata of an options field that Prefect must not record (flows.private).
+PRIVATE = {"private": True}
+
 
 # -- ingest -----------------------------------------------------------------------------------------
 DEFAULTS = {"seed": 0, "scale": "auto"}

@@ -33,8 +33,6 @@ from pydantic import BaseModel, ConfigDict, model_serializer
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The metadata of an options dataclass's field that Prefect must not record.
-PRIVATE = {"private": True}
 REDACTED = "{kind} (its message is kept out of Prefect's records; reference {reference})"
 UNREPORTED = "fairpipe flow {name} failed: {kind}: {message} (reference {reference})\n"
 

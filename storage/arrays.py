@@ -11,31 +11,25 @@ from typing import Any
 
 import numpy as np
 
+from storage.chunk_checks import first_corrupt_chunk
 from storage.chunks import (
     _fetch_chunks,
     _fetch_many,
     _is_light,
+    _metadata_read,
     _plain_chunks,
     _PlainChunks,
     checksummed,
     on_zarr_loop,
+    zarr_api,
 )
-from storage.damage import DamagedMetadataError, raise_damage
-
-
-def zarr_api():
-    """The zarr module, imported on first use (opening a store should not pay for it twice)."""
-    import zarr
-
-    return zarr
+from storage.manifests import check_array, check_groups
 
 
 def open_group(session, mode: str = "r"):
     """The root group of a session's store (read: its groups' metadata checked against what
     their commit recorded, :mod:`storage.manifests`)."""
     if mode == "r":
-        from storage.manifests import check_groups
-
         check_groups(session)
     with _metadata_read("the root group"):
         return zarr_api().open_group(session.store, mode=mode)
@@ -46,8 +40,6 @@ def open_array(session, name: str, mode: str = "r"):
     lists them checked against what their commit recorded, once per snapshot:
     :func:`storage.manifests.check_array`)."""
     if mode == "r":
-        from storage.manifests import check_array
-
         check_array(session, name)
     if _is_light(session):  # storage.light: read-only, without zarr
         return session.array(name)
@@ -56,40 +48,19 @@ def open_array(session, name: str, mode: str = "r"):
 
 
 @contextlib.contextmanager
-def _metadata_read(what: str):
-    """Around zarr's read of a node's metadata: metadata that is not JSON or not Zarr's (a
-    damaged snapshot of a store without a record of it) is a :class:`DamagedMetadataError`, and
-    so is what Icechunk reports as damage (:func:`storage.damage.icechunk_damage`)."""
-    from zarr.errors import MetadataValidationError, UnknownCodecError
-
-    try:
-        yield
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        why = f"it is not valid JSON ({type(e).__name__}: {e})"
-        raise DamagedMetadataError(f"The metadata of {what}", why) from e
-    except (MetadataValidationError, UnknownCodecError) as e:
-        why = f"it is not Zarr metadata ({' '.join(str(e).split())})"
-        raise DamagedMetadataError(f"The metadata of {what}", why) from e
-    except Exception as e:
-        raise_damage(e)
-        raise
-
-
-@contextlib.contextmanager
 def zarr_checked(arr, sel: Any = None):
     """Around a read of zarr array ``arr`` through zarr's codec pipeline (or a write of part of a
     chunk, which reads it): zarr's own error for a chunk that fails its checksum or its decoders
     (a ValueError or RuntimeError naming no chunk) becomes a
     :class:`~storage.damage.CorruptChunkError` naming the first chunk selection ``sel`` reads
-    (every chunk where None) that fails, if one does (:func:`storage.integrity.first_corrupt_chunk`,
-    which runs only once the read has failed)."""
+    (every chunk where None) that fails, if one does
+    (:func:`storage.chunk_checks.first_corrupt_chunk`, which runs only once the read has
+    failed)."""
     try:
         yield
     except (ValueError, RuntimeError) as e:
         if _is_light(arr):
             raise
-        from storage.integrity import first_corrupt_chunk
-
         try:
             bad = first_corrupt_chunk(arr, sel)
         except Exception:  # the search failed too: zarr's error is the one to see

@@ -2,16 +2,53 @@
 codecs as a plain chain (:class:`_PlainChunks`: little-endian bytes, then Blosc or Zstd, then a
 crc32c checksum), chunks fetched and put concurrently on zarr's own event loop
 (:func:`on_zarr_loop`), raising :class:`storage.damage.CorruptChunkError` for a chunk whose
-stored bytes are damaged. The one place fairpipe reaches zarr beyond its public API."""
+stored bytes are damaged; and zarr itself (:func:`zarr_api`), whose reads of a node's metadata
+report damage as such (:func:`_metadata_read`). The one place fairpipe reaches zarr beyond its
+public API."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from storage.damage import CHECKSUM_MISMATCH, UNDECODABLE, CorruptChunkError
+from storage.damage import (
+    CHECKSUM_MISMATCH,
+    UNDECODABLE,
+    CorruptChunkError,
+    DamagedMetadataError,
+    raise_damage,
+)
+
+
+def zarr_api():
+    """The zarr module, imported on first use (opening a store should not pay for it twice)."""
+    import zarr
+
+    return zarr
+
+
+@contextlib.contextmanager
+def _metadata_read(what: str):
+    """Around zarr's read of a node's metadata: metadata that is not JSON or not Zarr's (a
+    damaged snapshot of a store without a record of it) is a :class:`DamagedMetadataError`, and
+    so is what Icechunk reports as damage (:func:`storage.damage.icechunk_damage`)."""
+    from zarr.errors import MetadataValidationError, UnknownCodecError
+
+    try:
+        yield
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        why = f"it is not valid JSON ({type(e).__name__}: {e})"
+        raise DamagedMetadataError(f"The metadata of {what}", why) from e
+    except (MetadataValidationError, UnknownCodecError) as e:
+        why = f"it is not Zarr metadata ({' '.join(str(e).split())})"
+        raise DamagedMetadataError(f"The metadata of {what}", why) from e
+    except Exception as e:
+        raise_damage(e)
+        raise
 
 
 def on_zarr_loop(coroutine):

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from storage.chunks import _chunk_source, _metadata_read, zarr_api
 from storage.damage import DamagedMetadataError, damaged_store_error, raise_damage
 
 RECORD_KEY = "fairpipe_manifests"
@@ -105,8 +106,6 @@ def _meta_key(path: str) -> str:
 
 
 def _source(session):
-    from storage.chunks import _chunk_source
-
     return _chunk_source(session)
 
 
@@ -153,8 +152,6 @@ async def _group_entry(get, path: str) -> str | None:
 
 def _nodes(session) -> tuple[list[str], list[str]]:
     """(group paths, array paths) of every node of a session's store, the root group ``""``."""
-    from storage.arrays import _metadata_read, zarr_api
-
     try:
         with _metadata_read("the root group"):  # (unchecked: what is checked is listed here)
             root = zarr_api().open_group(session.store, mode="r")

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from storage.arrays import open_group, read_array, zarr_api
+from storage.arrays import open_group, read_array
+from storage.chunks import zarr_api
 from storage.creation import abandoned_creation, make_folders
 from storage.damage import (
     DamagedMetadataError,

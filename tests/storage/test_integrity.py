@@ -33,9 +33,10 @@ from flows.ingest import run_ingest
 from flows.options import FitOptions, IngestOptions, SummarizeOptions
 from flows.summarize import run_summarize
 from storage.arrays import open_array, read_array, read_arrays, read_many, read_rows_at
+from storage.chunk_checks import has_checksum
 from storage.chunks import on_zarr_loop
 from storage.damage import CorruptChunkError, corrupt_chunk_error
-from storage.integrity import add_checksums, has_checksum, store_arrays, verify_store
+from storage.integrity import add_checksums, store_arrays, verify_store
 from storage.light import open_light, plain_chunks
 from storage.store import FairpipeStore
 
