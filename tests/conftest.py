@@ -10,8 +10,9 @@ import flows  # noqa: F401  (environment defaults for Prefect and Dask)
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # The scenario tier: whole programs as users run them (deployments, the second host, signals,
-# hostile campaigns, the documents' examples, an audit end to end); `make test` runs it after the fast tier (units and
-# the commands), each on two test processes. `pytest -m "not scenario"` runs the fast tier alone.
+# hostile campaigns, the documents' examples, an audit end to end); `make test` runs it after the
+# fast tier (units and the commands), each on two test processes. `pytest -m "not scenario"` runs
+# the fast tier alone.
 SCENARIOS = (
     "tests/second_host/",
     "tests/flows/test_deploy.py",
