@@ -141,25 +141,24 @@ def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
     check_bounds(k, lo, up, np.bincount(groups[alive], minlength=len(names)), names)
 
 
-def check_ingest(url: str, plan: SourcePlan | None, options: IngestOptions) -> None:
+def check_ingest(url: str, options: IngestOptions):
     """The store of an ingest: a store, or nothing yet (a folder that is no store or a file is
-    refused); an append's source (``plan``; None: a source the flow plans, whose settings alone
-    are checked here) against the store, as :func:`check_append`."""
+    refused); for an append, the settings given against the store's. Returns what an append's
+    source is checked against (:func:`check_append`): (its attributes, a read-only session, its
+    URL), or None for a new store (nothing at ``url``, or a store that holds no data yet)."""
     from dataclasses import replace
 
     from storage.store import FairpipeStore
 
     store = FairpipeStore.open_existing(url)
     if store is None:
-        return
+        return None
     session = store.readonly_session()
     attrs = store.attrs(session)
     if "n" not in attrs:
-        return
-    if plan is None:
-        check_append_options(replace(options, scale=None), attrs, store.url)
-        return
-    check_append(plan, options, attrs, session, store.url)
+        return None
+    check_append_options(replace(options, scale=None), attrs, store.url)  # (scale: by the source)
+    return attrs, session, store.url
 
 
 def check_append(plan: SourcePlan, options: IngestOptions, attrs: dict, session, url: str) -> None:

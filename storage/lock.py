@@ -51,6 +51,13 @@ def lock_path_for(url: str, local_dir: Path | None) -> Path:
     return cache / (hashlib.sha256(url.encode()).hexdigest()[:24] + ".lock")
 
 
+def nearest_existing(path: Path) -> Path:
+    """``path``, or its nearest ancestor that exists (where a new store would be made)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def check_lock(path: Path, url: str, wait: bool = False) -> None:
     """What a command asks before it starts its work on the local store at ``path`` (its
     folder; a new store: its nearest existing folder), writing nothing: that another writer does
@@ -64,9 +71,7 @@ def check_lock(path: Path, url: str, wait: bool = False) -> None:
         except StoreBusyError:
             if not wait:
                 raise
-    where = path
-    while not where.exists() and where != where.parent:
-        where = where.parent
+    where = nearest_existing(path)
     if not os.access(where, os.W_OK):
         code = errno.EROFS if os.statvfs(where).f_flag & os.ST_RDONLY else errno.EACCES
         raise OSError(code, os.strerror(code), str(path))

@@ -208,7 +208,7 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
                     options = Shared(**{name: kwargs.pop(name) for name in shared})
                     merge_renamed(kwargs, old_flags, context)
                     options = check_shared(options, name or fn.__name__, kwargs,
-                                           writes=shared == (*WRITES_STORES, "verbose"))  # fmt: skip
+                                           writes=set(WRITES_STORES) <= set(shared))  # fmt: skip
                     if check is not None:
                         check(**kwargs)
                     if "dask_address" in shared:  # runs a flow: its Prefect server starts now,
@@ -463,11 +463,10 @@ def _free_space(path: str) -> str:
     """The space left on ``path``'s filesystem (of its nearest existing folder)."""
     import shutil
 
-    where = Path(path)
-    while not where.exists() and where != where.parent:
-        where = where.parent
+    from storage.lock import nearest_existing  # (start-up time: storage loads on first use)
+
     try:
-        free = shutil.disk_usage(where).free
+        free = shutil.disk_usage(nearest_existing(Path(path))).free
     except OSError:
         return "unknown"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -89,7 +89,7 @@ def _check(**o) -> None:
     from flows.checks import check_ingest
 
     options = ingest_options(o)
-    check_ingest(o["store"], None, options)  # what --store names, before the source is read
+    appending = check_ingest(o["store"], options)  # what --store names, before the source is read
     source = Path(o["source"])
     name = o["source"].partition(":")[0]
     if o["source"] == "gaussian":  # its sizes, for a new store or an append
@@ -107,7 +107,7 @@ def _check(**o) -> None:
             plan = plan_source(o["source"], group_column=o["group_column"],
                                id_column=o["id_column"], gaussian=options.gaussian,
                                seed=o["seed"] or 0)  # fmt: skip
-            _check_planned(plan, o, options, new_store)
+            _check_planned(plan, o, options, new_store, appending)
         return  # the others: loaded by the flow
     from fairpipe.datasets import check_url_source, is_url
 
@@ -126,23 +126,24 @@ def _check(**o) -> None:
     if size <= CHECK_AHEAD_BYTES:
         read_source_rows(plan, 0, plan.n)
     check_projection_size(plan.d, o["n_hashes"] or 1, o["n_tables"] or 1)
-    _check_planned(plan, o, options, new_store)
+    _check_planned(plan, o, options, new_store, appending)
 
 
-def _check_planned(plan, o: dict, options, new_store: bool) -> None:
-    """A planned source: a new store's parameters' errors (the flow chooses them again), or an
-    append's against the store."""
-    if new_store:
+def _check_planned(plan, o: dict, options, new_store: bool, appending) -> None:
+    """A planned source: an append's against the store (``appending``:
+    :func:`flows.checks.check_ingest`'s answer), or a new store's parameters' errors (the flow
+    chooses them again)."""
+    if appending is not None:
+        from flows.checks import check_append
+
+        check_append(plan, options, *appending)
+    elif new_store:
         from flows.parameters import new_store_parameters
 
         plan = _scaled(plan, o)
         new_store_parameters(plan, plan.ids, o["seed"] or 0, n_hashes=o["n_hashes"],
                              n_tables=o["n_tables"], bucket_width=o["bucket_width"],
                              radius=o["radius"], recall=o["recall"])  # fmt: skip
-    else:
-        from flows.checks import check_ingest
-
-        check_ingest(o["store"], plan, options)
 
 
 def ingest_options(o: dict, lock_timeout: float = 0.0, new_store: bool = False):
