@@ -5,8 +5,8 @@
 On an array of float32 points (n x d, chunks of 2048 rows, as a store keeps them) and one of its
 uint8 sketch (n x (d + 12), chunks of 4096 rows), each stored without a compressor, once plainly
 and once with a crc32c checksum as the last codec (what every array of a store carries): the
-time to write all rows (storage.writes.write_rows, one block), to read them all back
-(storage.arrays.read_arrays), and to read 20,000 scattered rows (storage.arrays.read_rows_at: a
+time to write all rows (fairpipe.storage.writes.write_rows, one block), to read them all back
+(fairpipe.storage.arrays.read_arrays), and to read 20,000 scattered rows (fairpipe.storage.arrays.read_rows_at: a
 query's candidates), best of ``--repeat``; zarr's own whole read of the same array for
 reference; and the CPU alone: encoding and decoding every chunk in memory (the direct path's
 codecs, checksum included), which is what the checksum adds, without the store's I/O (the I/O
@@ -27,10 +27,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from storage.arrays import open_array, open_group, read_arrays, read_rows_at  # noqa: E402
-from storage.chunks import _plain_chunks  # noqa: E402
-from storage.store import FairpipeStore  # noqa: E402
-from storage.writes import write_rows  # noqa: E402
+from fairpipe.storage.arrays import open_array, open_group, read_arrays, read_rows_at  # noqa: E402
+from fairpipe.storage.chunks import _plain_chunks  # noqa: E402
+from fairpipe.storage.store import FairpipeStore  # noqa: E402
+from fairpipe.storage.writes import write_rows  # noqa: E402
 
 
 def timed(fn, *args) -> float:

@@ -3,7 +3,7 @@ heartbeats, measured in the same run.
 
 Prefect 3.8 sends a flow run's heartbeats from a thread that sleeps in 1-second steps, and the
 end of the run joins that thread: the run waits up to a second after its work. fairpipe's
-commands run their flow without heartbeats (``flows.prefect_api.no_exit_heartbeat_wait``) unless
+commands run their flow without heartbeats (``fairpipe.flows.prefect_api.no_exit_heartbeat_wait``) unless
 ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` is set; setting it gives the baseline (Prefect's default).
 
 A store of the built-in ``gaussian`` data (n rows x d dims) is ingested, then one-id forgets
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import flows  # noqa: E402,F401  (environment defaults)
+import fairpipe.flows  # noqa: E402,F401  (environment defaults)
 
 
 def main() -> None:
@@ -37,10 +37,10 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=32)
     ap.add_argument("--runs", type=int, default=6)
     a = ap.parse_args()
-    from flows.forget import run_forget
-    from flows.ingest import run_ingest
-    from flows.options import IngestOptions
-    from flows.prefect_api import HEARTBEAT_VARIABLES, prefect_api
+    from fairpipe.flows.forget import run_forget
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import IngestOptions
+    from fairpipe.flows.prefect_api import HEARTBEAT_VARIABLES, prefect_api
 
     HEARTBEAT = HEARTBEAT_VARIABLES[0]
 

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "benchmarks" / "out"
 
-import flows  # noqa: E402,F401  (environment defaults)
+import fairpipe.flows  # noqa: E402,F401  (environment defaults)
 
 
 def peak_rss_mb() -> float:
@@ -52,16 +52,16 @@ def main() -> None:
         a.n = 100_000
     from distributed import Client, LocalCluster
 
-    from flows.backfill import run_backfill
-    from flows.cluster import local_cluster_kwargs
-    from flows.fit import run_fit
-    from flows.forget import run_forget
-    from flows.ingest import run_ingest
-    from flows.options import BackfillOptions, FitOptions, IngestOptions, SummarizeOptions
-    from flows.prefect_api import prefect_api
-    from flows.summarize import run_summarize
-    from storage.queue import file_request
-    from storage.store import FairpipeStore
+    from fairpipe.flows.backfill import run_backfill
+    from fairpipe.flows.cluster import local_cluster_kwargs
+    from fairpipe.flows.fit import run_fit
+    from fairpipe.flows.forget import run_forget
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import BackfillOptions, FitOptions, IngestOptions, SummarizeOptions
+    from fairpipe.flows.prefect_api import prefect_api
+    from fairpipe.flows.summarize import run_summarize
+    from fairpipe.storage.queue import file_request
+    from fairpipe.storage.store import FairpipeStore
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-forgetting-"))
     store = str(tmp / "store")

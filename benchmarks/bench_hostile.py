@@ -151,7 +151,7 @@ def comparable(text: str):
 def damage_metadata(store: Path, rng) -> tuple[str, list[tuple[Path, bytes]]]:
     """Damage one metadata object of ``store`` at random; returns (what was done, the files and
     their bytes to restore)."""
-    from storage.store import FairpipeStore
+    from fairpipe.storage.store import FairpipeStore
     from tests.storage.test_manifests import coordinates, drop_chunk_reference, manifest_file
 
     how = str(rng.choice(["manifest", "tip-snapshot", "older-snapshot", "dropped-reference"]))
@@ -211,10 +211,10 @@ def main() -> None:
     a = ap.parse_args()
     only = {f for f in a.faults.split(",") if f}
 
-    from flows.prefect_api import prefect_api
-    from storage.queue import pending
-    from storage.receipts import read_receipts
-    from storage.store import FairpipeStore
+    from fairpipe.flows.prefect_api import prefect_api
+    from fairpipe.storage.queue import pending
+    from fairpipe.storage.receipts import read_receipts
+    from fairpipe.storage.store import FairpipeStore
     from tests.flows.test_deploy import stored_objects
     from tests.test_hostile import group_alive
 

@@ -51,9 +51,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from flows.ingest import run_ingest
-    from flows.options import IngestOptions
-    from flows.prefect_api import prefect_api
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import IngestOptions
+    from fairpipe.flows.prefect_api import prefect_api
 
     options = IngestOptions(n_hashes=15, n_tables=100, bucket_width=40.0,  # numpy's k and L
                             gaussian={"n": args.n, "d": 128, "clusters": 16, "groups": 4})  # fmt: skip

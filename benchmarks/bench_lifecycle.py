@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "benchmarks" / "out"
 
-import flows  # noqa: E402,F401  (environment defaults)
+import fairpipe.flows  # noqa: E402,F401  (environment defaults)
 
 
 def folder_bytes(path: Path) -> int:
@@ -49,17 +49,17 @@ def main() -> None:
         a.n = 100_000
     from distributed import LocalCluster
 
-    from flows.cluster import local_cluster_kwargs
-    from flows.fit import run_fit
-    from flows.forget import run_forget
-    from flows.ingest import run_ingest
-    from flows.options import FitOptions, IngestOptions, SummarizeOptions
-    from flows.prefect_api import prefect_api
-    from flows.summarize import run_summarize
-    from storage.arrays import read_array
-    from storage.index import index_entries
-    from storage.models import read_model
-    from storage.store import FairpipeStore
+    from fairpipe.flows.cluster import local_cluster_kwargs
+    from fairpipe.flows.fit import run_fit
+    from fairpipe.flows.forget import run_forget
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import FitOptions, IngestOptions, SummarizeOptions
+    from fairpipe.flows.prefect_api import prefect_api
+    from fairpipe.flows.summarize import run_summarize
+    from fairpipe.storage.arrays import read_array
+    from fairpipe.storage.index import index_entries
+    from fairpipe.storage.models import read_model
+    from fairpipe.storage.store import FairpipeStore
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
     fit = FitOptions(n_clusters=8, fanout=8, height=2, max_iter=10, seed=1)

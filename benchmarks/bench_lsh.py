@@ -415,7 +415,7 @@ def hot_path(store: str, n: int, queries: int = 200, batch: int = 20) -> None:
     one stored-row query drawing one sample (buckets mode, the store's suggested radius;
     target <= 50 us at 1M) and exact samples drawn per second for ``batch`` stored rows at once
     (target >= 3M/s)."""
-    from storage.reader import open_reader
+    from fairpipe.storage.reader import open_reader
 
     reader = open_reader(store)
     t0 = time.perf_counter()
@@ -447,7 +447,7 @@ def bench_append(exe: str, env: dict, tmp: Path, store: str, n: int, build: floa
     whole sequence (each append writes a delta layer, merged with the newest layers it
     outgrows), and the rebuilding append's."""
     from fairpipe.datasets import GAUSSIAN_BLOCK, gaussian_block
-    from storage.layers import MAX_DELTAS
+    from fairpipe.storage.layers import MAX_DELTAS
 
     m = max(n // 100, 1)
     flows, indexes, base = [], [], n

@@ -11,7 +11,7 @@ The truth, B(q, r), is found by brute force (exact distances, in blocks of rows)
 Compared, on one machine and in one process:
 
 - fairpipe: the store as ``fairpipe ingest`` builds it, queried through
-  ``storage.reader.open_reader(url)``, without ``preload()`` (queries read what they need from the
+  ``fairpipe.storage.reader.open_reader(url)``, without ``preload()`` (queries read what they need from the
   store) and with it (the whole index in memory);
 - FAISS IndexIVFFlat, nlist = 4 sqrt(n), trained on the points; nprobe tuned: the smallest power
   of two whose range search finds, on the same queries, the mean coverage fairpipe reaches and
@@ -97,7 +97,7 @@ class Fairpipe:
     """A store reader; ``preload`` reads the whole index into memory first."""
 
     def __init__(self, url: str, preload: bool):
-        from storage.reader import open_reader
+        from fairpipe.storage.reader import open_reader
 
         self.name = "fairpipe + preload()" if preload else "fairpipe"
         self.reader = open_reader(url)
@@ -227,8 +227,8 @@ def forget_fairpipe(exe: str, env: dict, store: str, row: int, r: float, query: 
     """``fairpipe forget`` of one id (the drain erases it from the store's history: the default
     erasure_retention is 0), then the proof: a new reader neither finds nor draws it, and no
     stored file (decompressed and scanned) holds its point's or sketch's bytes."""
-    from storage.erasure import files_holding, row_needles
-    from storage.reader import open_reader
+    from fairpipe.storage.erasure import files_holding, row_needles
+    from fairpipe.storage.reader import open_reader
 
     needles = row_needles(store, [row])
     res, wall = run_json([exe, "forget", "--store", store, "--ids", str(row), "--json"], env)
@@ -435,8 +435,8 @@ def main() -> None:
 
 
 def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dict:
-    from storage.reader import open_reader
-    from storage.store import FairpipeStore
+    from fairpipe.storage.reader import open_reader
+    from fairpipe.storage.store import FairpipeStore
 
     st = FairpipeStore.open(store)
     X, ids, alive = st.read("points"), st.read("ids"), st.read("alive").astype(bool)

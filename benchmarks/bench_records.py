@@ -1,17 +1,17 @@
-"""What the records of storage.manifests and their checks cost, against what they sit in: run
+"""What the records of fairpipe.storage.manifests and their checks cost, against what they sit in: run
 
     .venv/bin/python benchmarks/bench_records.py [--rows 1000000] [--d 16] [--repeat 5]
 
-A store is built in a temporary folder, in this process: ``flows.ingest.run_ingest`` of the
+A store is built in a temporary folder, in this process: ``fairpipe.flows.ingest.run_ingest`` of the
 ``gaussian`` generator (``--rows`` x ``--d``, every other option at its default, one Dask worker
 in this process). Then, best of ``--repeat`` unless said otherwise, each figure next to a
 baseline measured in the same run:
 
-- the record of a commit: the time in ``record_for``, timed inside ``storage.manifests.commit``
+- the record of a commit: the time in ``record_for``, timed inside ``fairpipe.storage.manifests.commit``
   (both wrapped with a timer, nothing else changed), next to the rest of that commit (Icechunk's
   own ``Session.commit``), for the ingest's commits (the store's creation, its checkpoints, the
   ingest's own: summed, once), a transaction that rewrites the first chunk of ``points`` with the
-  same values, and a 2-id forget (``flows.forget.run_forget`` in this process: the commit of its
+  same values, and a 2-id forget (``fairpipe.flows.forget.run_forget`` in this process: the commit of its
   batch, not those of its receipts); and ``record_for`` called directly on a writable session at
   the tip with the parent's record hidden, so that it lists every array and group (what a
   commit on a parent without a record lists), next to the walk of the store's nodes through
@@ -22,14 +22,14 @@ baseline measured in the same run:
 - a reader's checks, on a repository opened afresh each time: ``readonly_session``
   (``expect``), the root group (``check_groups``) and the arrays a one-query sample opens
   (``check_array``: ``points``, ``sketch``, ``sketch_residual``, ``ids``, ``alive`` and the
-  ``lsh`` arrays) through ``storage.arrays``, next to the same session, group and arrays opened
+  ``lsh`` arrays) through ``fairpipe.storage.arrays``, next to the same session, group and arrays opened
   through zarr on ``session.store`` (no checks, and no manifest read); and a cold one-query
   ``fairpipe sample`` (a fresh process, the check functions wrapped with a timer): the time
   inside the checks, next to the process's wall time;
 - the record's size (``json.dumps`` of the ingest commit's ``fairpipe_manifests`` entry) next to
   the size of the snapshot file that holds it;
 - ``verify_history`` of the whole history of ``main`` (what ``fairpipe verify`` adds for
-  manifests and snapshots), next to ``storage.integrity.verify_store``, which runs it and then
+  manifests and snapshots), next to ``fairpipe.storage.integrity.verify_store``, which runs it and then
   reads every chunk of the tip.
 
 The forgets run last: their erasure (the store's default retention, 0) expires the history.
@@ -52,25 +52,25 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import storage.manifests as manifests  # noqa: E402
-from storage.arrays import open_array, open_group, read_array  # noqa: E402
-from storage.chunks import zarr_api  # noqa: E402
-from storage.snapshot_checks import check_snapshot, verify_history  # noqa: E402
-from storage.store import FairpipeStore  # noqa: E402
-from storage.urls import make_storage, parse_store_url  # noqa: E402
-from storage.writes import write_rows  # noqa: E402
+import fairpipe.storage.manifests as manifests  # noqa: E402
+from fairpipe.storage.arrays import open_array, open_group, read_array  # noqa: E402
+from fairpipe.storage.chunks import zarr_api  # noqa: E402
+from fairpipe.storage.snapshot_checks import check_snapshot, verify_history  # noqa: E402
+from fairpipe.storage.store import FairpipeStore  # noqa: E402
+from fairpipe.storage.urls import make_storage, parse_store_url  # noqa: E402
+from fairpipe.storage.writes import write_rows  # noqa: E402
 
 # The arrays a cold one-query sample opens (each checked once: check_array).
 SAMPLE_ARRAYS = ("ids", "alive", "points", "sketch", "sketch_residual", "lsh/projections",
                  "lsh/offsets", "lsh/multipliers", "lsh/segments", "lsh/segment_lengths")  # fmt: skip
 
-# A cold `fairpipe sample` in a fresh process, storage.manifests' checks wrapped with a timer;
+# A cold `fairpipe sample` in a fresh process, fairpipe.storage.manifests' checks wrapped with a timer;
 # the time inside them is written to argv[2] as the program exits (it ends with os._exit).
 COLD_SAMPLE = """
 import os, sys, time
 store, out, row = sys.argv[1:4]
-import storage.light as light
-import storage.manifests as m
+import fairpipe.storage.light as light
+import fairpipe.storage.manifests as m
 spent, depth = [0.0], [0]
 def timed(fn):
     def wrapper(*args, **kwargs):
@@ -94,13 +94,13 @@ def leave(code):
 os._exit = leave
 sys.argv = ["fairpipe", "sample", "--store", store, "--query-row", row, "--n-samples", "10",
             "--json"]
-from flows.cli import main
+from fairpipe.flows.cli import main
 main()
 """
 
 
 class Commits:
-    """Each commit made through ``storage.manifests.commit`` while installed: (message,
+    """Each commit made through ``fairpipe.storage.manifests.commit`` while installed: (message,
     seconds in ``record_for``, seconds of the whole commit)."""
 
     def __init__(self) -> None:
@@ -219,10 +219,10 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    from flows.forget import run_forget
-    from flows.ingest import run_ingest
-    from flows.options import ForgetOptions, IngestOptions
-    from storage.integrity import verify_store
+    from fairpipe.flows.forget import run_forget
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import ForgetOptions, IngestOptions
+    from fairpipe.storage.integrity import verify_store
 
     reps = range(args.repeat)
     rng = np.random.default_rng(0)

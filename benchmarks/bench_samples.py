@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from storage.reader import open_reader  # noqa: E402
+from fairpipe.storage.reader import open_reader  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("fairpipe"))
 
@@ -115,7 +115,7 @@ def bench_warm_reader(store: str, n_samples: int = 10) -> None:
 PRELOAD = """
 import json, sys, time
 import numpy as np
-from storage.reader import open_reader
+from fairpipe.storage.reader import open_reader
 # VmHWM, not getrusage's ru_maxrss: a child started by vfork (subprocess) inherits its parent's
 # peak there across exec.
 def rss(field="VmRSS"):

@@ -50,11 +50,11 @@ def drain_argv(store: Path, batch: int) -> list[str]:
 def build_base(base: Path, n: int, env: dict) -> None:
     """Ingest, fit and summarize in this process (threads: quicker than three commands)."""
     os.environ["PREFECT_HOME"] = env["PREFECT_HOME"]
-    from flows.fit import run_fit
-    from flows.ingest import run_ingest
-    from flows.options import FitOptions, IngestOptions, SummarizeOptions
-    from flows.prefect_api import prefect_api
-    from flows.summarize import run_summarize
+    from fairpipe.flows.fit import run_fit
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import FitOptions, IngestOptions, SummarizeOptions
+    from fairpipe.flows.prefect_api import prefect_api
+    from fairpipe.flows.summarize import run_summarize
 
     threads = dict(n_workers=1, processes=False)
     with prefect_api():
@@ -75,10 +75,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON line at the end")
     a = ap.parse_args()
 
-    from storage.erasure import files_holding, row_needles
-    from storage.queue import file_request, pending
-    from storage.receipts import read_receipts
-    from storage.store import FairpipeStore
+    from fairpipe.storage.erasure import files_holding, row_needles
+    from fairpipe.storage.queue import file_request, pending
+    from fairpipe.storage.receipts import read_receipts
+    from fairpipe.storage.store import FairpipeStore
     from tests.flows.test_deploy import stored_objects
 
     rng = np.random.default_rng(a.seed)

@@ -115,14 +115,14 @@ def flow_benchmark(X, groups, names) -> dict:
     summary after a forget equals a fresh summarize."""
     from distributed import LocalCluster
 
-    from flows.cluster import local_cluster_kwargs
-    from flows.forget import run_forget
-    from flows.ingest import run_ingest
-    from flows.options import IngestOptions, SummarizeOptions
-    from flows.prefect_api import prefect_api
-    from flows.summarize import run_summarize
-    from storage.store import FairpipeStore
-    from storage.summary import read_summary_ids
+    from fairpipe.flows.cluster import local_cluster_kwargs
+    from fairpipe.flows.forget import run_forget
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import IngestOptions, SummarizeOptions
+    from fairpipe.flows.prefect_api import prefect_api
+    from fairpipe.flows.summarize import run_summarize
+    from fairpipe.storage.store import FairpipeStore
+    from fairpipe.storage.summary import read_summary_ids
 
     tmp = Path(tempfile.mkdtemp(prefix="fairpipe-bench-summary-"))
     np.save(tmp / "X.npy", X)

@@ -139,8 +139,8 @@ def measure(a) -> None:
     import zarr
 
     from fairpipe.datasets import load_gaussian
-    from storage.reader import open_reader
-    from storage.store import FairpipeStore
+    from fairpipe.storage.reader import open_reader
+    from fairpipe.storage.store import FairpipeStore
 
     exe = Path(sys.executable).parent / "fairpipe"
     ingest = [str(exe), "ingest", "gaussian", "--gaussian-n", str(a.n), "--gaussian-d", str(a.d),

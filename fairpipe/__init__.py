@@ -11,7 +11,7 @@ This package holds the algorithms only, on numpy arrays, one sub-package per cap
 
 Every estimator keeps one contract (:mod:`fairpipe.base`). The package imports neither Zarr,
 Icechunk, Prefect nor distributed, nor ``storage`` or ``flows``: persistence lives in
-``storage`` (queries over a stored index: ``storage.open_reader``) and orchestration in
+``storage`` (queries over a stored index: ``fairpipe.storage.open_reader``) and orchestration in
 ``flows``. The contracts in pyproject.toml (``lint-imports``, run by ``make test``) keep it so.
 
 The names below are imported from their sub-package on first use, so that importing one small

@@ -167,7 +167,7 @@ def outcomes(error: BaseException) -> list[str]:
 def wrapped(error: BaseException | None) -> Iterator[BaseException]:
     """``error`` and the errors it wraps, outermost first: its explicit cause (``raise ...
     from``), the one error of a group of one (as Prefect and Dask hand errors on), and the
-    original of a flow's redacted error (``flows.private.RedactedError``, its ``original``)."""
+    original of a flow's redacted error (``fairpipe.flows.private.RedactedError``, its ``original``)."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         yield error

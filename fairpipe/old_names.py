@@ -2,8 +2,8 @@
 command-line flags (hidden from ``--help``), the flows' options (deployments and scripts written
 before the rename still run) and a store's attributes (read as the current names and rewritten
 by the store's next commit). Which layer applies them: the command line
-(:func:`flows.cli._runner.merge_renamed`), the options' dataclasses
-(:func:`flows.renamed.take_old_names`) and the store (:mod:`storage.names`)."""
+(:func:`fairpipe.flows.cli._runner.merge_renamed`), the options' dataclasses
+(:func:`fairpipe.flows.renamed.take_old_names`) and the store (:mod:`fairpipe.storage.names`)."""
 
 from __future__ import annotations
 

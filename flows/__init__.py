@@ -15,5 +15,5 @@ DEFAULT_ENV = {
 }
 for _k, _v in DEFAULT_ENV.items():
     if _k.startswith("DASK_LOGGING__") and "DASK_LOGGING" in os.environ:
-        continue  # the whole of Dask's logging is set (the command line's, flows.cli)
+        continue  # the whole of Dask's logging is set (the command line's, fairpipe.flows.cli)
     os.environ.setdefault(_k, _v)

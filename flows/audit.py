@@ -48,11 +48,11 @@ from fairpipe.audit import (
 )
 from fairpipe.datasets import AuditData, load_audit_data
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
-from flows.dask_map import on_cluster
-from flows.options import BASELINES, TRAINABLE, AuditOptions
-from flows.outputs import check_output_folder
-from flows.private import flow, task
-from flows.task_runner import default_task_runner, run_flow
+from fairpipe.flows.dask_map import on_cluster
+from fairpipe.flows.options import BASELINES, TRAINABLE, AuditOptions
+from fairpipe.flows.outputs import check_output_folder
+from fairpipe.flows.private import flow, task
+from fairpipe.flows.task_runner import default_task_runner, run_flow
 
 # Seeds per Dask task: fixed (so the samples do not depend on the worker count) and large enough
 # that a batch's walks are vectorised well (1,000 Adult seeds: 5.5 s in batches of 100, 3.9 s in

@@ -6,7 +6,7 @@ counted and removed, and the rest ordered by their leaf in the fair summary's tr
 DC-k-means tree, then by the row that holds them (ids the store never had last), then cut into
 parts of ``batch_size`` ids. Each part is filed as one deletion request
 whose id ends with ``bf<key>p<part>``, where the key is a hash of the backlog and the batch size;
-the drain (:func:`flows.forget.drain`) then applies one part per commit, in which each row chunk,
+the drain (:func:`fairpipe.flows.forget.drain`) then applies one part per commit, in which each row chunk,
 index segment and tree node it touches is rewritten once. Ordered by leaf, a part recomputes
 only a run of neighbouring leaves (and their few ancestors), so over the whole backfill each
 leaf is recomputed about once, as in one fresh build. (Row chunks and index segments cannot
@@ -31,16 +31,14 @@ import numpy as np
 from fairpipe.cluster import DCKMeans
 from fairpipe.datasets import read_ids
 from fairpipe.errors import FairpipeInputError, check_positive_int
-from fairpipe.tree import leaf_of
-from fairpipe.validation import IdLookup
-from flows.forget import drain
-from flows.options import BackfillOptions, ForgetOptions
-from flows.private import flow
-from flows.task_runner import default_task_runner, run_flow
-from storage.erasure import erase_due
-from storage.lineage import operation
-from storage.models import read_model
-from storage.queue import (
+from fairpipe.flows.forget import drain
+from fairpipe.flows.options import BackfillOptions, ForgetOptions
+from fairpipe.flows.private import flow
+from fairpipe.flows.task_runner import default_task_runner, run_flow
+from fairpipe.storage.erasure import erase_due
+from fairpipe.storage.lineage import operation
+from fairpipe.storage.models import read_model
+from fairpipe.storage.queue import (
     MAX_REQUEST_IDS,
     Request,
     file_request,
@@ -48,9 +46,11 @@ from storage.queue import (
     new_request,
     pending,
 )
-from storage.receipts import read_receipts
-from storage.store import FairpipeStore
-from storage.summary import has_summary, summary_tree
+from fairpipe.storage.receipts import read_receipts
+from fairpipe.storage.store import FairpipeStore
+from fairpipe.storage.summary import has_summary, summary_tree
+from fairpipe.tree import leaf_of
+from fairpipe.validation import IdLookup
 
 BATCH_TOO_LARGE = (
     "The 'batch_size' parameter of backfill must be at most {limit:,} (the ids one deletion "

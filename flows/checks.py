@@ -20,7 +20,7 @@ from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
 
 if TYPE_CHECKING:
     from fairpipe.datasets import SourcePlan
-    from flows.options import IngestOptions
+    from fairpipe.flows.options import IngestOptions
 
 DIM_MISMATCH = (
     "{where} holds {got}-dimensional points; the store {url} holds {d}-dimensional points."
@@ -60,7 +60,7 @@ def existing_store(url: str, remember: bool = False):
     """(the store at ``url``, its attributes); a FairpipeInputError if there is none, or it
     holds no data. ``remember``: keep the attributes for the command's next question
     (:func:`small_store`, :func:`small_forget`), asked once."""
-    from storage.store import FairpipeStore
+    from fairpipe.storage.store import FairpipeStore
 
     store = FairpipeStore.open(url)
     attrs = store.require_data()
@@ -82,7 +82,7 @@ def small_store(url: str) -> bool:
 
 def small_forget(url: str, ids) -> bool:
     """Whether a forget of ``ids`` (None: a drain) is small work (see SMALL_IDS)."""
-    from storage.queue import has_queue, pending
+    from fairpipe.storage.queue import has_queue, pending
 
     _checked.pop(url, None)
     n_ids = 0 if ids is None else len(np.atleast_1d(ids))
@@ -92,8 +92,8 @@ def small_forget(url: str, ids) -> bool:
 def check_forget(url: str, ids) -> None:
     """The store of a forget, and its ``ids`` (None: a drain): not all unknown to the store."""
     from fairpipe.datasets import NO_IDS
+    from fairpipe.storage.queue import check_queue
     from fairpipe.validation import IdLookup, as_id_array, check_ids
-    from storage.queue import check_queue
 
     store, _ = existing_store(url, remember=True)
     check_queue(url)  # forget files its ids as a request, then drains the queue
@@ -124,8 +124,8 @@ def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
     """The store of a summary: the bounds against its groups (their names, and the live rows
     each holds), the summary's parameters (``summary``: FairSummary's, besides k and the
     bounds), and k against its live points; in the order the flow checks them."""
+    from fairpipe.storage.arrays import read_array
     from fairpipe.summary import FairSummary, check_bounds, resolve_bounds
-    from storage.arrays import read_array
 
     store, attrs = existing_store(url, remember=True)
     names = list(attrs.get("group_names") or ["all"])
@@ -148,7 +148,7 @@ def check_ingest(url: str, options: IngestOptions):
     URL), or None for a new store (nothing at ``url``, or a store that holds no data yet)."""
     from dataclasses import replace
 
-    from storage.store import FairpipeStore
+    from fairpipe.storage.store import FairpipeStore
 
     store = FairpipeStore.open_existing(url)
     if store is None:
@@ -165,8 +165,8 @@ def check_append(plan: SourcePlan, options: IngestOptions, attrs: dict, session,
     """An append of ``plan`` to the store at ``url`` (its attributes ``attrs``, read in
     ``session``): the store's dimension and settings, ids it does not hold yet, groups it can
     take."""
-    from storage.rows import StoredIds
-    from storage.summary import has_summary
+    from fairpipe.storage.rows import StoredIds
+    from fairpipe.storage.summary import has_summary
 
     if plan.d != attrs["d"]:
         raise FairpipeInputError(
@@ -190,7 +190,7 @@ def check_append_options(options: IngestOptions, attrs: dict, url: str, kind: st
     """Refuse settings given for an append that differ from the store's (``kind``: the
     source's, which resolves a ``scale`` of ``auto``)."""
     from fairpipe.datasets import resolve_scale
-    from storage.rows import scale_method
+    from fairpipe.storage.rows import scale_method
 
     stored = {
         "--scale": scale_method(attrs),

@@ -18,7 +18,7 @@ import contextlib
 import os
 
 from fairpipe.errors import FairpipeInputError
-from flows import DEFAULT_ENV  # noqa: F401  (applied on import of the package)
+from fairpipe.flows import DEFAULT_ENV  # noqa: F401  (applied on import of the package)
 
 # -- the cluster: its address checked, reached, and its workers checked ---------------------------
 CONNECT_SECONDS = 5.0  # a scheduler that does not answer is reported within 10 s of the start
@@ -213,7 +213,7 @@ def store_folder(store_url: str | None) -> str | None:
     or None (an object store; a new store, which its command makes)."""
     if not store_url:
         return None
-    from storage.urls import parse_store_url
+    from fairpipe.storage.urls import parse_store_url
 
     try:
         local = parse_store_url(store_url).local_dir
@@ -227,7 +227,7 @@ def store_endpoint(store_url: str | None) -> str | None:
     this process's: it travels in the sessions they are given), or None."""
     if not store_url or not store_url.startswith("s3://"):
         return None
-    from storage.urls import s3_endpoint
+    from fairpipe.storage.urls import s3_endpoint
 
     return s3_endpoint()
 

@@ -9,8 +9,8 @@ import contextlib
 import os
 from collections.abc import Sequence
 
-from flows.cluster import close_client, open_client
-from flows.task_runner import _flow_task_runner
+from fairpipe.flows.cluster import close_client, open_client
+from fairpipe.flows.task_runner import _flow_task_runner
 
 
 def cluster_running() -> bool:

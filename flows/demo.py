@@ -11,18 +11,18 @@ from pathlib import Path
 
 import numpy as np
 
+from fairpipe.flows.fit import run_fit
+from fairpipe.flows.forget import run_forget
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import FitOptions, IngestOptions, SummarizeOptions
+from fairpipe.flows.outputs import check_output_file
+from fairpipe.flows.sample import load_sampler
+from fairpipe.flows.summarize import run_summarize
 from fairpipe.neighbors import evaluate_tv, hash_order, pick_queries, plot_tv
-from flows.fit import run_fit
-from flows.forget import run_forget
-from flows.ingest import run_ingest
-from flows.options import FitOptions, IngestOptions, SummarizeOptions
-from flows.outputs import check_output_file
-from flows.sample import load_sampler
-from flows.summarize import run_summarize
-from storage.erasure import files_holding, row_needles
-from storage.queue import file_request, pending
-from storage.receipts import read_receipts
-from storage.store import FairpipeStore
+from fairpipe.storage.erasure import files_holding, row_needles
+from fairpipe.storage.queue import file_request, pending
+from fairpipe.storage.receipts import read_receipts
+from fairpipe.storage.store import FairpipeStore
 
 
 def run_demo(
@@ -35,8 +35,8 @@ def run_demo(
 ) -> dict:
     from distributed import LocalCluster
 
-    from flows.cluster import local_cluster_kwargs
-    from flows.prefect_api import prefect_api
+    from fairpipe.flows.cluster import local_cluster_kwargs
+    from fairpipe.flows.prefect_api import prefect_api
 
     if plot is not None:
         check_output_file(plot, "--plot")
@@ -55,8 +55,8 @@ def demo_radius(source: str, seed: int) -> float:
     """1.5 x the suggested radius of ``source`` (the median nearest-neighbour distance in the
     width sample ingest reads: :class:`fairpipe.neighbors.DistanceProfile`)."""
     from fairpipe.datasets import plan_source
+    from fairpipe.flows.parameters import width_sample
     from fairpipe.neighbors import DistanceProfile
-    from flows.parameters import width_sample
 
     plan = plan_source(source, seed=seed)
     sample = width_sample(plan, plan.ids, seed)

@@ -11,7 +11,7 @@ and identical to :class:`fairpipe.cluster.DCKMeans` fitted in memory.
 
 Q-k-means is a global Lloyd iteration over all points; it runs as one job on a worker, on the
 live points (its memory is n x d float64). The Prefect tasks run in the flow's process and send
-these jobs to Dask (:func:`flows.dask_map.on_cluster`).
+these jobs to Dask (:func:`fairpipe.flows.dask_map.on_cluster`).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from prefect.cache_policies import NO_CACHE
 
 from fairpipe.cluster import DCKMeans, QKMeans, choose_model, nearest, solve_leaves
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
-from flows.dask_map import dask_map, on_cluster
-from flows.leaf_shuffle import shuffle_by_leaf
-from flows.options import FitOptions
-from flows.private import flow, task
-from flows.task_runner import default_task_runner, run_flow
-from storage.leaf_rows import gather_parts
-from storage.lineage import record
-from storage.models import write_model
-from storage.rows import n_features, read_all_live, read_live_rows
-from storage.store import FairpipeStore
+from fairpipe.flows.dask_map import dask_map, on_cluster
+from fairpipe.flows.leaf_shuffle import shuffle_by_leaf
+from fairpipe.flows.options import FitOptions
+from fairpipe.flows.private import flow, task
+from fairpipe.flows.task_runner import default_task_runner, run_flow
+from fairpipe.storage.leaf_rows import gather_parts
+from fairpipe.storage.lineage import record
+from fairpipe.storage.models import write_model
+from fairpipe.storage.rows import n_features, read_all_live, read_live_rows
+from fairpipe.storage.store import FairpipeStore
 
 # Q-k-means' Lloyd steps run over every live point in one process (n x d float64): it is refused
 # above this many bytes of points (DC-k-means has no such limit: each job holds one leaf group).

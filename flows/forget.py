@@ -1,9 +1,9 @@
 """Forget flow: deletion requests drained in batches, one commit per batch.
 
-``forget_flow(store, ids)`` files the ids as a request (:mod:`storage.queue`), then drains the
+``forget_flow(store, ids)`` files the ids as a request (:mod:`fairpipe.storage.queue`), then drains the
 queue; ``forget_flow(store)`` only drains. Each batch (whole requests, oldest first, up to
 ``max_batch`` ids) is one commit that applies it to every artifact and adds the requests'
-receipts (:mod:`storage.receipts`); a request already receipted is skipped, so a rerun after a
+receipts (:mod:`fairpipe.storage.receipts`); a request already receipted is skipped, so a rerun after a
 crash at any point applies each request exactly once. Applied request objects are deleted after
 their commit, and a last small commit writes each receipt's commit id.
 
@@ -18,7 +18,7 @@ ancestors). An error anywhere leaves the store at its previous commit.
 
 Earlier snapshots still hold the erased rows until the store's ``erasure_retention`` (default 0)
 has passed: the drain then expires them and garbage-collects the objects only they used, and
-the receipts record ``erased_at`` (:mod:`storage.erasure`; ``purge_history`` does it now,
+the receipts record ``erased_at`` (:mod:`fairpipe.storage.erasure`; ``purge_history`` does it now,
 whatever the retention).
 """
 
@@ -33,23 +33,22 @@ from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import NO_IDS
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int, note_outcome
-from fairpipe.validation import IdLookup, as_id_array, check_ids, deletion_request
-from flows import update
-from flows.checks import ALL_UNKNOWN
-from flows.dask_map import dask_map
-from flows.jobs import remove_job
-from flows.options import UNAPPLIED, ForgetOptions
-from flows.private import flow, task
-from flows.task_runner import default_task_runner, run_flow, start_cluster_early
-from flows.update import forget_q_task, update_dc, update_summary_tree
-from storage.arrays import read_array
-from storage.erasure import erase_due
-from storage.formats import upgrade_format1
-from storage.layers import layer_bits, load_lsh
-from storage.lineage import operation_name, record
-from storage.lock import StoreBusyError
-from storage.models import write_model
-from storage.queue import (
+from fairpipe.flows import update
+from fairpipe.flows.checks import ALL_UNKNOWN
+from fairpipe.flows.dask_map import dask_map
+from fairpipe.flows.jobs import remove_job
+from fairpipe.flows.options import UNAPPLIED, ForgetOptions
+from fairpipe.flows.private import flow, task
+from fairpipe.flows.task_runner import default_task_runner, run_flow, start_cluster_early
+from fairpipe.flows.update import forget_q_task, update_dc, update_summary_tree
+from fairpipe.storage.arrays import read_array
+from fairpipe.storage.erasure import erase_due
+from fairpipe.storage.formats import upgrade_format1
+from fairpipe.storage.layers import layer_bits, load_lsh
+from fairpipe.storage.lineage import operation_name, record
+from fairpipe.storage.lock import StoreBusyError
+from fairpipe.storage.models import write_model
+from fairpipe.storage.queue import (
     MalformedRequest,
     Request,
     delete_requests,
@@ -61,17 +60,18 @@ from storage.queue import (
     sweep_abandoned,
     unrecognised,
 )
-from storage.queue import read_request as read_queued
-from storage.receipts import REQUESTS_KEY, mark_forgotten, read_receipts, write_receipts
-from storage.rows import erase_rows
-from storage.segments import (
+from fairpipe.storage.queue import read_request as read_queued
+from fairpipe.storage.receipts import REQUESTS_KEY, mark_forgotten, read_receipts, write_receipts
+from fairpipe.storage.rows import erase_rows
+from fairpipe.storage.segments import (
     buckets_per_table,
     keys_of_rows,
     table_blocks,
     update_index,
     write_removal,
 )
-from storage.store import FairpipeStore
+from fairpipe.storage.store import FairpipeStore
+from fairpipe.validation import IdLookup, as_id_array, check_ids, deletion_request
 
 NO_PROGRESS = "A drain of {url} came back to requests it had already applied ({rids})."
 

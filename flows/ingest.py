@@ -4,10 +4,10 @@ Prefect tasks are coarse; the fine-grained work (one job per row chunk, one per 
 is mapped on the Dask cluster from inside them, and they are called in the flow's process (a trip
 to a worker delayed the first job by about 1.5 s: docs/architecture.md). The chunk jobs read
 their rows (or are sent them: :func:`write_rows_task`), hash them and stage the keys in the
-store's own storage, outside its repository (:mod:`storage.staging`); the table jobs build their
+store's own storage, outside its repository (:mod:`fairpipe.storage.staging`); the table jobs build their
 tables' segments from them. A small append patches only the segments its rows fall in; a larger
 one rebuilds the tables from their entries and the staged keys. An append also brings the model
-and the summary up to date (:mod:`flows.update`). Everything is written inside one store
+and the summary up to date (:mod:`fairpipe.flows.update`). Everything is written inside one store
 transaction, published as one commit at the end: an error anywhere leaves the store as it was.
 """
 
@@ -39,20 +39,20 @@ from fairpipe.errors import (
     check_positive_float,
     check_positive_int,
 )
+from fairpipe.flows.checks import check_append
+from fairpipe.flows.dask_map import cluster_running, dask_client, dask_map, gather
+from fairpipe.flows.jobs import index_job, ingest_chunk, raise_bad_input
+from fairpipe.flows.options import IngestOptions
+from fairpipe.flows.parameters import check_recall_options, new_store_parameters, scaled_plan
+from fairpipe.flows.private import flow, task
+from fairpipe.flows.task_runner import default_task_runner, run_flow, start_cluster_early
+from fairpipe.flows.update import update_after_append
 from fairpipe.neighbors import E2LSH, WIDTH_PER_RADIUS
-from flows.checks import check_append
-from flows.dask_map import cluster_running, dask_client, dask_map, gather
-from flows.jobs import index_job, ingest_chunk, raise_bad_input
-from flows.options import IngestOptions
-from flows.parameters import check_recall_options, new_store_parameters, scaled_plan
-from flows.private import flow, task
-from flows.task_runner import default_task_runner, run_flow, start_cluster_early
-from flows.update import update_after_append
-from storage.formats import upgrade_format1
-from storage.layers import MAIN, layer_arrays, layer_bits, load_lsh, plan_layers
-from storage.lineage import options_record, record
-from storage.lock import StoreBusyError
-from storage.rows import (
+from fairpipe.storage.formats import upgrade_format1
+from fairpipe.storage.layers import MAIN, layer_arrays, layer_bits, load_lsh, plan_layers
+from fairpipe.storage.lineage import options_record, record
+from fairpipe.storage.lock import StoreBusyError
+from fairpipe.storage.rows import (
     choose_chunk_rows,
     counts_of,
     create_layout,
@@ -65,7 +65,7 @@ from storage.rows import (
     write_dataset_attrs,
     write_new_rows,
 )
-from storage.segments import (
+from fairpipe.storage.segments import (
     buckets_per_table,
     create_index,
     drop_arrays,
@@ -75,15 +75,15 @@ from storage.segments import (
     write_bucket_counts,
     write_segment_lengths,
 )
-from storage.staging import Staging
-from storage.store import CREATED_MEANWHILE, FairpipeStore
+from fairpipe.storage.staging import Staging
+from fairpipe.storage.store import CREATED_MEANWHILE, FairpipeStore
 
-# The ``lsh`` attribute's record of what the parameters promise (flows.parameters).
+# The ``lsh`` attribute's record of what the parameters promise (fairpipe.flows.parameters).
 TUNING = ("radius", "recall_target", "expected_recall", "expected_candidates")
 # A small append is done by the flow itself, without Dask jobs (a round of jobs costs about
 # 0.3-0.5 s before any work, and starting the embedded cluster about 2 s): its rows up to
 # LOCAL_ROWS are hashed and written here, and a delta of up to LOCAL_ENTRIES entries (rows x
-# tables; the flow reads at most storage.segments.READ_AHEAD_ENTRIES of them at once) is rebuilt
+# tables; the flow reads at most fairpipe.storage.segments.READ_AHEAD_ENTRIES of them at once) is rebuilt
 # here, about 0.2 s per million entries (measured at 1M rows: the fourth 1% append's delta of
 # 4M entries took 0.7 s in the flow; before, as Dask jobs, 3.0 s, most of it the cluster's start).
 LOCAL_ENTRIES = 16_000_000
@@ -206,7 +206,7 @@ def _by_jobs(plan, n_total: int, n_tables: int) -> bool:
 def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
                    attrs: dict | None) -> tuple[dict, int]:  # fmt: skip
     """Put the staged new rows in the index (merged into ``txn``), where
-    :func:`storage.layers.plan_layers` says: a new store's main layer; a new delta layer (merged
+    :func:`fairpipe.storage.layers.plan_layers` says: a new store's main layer; a new delta layer (merged
     with the newest ones it outgrows); or a rebuild of the main layer from every layer, with
     the segment count the live rows call for, and no delta. A layer of up to LOCAL_ENTRIES
     entries is built here, larger ones by Dask jobs over blocks of tables. ``attrs``: the
@@ -291,8 +291,8 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
 
 def choose_parameters(plan, options: IngestOptions) -> dict:
     """A new store's scaling (``plan``: the source's plan with its scaler; ``scaling``:
-    :class:`flows.parameters.Scaling`) and E2LSH parameters, chosen on the scaled rows
-    (:func:`flows.parameters.new_store_parameters`)."""
+    :class:`fairpipe.flows.parameters.Scaling`) and E2LSH parameters, chosen on the scaled rows
+    (:func:`fairpipe.flows.parameters.new_store_parameters`)."""
     seed = options.get("seed")
     sampled = None in (options.n_hashes, options.n_tables, options.bucket_width)
     plan, scaling = scaled_plan(plan, plan.ids, seed, options.get("scale"), sampled)

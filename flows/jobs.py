@@ -3,7 +3,7 @@ chunk) in a module that imports neither Prefect nor a flow.
 
 A job is pickled by reference, so a worker imports the module that defines it before running
 it. A worker that runs only jobs (while the other runs the Prefect task mapping them) then never
-loads Prefect and the flows: importing this module takes about 0.12 s, ``flows.ingest`` about
+loads Prefect and the flows: importing this module takes about 0.12 s, ``fairpipe.flows.ingest`` about
 1.3 s, which a worker importing the flows would sit idle at the start of a 1M-row ingest.
 """
 
@@ -17,9 +17,9 @@ import numpy as np
 from fairpipe.datasets import SourcePlan, is_url, read_source_rows
 from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import E2LSH
-from storage.rows import write_points
-from storage.segments import index_tables, remove_from_tables
-from storage.staging import Staging
+from fairpipe.storage.rows import write_points
+from fairpipe.storage.segments import index_tables, remove_from_tables
+from fairpipe.storage.staging import Staging
 
 
 def ingest_chunk(fork, plan: SourcePlan, lsh: E2LSH, a: int, b: int, base: int,

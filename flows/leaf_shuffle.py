@@ -10,9 +10,9 @@ import math
 import numpy as np
 
 from fairpipe.cluster import LEAF_BATCH_POINTS
-from flows.dask_map import dask_client, gather
-from storage.leaf_rows import split_by_leaf_group
-from storage.rows import n_features
+from fairpipe.flows.dask_map import dask_client, gather
+from fairpipe.storage.leaf_rows import split_by_leaf_group
+from fairpipe.storage.rows import n_features
 
 
 def leaf_groups(n_leaves: int, n_alive: int) -> np.ndarray:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import InitVar, dataclass, field
 
+from fairpipe.flows.renamed import take_old_names
 from fairpipe.old_names import OLD_OPTIONS
-from flows.renamed import take_old_names
 
-# The metadata of an options field that Prefect must not record (flows.private).
+# The metadata of an options field that Prefect must not record (fairpipe.flows.private).
 PRIVATE = {"private": True}
 
 
@@ -24,7 +24,7 @@ class IngestOptions:
     kebab-case). ``None`` means: the store's setting when appending, else the default (seed 0;
     n_hashes, n_tables and bucket_width chosen for ``recall`` 0.95 at ``radius``, by default
     the median nearest-neighbour distance of a sample:
-    :func:`flows.parameters.new_store_parameters`; about 16 MB of points per chunk; scale
+    :func:`fairpipe.flows.parameters.new_store_parameters`; about 16 MB of points per chunk; scale
     ``auto``). An append given a setting that differs from the store's is refused."""
 
     seed: int | None = None
@@ -52,7 +52,7 @@ class IngestOptions:
     # one): a store found there now was made by another command meanwhile, which is a busy
     # store (exit 3), not one to append to.
     new_store: bool = False
-    # The old names (flows.renamed), accepted for one release.
+    # The old names (fairpipe.flows.renamed), accepted for one release.
     lsh_k: InitVar[int | None] = None
     lsh_tables: InitVar[int | None] = None
     lsh_width: InitVar[float | None] = None
@@ -78,7 +78,7 @@ class FitOptions:
     epsilon: float = 0.05
     balance: float = 0.2
     lock_timeout: float = 0.0
-    # The old names (flows.renamed), accepted for one release.
+    # The old names (fairpipe.flows.renamed), accepted for one release.
     k: InitVar[int | None] = None
     width: InitVar[int | None] = None
     iterations: InitVar[int | None] = None
@@ -125,7 +125,7 @@ class SummarizeOptions:
     height: int = 1
     seed: int = 0
     lock_timeout: float = 0.0
-    # The old name of ``fanout`` (flows.renamed), accepted for one release.
+    # The old name of ``fanout`` (fairpipe.flows.renamed), accepted for one release.
     width: InitVar[int | None] = None
 
     def __post_init__(self, width) -> None:
@@ -145,7 +145,7 @@ class ForgetOptions:
     # way the error says which.
     unapplied: str = "withdraw"
     # Drop every earlier snapshot and the objects only they used now, whatever the store's
-    # erasure_retention (storage.erasure): time travel before this drain is lost.
+    # erasure_retention (fairpipe.storage.erasure): time travel before this drain is lost.
     purge_history: bool = False
     max_batch: int = MAX_BATCH  # ids per batch (a larger request is a batch of its own)
     # Kept in the receipt of the request ``ids`` make; never in Prefect's records (PRIVATE).
@@ -204,7 +204,7 @@ class AuditOptions:
     seed: int = 0
     data_dir: str | None = None
     progress: bool = False  # a progress bar on stderr (the command line sets it)
-    # The old names (flows.renamed), accepted for one release.
+    # The old names (fairpipe.flows.renamed), accepted for one release.
     seeds: InitVar[int | None] = None
     local: InitVar[int | None] = None
 

@@ -6,11 +6,11 @@ import numpy as np
 
 from fairpipe.cluster import DCKMeans, nearest
 from fairpipe.errors import FairpipeInputError
+from fairpipe.storage.arrays import read_rows_at
+from fairpipe.storage.models import read_model, require_model
+from fairpipe.storage.rows import scale_points
+from fairpipe.storage.store import FairpipeStore
 from fairpipe.validation import check_points
-from storage.arrays import read_rows_at
-from storage.models import read_model, require_model
-from storage.rows import scale_points
-from storage.store import FairpipeStore
 
 DEAD_ROW = "Row {row} of the store {url} has been forgotten; it cannot be used as a query."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
@@ -33,8 +33,8 @@ def load_centroids(store: FairpipeStore, session=None) -> tuple[str, np.ndarray,
 def rows_of_ids(store: FairpipeStore, ids, n: int) -> np.ndarray:
     """The rows of the live stored ``ids`` (only the chunks of ids that may hold them are
     read), or an error naming the first unknown or forgotten one."""
+    from fairpipe.storage.rows import StoredIds
     from fairpipe.validation import as_id_array, check_ids
-    from storage.rows import StoredIds
 
     ids = check_ids(np.atleast_1d(as_id_array(ids)), "--query-id")
     session = store.readonly_session()

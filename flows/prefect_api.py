@@ -11,14 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 
-from flows import DEFAULT_ENV  # noqa: F401  (applied on import of the package)
-from flows.prefect_server import LocalServer, adopt_early, deliver_records
+from fairpipe.flows import DEFAULT_ENV  # noqa: F401  (applied on import of the package)
+from fairpipe.flows.prefect_server import LocalServer, adopt_early, deliver_records
 
 
 @contextlib.contextmanager
 def prefect_api(warm_kernels: bool = False):
     """Use ``PREFECT_API_URL`` if set; otherwise run one local server for this process tree
-    (the one a command line launched early, :func:`flows.prefect_server.launch_early`, if any), and
+    (the one a command line launched early, :func:`fairpipe.flows.prefect_server.launch_early`, if any), and
     meanwhile import what a flow imports (and load the index build's compiled kernels if
     ``warm_kernels``: :func:`import_ahead`)."""
     if os.environ.get("PREFECT_API_URL"):

@@ -9,10 +9,10 @@ result storage under ``PREFECT_HOME`` (none of which a forget erases). So:
   Prefect's decorators whose function raises a :class:`RedactedError` (the original error's type
   and an opaque reference, never its message) in place of any error. The original stays in this
   process (a Dask worker's goes with the redacted error to the flow's process, never into
-  Prefect's records): :func:`flows.task_runner.run_flow` raises it again to its caller, and a flow
+  Prefect's records): :func:`fairpipe.flows.task_runner.run_flow` raises it again to its caller, and a flow
   run without it (a deployment's) writes it on its own stderr. Results are never persisted.
 - A parameter Prefect must not record is given wrapped in :class:`Private` (recorded as
-  ``"<private>"``; the flow's function receives the value): :func:`flows.task_runner.run_flow` wraps
+  ``"<private>"``; the flow's function receives the value): :func:`fairpipe.flows.task_runner.run_flow` wraps
   the parameters a flow declares private (``@flow(private=("ids",))``) and the fields of an
   options dataclass declared with ``field(metadata=PRIVATE)``.
 """
@@ -162,7 +162,7 @@ def _call_redacting(fn: Callable, carry: bool, name: str | None, args: tuple, kw
 def flow(*, private: tuple[str, ...] = (), **options: Any) -> Callable[[F], Any]:
     """Prefect's ``@flow(**options)``, recording errors as references (see the module), never
     persisting results, its runs named after the command and the store (:func:`run_name`);
-    ``private``: the parameters :func:`flows.task_runner.run_flow` conceals."""
+    ``private``: the parameters :func:`fairpipe.flows.task_runner.run_flow` conceals."""
     import prefect
 
     options.setdefault("persist_result", False)

@@ -25,6 +25,11 @@ from pathlib import Path
 import numpy as np
 from prefect.cache_policies import NO_CACHE
 
+from fairpipe.flows.dask_map import on_cluster
+from fairpipe.flows.options import RerankOptions
+from fairpipe.flows.outputs import TABLE_KINDS, check_output_file
+from fairpipe.flows.private import flow, task
+from fairpipe.flows.task_runner import default_task_runner, run_flow
 from fairpipe.ranking import (
     METRICS,
     CandidateLists,
@@ -34,11 +39,6 @@ from fairpipe.ranking import (
     read_candidates,
     rerank_lists,
 )
-from flows.dask_map import on_cluster
-from flows.options import RerankOptions
-from flows.outputs import TABLE_KINDS, check_output_file
-from flows.private import flow, task
-from flows.task_runner import default_task_runner, run_flow
 
 LISTS_PER_TASK = 50_000
 LOCAL_LISTS = 200_000  # up to this many lists, the flow process re-ranks them itself

@@ -1,5 +1,5 @@
 """Query time (no flow): draw fair near neighbours from the committed index, reading only the
-query's buckets and candidates (:mod:`storage.reader`)."""
+query's buckets and candidates (:mod:`fairpipe.storage.reader`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from fairpipe.neighbors import FairNN, lsh_recall
-from storage.reader import open_reader
+from fairpipe.storage.reader import open_reader
 
 
 def load_sampler(store_url: str, snapshot: str | None = None) -> tuple[FairNN, dict]:

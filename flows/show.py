@@ -1,10 +1,10 @@
 """Query time (no flow): stored rows by id, and what became of the forgotten ones.
 
 A few ids cost a few chunks, whatever the store's size: their rows are found by reading only the
-chunks of ``ids`` whose range may hold them (:class:`storage.rows.StoredIds`), then only the
+chunks of ``ids`` whose range may hold them (:class:`fairpipe.storage.rows.StoredIds`), then only the
 chunks of ``alive``, ``groups`` and ``points`` holding those rows. A forgotten row's data is
 erased: it is shown by its id, when it was forgotten and the receipt of the request that did it
-(:func:`storage.receipts.receipts_of_rows`), never by anything that was stored of it.
+(:func:`fairpipe.storage.receipts.receipts_of_rows`), never by anything that was stored of it.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from storage.arrays import read_rows_at
-from storage.receipts import read_receipts, receipts_of_rows
-from storage.rows import StoredIds, feature_names, scale_method, unscale_points
-from storage.store import FairpipeStore
+from fairpipe.storage.arrays import read_rows_at
+from fairpipe.storage.receipts import read_receipts, receipts_of_rows
+from fairpipe.storage.rows import StoredIds, feature_names, scale_method, unscale_points
+from fairpipe.storage.store import FairpipeStore
 
 UNKNOWN_IDS = "Id {id} is not in the store {url}{more}."
 # A receipt as show prints it: what the request was, never the other ids it named.

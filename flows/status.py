@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from storage.arrays import read_array
-from storage.erasure import retention_of
-from storage.queue import (
+from fairpipe.storage.arrays import read_array
+from fairpipe.storage.erasure import retention_of
+from fairpipe.storage.queue import (
     abandoned,
     filed_at,
     pending,
@@ -18,9 +18,9 @@ from storage.queue import (
     unlistable,
     unrecognised,
 )
-from storage.receipts import read_receipts
-from storage.store import FairpipeStore
-from storage.summary import has_summary, read_summary_ids
+from fairpipe.storage.receipts import read_receipts
+from fairpipe.storage.store import FairpipeStore
+from fairpipe.storage.summary import has_summary, read_summary_ids
 
 
 def store_status(url: str) -> dict:
@@ -40,7 +40,7 @@ def store_status(url: str) -> dict:
     kind = attrs.get("model")
     if kind is not None:
         from fairpipe.cluster import DCKMeans
-        from storage.models import read_model
+        from fairpipe.storage.models import read_model
 
         model = read_model(session, kind)
         # Current: the model holds exactly the live rows (its masses or sizes add up to n_alive).
@@ -79,7 +79,7 @@ def store_status(url: str) -> dict:
 def set_aside_of(url: str) -> dict:
     """The queue objects a drain set aside as not being requests: never applied, kept for the
     store's owner to look at (and delete)."""
-    from storage.queue import has_queue
+    from fairpipe.storage.queue import has_queue
 
     if not has_queue(url):
         return {"count": 0, "where": None, "objects": [], "unlistable": []}
@@ -93,9 +93,9 @@ def layout_of(attrs: dict) -> dict:
     before the exact one keep float32 keys), the point sketch and its residual (a cold query
     reads more without them); ``current`` when it has all, else re-ingesting into a new store
     gives them."""
-    from storage.formats import store_format
-    from storage.layers import key_projection
-    from storage.rows import has_residual, has_sketch
+    from fairpipe.storage.formats import store_format
+    from fairpipe.storage.layers import key_projection
+    from fairpipe.storage.rows import has_residual, has_sketch
 
     out = {"format": store_format(attrs),
            "keys": key_projection(attrs),

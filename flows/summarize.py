@@ -5,7 +5,7 @@ the fair selector, as a Dask job per run of leaves (the same shuffle by leaf as 
 parents stream their children's candidates, bottom-up, in the flow (each holds at most
 fanout * (k + sum l) elements); the root's summary is committed with every node's candidates and
 evaluation ids, so that a deletion or an append recomputes only the leaves its rows reach and
-their ancestors (:func:`flows.update.update_summary_tree`, called by the forget and ingest flows).
+their ancestors (:func:`fairpipe.flows.update.update_summary_tree`, called by the forget and ingest flows).
 The nodes are computed by the same functions as :class:`fairpipe.summary.FairSummary` in memory,
 so the stored arrays are its arrays.
 
@@ -22,6 +22,18 @@ import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
+from fairpipe.flows.leaf_shuffle import shuffle_by_leaf
+from fairpipe.flows.options import SummarizeOptions
+from fairpipe.flows.private import flow, task
+from fairpipe.flows.task_runner import default_task_runner, run_flow
+from fairpipe.storage.arrays import read_array, read_rows_at
+from fairpipe.storage.leaf_rows import gather_parts
+from fairpipe.storage.lineage import options_record, record
+from fairpipe.storage.store import FairpipeStore
+from fairpipe.storage.summary import (
+    summary_store_attrs,
+    write_summary,
+)
 from fairpipe.summary import (
     FairSummary,
     NodeOutput,
@@ -38,18 +50,6 @@ from fairpipe.summary import (
     summary_arrays,
 )
 from fairpipe.validation import IdLookup
-from flows.leaf_shuffle import shuffle_by_leaf
-from flows.options import SummarizeOptions
-from flows.private import flow, task
-from flows.task_runner import default_task_runner, run_flow
-from storage.arrays import read_array, read_rows_at
-from storage.leaf_rows import gather_parts
-from storage.lineage import options_record, record
-from storage.store import FairpipeStore
-from storage.summary import (
-    summary_store_attrs,
-    write_summary,
-)
 
 
 def _names(attrs: dict) -> list[str]:

@@ -14,9 +14,15 @@ import dataclasses
 import os
 
 from fairpipe.errors import FairpipeInputError
-from flows.cluster import BOTH_CLUSTERS, close_client, connect, connect_cluster, open_client
-from flows.prefect_api import no_exit_heartbeat_wait, prefect_api
-from flows.private import CALLER_REPORTS, RedactedError, conceal
+from fairpipe.flows.cluster import (
+    BOTH_CLUSTERS,
+    close_client,
+    connect,
+    connect_cluster,
+    open_client,
+)
+from fairpipe.flows.prefect_api import no_exit_heartbeat_wait, prefect_api
+from fairpipe.flows.private import CALLER_REPORTS, RedactedError, conceal
 
 _RUNNER_CLASS: type | None = None
 
@@ -35,7 +41,7 @@ def _runner_class() -> type:
     the flow run's Dask client: the cluster at an address, or an embedded LocalCluster made on
     first use (or ahead, in a thread: :func:`start_cluster_early`) and closed at the flow run's
     end. The tasks send their heavy work to the cluster as plain functions with explicit inputs
-    (:func:`~flows.dask_map.dask_client`, :func:`~flows.dask_map.on_cluster`), which no worker
+    (:func:`~fairpipe.flows.dask_map.dask_client`, :func:`~fairpipe.flows.dask_map.on_cluster`), which no worker
     needs Prefect for.
 
     Only the public task-runner interface is used: ``duplicate`` (the flow engine enters a
@@ -147,14 +153,14 @@ def run_flow(flow, *args, dask_address: str | None = None, n_workers: int = 2,
     """Run ``flow(*args, **kwargs)`` with one Prefect API, its Prefect tasks in this process and
     its heavy work on Dask: the cluster at ``dask_address`` (reached, and its workers checked
     against the store the flow's ``store_url`` names, before Prefect starts:
-    :func:`~flows.cluster.connect`), on the cluster the callable ``dask_cluster`` makes
-    (:func:`~flows.cluster.connect_cluster`), or an embedded LocalCluster of ``n_workers`` (processes or threads),
+    :func:`~fairpipe.flows.cluster.connect`), on the cluster the callable ``dask_cluster`` makes
+    (:func:`~fairpipe.flows.cluster.connect_cluster`), or an embedded LocalCluster of ``n_workers`` (processes or threads),
     started at the flow's first Dask job. (Starting it while the Prefect server starts was
     measured: on 2 cores the two compete, and a command took as long.) ``warm_kernels``: see
-    :func:`~flows.prefect_api.prefect_api`.
+    :func:`~fairpipe.flows.prefect_api.prefect_api`.
 
     Prefect records no person's ids: the arguments the flow declares private are given to it
-    concealed, and its error is recorded as a reference (:mod:`flows.private`); the error itself
+    concealed, and its error is recorded as a reference (:mod:`fairpipe.flows.private`); the error itself
     is raised here."""
     if dask_address and dask_cluster:
         raise FairpipeInputError(BOTH_CLUSTERS)
@@ -201,8 +207,8 @@ def _store_url(flow, args: tuple, kwargs: dict) -> str | None:
 
 def _concealed(flow, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """The arguments of ``flow`` with those Prefect must not record wrapped in
-    :class:`~flows.private.Private`: the parameters it declares private, and the private fields
-    of options dataclasses (:mod:`flows.private`)."""
+    :class:`~fairpipe.flows.private.Private`: the parameters it declares private, and the private fields
+    of options dataclasses (:mod:`fairpipe.flows.private`)."""
     import inspect
 
     private = getattr(flow.fn, "private_parameters", ())

@@ -14,29 +14,29 @@ import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.cluster import DCKMeans, QKMeans
-from fairpipe.summary import root_figures
-from fairpipe.validation import IdLookup
-from flows.dask_map import on_cluster
-from flows.fit import (
+from fairpipe.flows.dask_map import on_cluster
+from fairpipe.flows.fit import (
     fit_q_task,
     refresh_tree,
     refresh_tree_task,
     solve_leaf_group,
     solve_leaves_task,
 )
-from flows.private import task
-from flows.summarize import summarize_leaf_group, summarize_leaves_task
-from storage.arrays import read_array
-from storage.leaf_rows import reached_leaves, read_leaf_rows
-from storage.models import model_params, read_model, write_model, write_tree_nodes
-from storage.rows import n_features, read_all_live
-from storage.summary import (
+from fairpipe.flows.private import task
+from fairpipe.flows.summarize import summarize_leaf_group, summarize_leaves_task
+from fairpipe.storage.arrays import read_array
+from fairpipe.storage.leaf_rows import reached_leaves, read_leaf_rows
+from fairpipe.storage.models import model_params, read_model, write_model, write_tree_nodes
+from fairpipe.storage.rows import n_features, read_all_live
+from fairpipe.storage.summary import (
     has_summary,
     stored_summary_tree,
     summary_tree,
     update_summary,
     write_root,
 )
+from fairpipe.summary import root_figures
+from fairpipe.validation import IdLookup
 
 # Up to this many rows in the leaves a batch reaches, the leaves and their ancestors are solved
 # in the flow process: a Dask round trip (task, nested shuffle) costs seconds, the kernel

@@ -3,7 +3,7 @@
 and fair summary (``summary``), the writer lock (``lock``) and store URLs (``urls``).
 
 :func:`open_store` opens a store to write it (a :class:`FairpipeStore`); :func:`open_reader`
-opens a committed store to query it (a :class:`~storage.reader.StoreReader`: lazy, cached reads,
+opens a committed store to query it (a :class:`~fairpipe.storage.reader.StoreReader`: lazy, cached reads,
 served on first use so that importing ``storage`` does not load the samplers' kernels)."""
 
 import os
@@ -14,13 +14,13 @@ os.environ.setdefault("ICECHUNK_LOG", "error")
 
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
-from storage.lock import StoreBusyError  # noqa: E402
-from storage.store import FairpipeStore, NotAStoreError, open_store  # noqa: E402
+from fairpipe.storage.lock import StoreBusyError  # noqa: E402
+from fairpipe.storage.store import FairpipeStore, NotAStoreError, open_store  # noqa: E402
 
 if TYPE_CHECKING:
-    from storage.reader import StoreReader, open_reader
+    from fairpipe.storage.reader import StoreReader, open_reader
 
-_ON_FIRST_USE = {"open_reader": "storage.reader", "StoreReader": "storage.reader"}
+_ON_FIRST_USE = {"open_reader": "fairpipe.storage.reader", "StoreReader": "fairpipe.storage.reader"}
 
 __all__ = [
     "FairpipeStore", "NotAStoreError", "StoreBusyError", "StoreReader", "open_reader", "open_store",
@@ -29,7 +29,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name not in _ON_FIRST_USE:
-        raise AttributeError(f"module 'storage' has no attribute {name!r}")
+        raise AttributeError(f"module 'fairpipe.storage' has no attribute {name!r}")
     import importlib
 
     value = getattr(importlib.import_module(_ON_FIRST_USE[name]), name)

@@ -1,7 +1,7 @@
 """A store's arrays by name: groups and arrays opened (their metadata and chunks checked against
 what their commit recorded), arrays created with checksummed chunks, and arrays read whole, by
 selections or by rows, straight from the store where their chunks are plainly encoded
-(:mod:`storage.chunks`) and through zarr otherwise; lists kept as JSON arrays."""
+(:mod:`fairpipe.storage.chunks`) and through zarr otherwise; lists kept as JSON arrays."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from storage.chunk_checks import first_corrupt_chunk
-from storage.chunks import (
+from fairpipe.storage.chunk_checks import first_corrupt_chunk
+from fairpipe.storage.chunks import (
     _fetch_chunks,
     _fetch_many,
     _is_light,
@@ -23,12 +23,12 @@ from storage.chunks import (
     on_zarr_loop,
     zarr_api,
 )
-from storage.manifests import check_array, check_groups
+from fairpipe.storage.manifests import check_array, check_groups
 
 
 def open_group(session, mode: str = "r"):
     """The root group of a session's store (read: its groups' metadata checked against what
-    their commit recorded, :mod:`storage.manifests`)."""
+    their commit recorded, :mod:`fairpipe.storage.manifests`)."""
     if mode == "r":
         check_groups(session)
     with _metadata_read("the root group"):
@@ -38,10 +38,10 @@ def open_group(session, mode: str = "r"):
 def open_array(session, name: str, mode: str = "r"):
     """Array ``name`` of a session's store (read: its metadata and its chunks as its manifest
     lists them checked against what their commit recorded, once per snapshot:
-    :func:`storage.manifests.check_array`)."""
+    :func:`fairpipe.storage.manifests.check_array`)."""
     if mode == "r":
         check_array(session, name)
-    if _is_light(session):  # storage.light: read-only, without zarr
+    if _is_light(session):  # fairpipe.storage.light: read-only, without zarr
         return session.array(name)
     with _metadata_read(f"array '{name}'"):
         return zarr_api().open_array(session.store, path=name, mode=mode)
@@ -52,9 +52,9 @@ def zarr_checked(arr, sel: Any = None):
     """Around a read of zarr array ``arr`` through zarr's codec pipeline (or a write of part of a
     chunk, which reads it): zarr's own error for a chunk that fails its checksum or its decoders
     (a ValueError or RuntimeError naming no chunk) becomes a
-    :class:`~storage.damage.CorruptChunkError` naming the first chunk selection ``sel`` reads
+    :class:`~fairpipe.storage.damage.CorruptChunkError` naming the first chunk selection ``sel`` reads
     (every chunk where None) that fails, if one does
-    (:func:`storage.chunk_checks.first_corrupt_chunk`, which runs only once the read has
+    (:func:`fairpipe.storage.chunk_checks.first_corrupt_chunk`, which runs only once the read has
     failed)."""
     try:
         yield

@@ -13,12 +13,12 @@ from typing import Protocol
 import numpy as np
 
 from fairpipe.neighbors import SKETCH_EXTRA, ambiguous, residual_bounds, sketch_bounds
-from storage.arrays import open_array, read_array
-from storage.chunks import _fetch_chunks, _plain_chunks
+from fairpipe.storage.arrays import open_array, read_array
+from fairpipe.storage.chunks import _fetch_chunks, _plain_chunks
 
 
 class _RowSource(Protocol):
-    """What :class:`_Candidates` reads rows through (a :class:`storage.reader.StoreReader`)."""
+    """What :class:`_Candidates` reads rows through (a :class:`fairpipe.storage.reader.StoreReader`)."""
 
     keep: bool
     d: int

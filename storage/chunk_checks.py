@@ -1,7 +1,7 @@
 """Checking an array's stored chunks: listing what its store holds, fetching them concurrently on
 zarr's loop, and testing each against its checksum (or, without one, whether it decodes). Reads
 check the chunks they read (:func:`first_corrupt_chunk`); ``fairpipe verify`` checks them all
-(:mod:`storage.integrity`)."""
+(:mod:`fairpipe.storage.integrity`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from storage.chunks import READ_CONCURRENCY, _plain_chunks, checksum_ok, decode_chunk, on_zarr_loop
-from storage.damage import CorruptChunkError
+from fairpipe.storage.chunks import (
+    READ_CONCURRENCY,
+    _plain_chunks,
+    checksum_ok,
+    decode_chunk,
+    on_zarr_loop,
+)
+from fairpipe.storage.damage import CorruptChunkError
 
 
 def has_checksum(arr) -> bool:

@@ -1,7 +1,7 @@
 """Chunks read and written straight through a store, beneath zarr's codec pipeline: an array's
 codecs as a plain chain (:class:`_PlainChunks`: little-endian bytes, then Blosc or Zstd, then a
 crc32c checksum), chunks fetched and put concurrently on zarr's own event loop
-(:func:`on_zarr_loop`), raising :class:`storage.damage.CorruptChunkError` for a chunk whose
+(:func:`on_zarr_loop`), raising :class:`fairpipe.storage.damage.CorruptChunkError` for a chunk whose
 stored bytes are damaged; and zarr itself (:func:`zarr_api`), whose reads of a node's metadata
 report damage as such (:func:`_metadata_read`). The one place fairpipe reaches zarr beyond its
 public API."""
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from storage.damage import (
+from fairpipe.storage.damage import (
     CHECKSUM_MISMATCH,
     UNDECODABLE,
     CorruptChunkError,
@@ -35,7 +35,7 @@ def zarr_api():
 def _metadata_read(what: str):
     """Around zarr's read of a node's metadata: metadata that is not JSON or not Zarr's (a
     damaged snapshot of a store without a record of it) is a :class:`DamagedMetadataError`, and
-    so is what Icechunk reports as damage (:func:`storage.damage.icechunk_damage`)."""
+    so is what Icechunk reports as damage (:func:`fairpipe.storage.damage.icechunk_damage`)."""
     from zarr.errors import MetadataValidationError, UnknownCodecError
 
     try:
@@ -63,7 +63,7 @@ def on_zarr_loop(coroutine):
 
 
 def _is_light(obj) -> bool:
-    """Whether ``obj`` is a :class:`storage.light.LightSession` (not an Icechunk one) or one of
+    """Whether ``obj`` is a :class:`fairpipe.storage.light.LightSession` (not an Icechunk one) or one of
     its arrays."""
     return bool(getattr(obj, "is_light", False))
 
@@ -135,7 +135,7 @@ def checksum_ok(data) -> bool:
 
 
 def _plain_chunks(arr) -> _PlainChunks | None:
-    if _is_light(arr):  # a storage.light array: plainly encoded by design
+    if _is_light(arr):  # a fairpipe.storage.light array: plainly encoded by design
         return arr.plain
     from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
@@ -258,7 +258,7 @@ def decode_chunk(plain: _PlainChunks, coord: tuple[int, ...], data) -> np.ndarra
 def _chunk_source(session):
     """(an async read of a key's stored bytes, None where there are none; a runner of a
     coroutine factory) for an Icechunk session (through zarr's store and event loop) or a
-    :class:`storage.light.LightSession` (its own)."""
+    :class:`fairpipe.storage.light.LightSession` (its own)."""
     if _is_light(session):
         return session.get_bytes, session.run
     from zarr.buffer import default_buffer_prototype

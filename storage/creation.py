@@ -7,8 +7,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from storage.arrays import open_group
-from storage.lock import LOCK_NAME
+from fairpipe.storage.arrays import open_group
+from fairpipe.storage.lock import LOCK_NAME
 
 
 def abandoned_creation(repo, local: Path) -> bool:

@@ -3,7 +3,7 @@
 A store is damaged when what it holds is not what was written: a chunk whose bytes fail their
 checksum (:class:`CorruptChunkError`), a snapshot, manifest, transaction log or ref
 Icechunk cannot decode, an object the store's metadata names that is missing, or a manifest
-that decodes but no longer lists the chunks its commit wrote (:mod:`storage.manifests`). Every
+that decodes but no longer lists the chunks its commit wrote (:mod:`fairpipe.storage.manifests`). Every
 one is a :class:`DamagedStoreError`: never bad input, never a bug; the command line exits 4.
 
 Icechunk reports a file it cannot read as an ``IcechunkError`` whose context names the fetch

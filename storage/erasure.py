@@ -4,7 +4,7 @@ A forget commit erases rows from ``main``, but earlier snapshots still hold them
 setting ``erasure_retention`` (root attribute; a duration such as ``0``, ``90m``, ``24h``, ``7d``;
 default ``0``) says how long they may: at the end of each drain, the snapshots written before
 ``now - retention`` are expired and the objects only they used garbage-collected
-(:meth:`storage.store.FairpipeStore.purge_history`), and the receipts of the requests whose rows
+(:meth:`fairpipe.storage.store.FairpipeStore.purge_history`), and the receipts of the requests whose rows
 thereby left every snapshot get their ``erased_at``. With the default, a drain ends with the rows
 it erased in no snapshot and no stored object; a longer retention keeps a recovery window (time
 travel to before a forget) and the first drain after it ends erases them.
@@ -20,10 +20,10 @@ import numpy as np
 
 from fairpipe.errors import FairpipeInputError
 from fairpipe.number_text import flaw, read_duration
-from storage.arrays import read_rows_at
-from storage.lineage import record
-from storage.receipts import read_receipts, write_receipts
-from storage.store import FairpipeStore
+from fairpipe.storage.arrays import read_rows_at
+from fairpipe.storage.lineage import record
+from fairpipe.storage.receipts import read_receipts, write_receipts
+from fairpipe.storage.store import FairpipeStore
 
 RETENTION_KEY = "erasure_retention"
 DEFAULT_RETENTION = "0"
@@ -59,7 +59,7 @@ def set_retention(store: FairpipeStore, value: str, lock_timeout: float = 0.0) -
     text = str(value).strip().lower()
     before = retention_of(store.require_data())
     with store.transaction(f"set erasure_retention to {text}", lock_timeout=lock_timeout) as txn:
-        from storage.arrays import open_group
+        from fairpipe.storage.arrays import open_group
 
         open_group(txn.session, mode="a").attrs[RETENTION_KEY] = text
         record(txn, "configure", {"erasure_retention": text, "before": before})
@@ -143,7 +143,9 @@ def row_needles(url: str, rows) -> list[bytes]:
     to within 1/512 of a step, and its bytes are then (nearly always) the same as every such
     row's of the same range (pixels, counts, 0/1 data: one residual row for all), so finding
     them elsewhere would prove nothing; the row's point and sketch needles stay."""
-    from storage.rows import sketch_arrays  # not at the top: status and configure import this
+    from fairpipe.storage.rows import (
+        sketch_arrays,  # not at the top: status and configure import this
+    )
 
     store = FairpipeStore.open(url)
     session = store.readonly_session()

@@ -1,21 +1,21 @@
 """The store's format: the number its root attributes name, and the format 1 index (uint64
 ``lsh/keys`` and (L, n) padded index arrays), read as it is and upgraded to format 2 (the
-segments of :mod:`storage.segments`) by the next write."""
+segments of :mod:`fairpipe.storage.segments`) by the next write."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from fairpipe.neighbors import BucketIndex, build_segments, partition_bits
-from storage.arrays import read_array
-from storage.segments import (
+from fairpipe.storage.arrays import read_array
+from fairpipe.storage.segments import (
     bucket_count,
     create_index,
     write_bucket_counts,
     write_segment_lengths,
     write_tables,
 )
-from storage.store import FORMAT
+from fairpipe.storage.store import FORMAT
 
 
 def store_format(attrs: dict) -> int:
@@ -26,7 +26,7 @@ def store_format(attrs: dict) -> int:
 
 def load_format1_index(session, n_alive: int) -> BucketIndex:
     """Every table's buckets of a format 1 store (``n_alive``: the members each table holds),
-    as :func:`storage.index.load_index` gives them."""
+    as :func:`fairpipe.storage.index.load_index` gives them."""
     counts = read_array(session, "lsh/bucket_counts")
     keys = read_array(session, "lsh/bucket_keys")
     starts = read_array(session, "lsh/bucket_starts")

@@ -1,8 +1,8 @@
 """The LSH index read whole: every table's buckets over all its layers, as a fresh build gives
 them (:func:`load_index`, :func:`load_compact_index`), the in-memory sampler over the store's
 rows and index (:func:`load_sampler`), and the index's content (:func:`index_entries`,
-:func:`read_segments`). The index's layers are described in :mod:`storage.layers`, their
-segments in :mod:`storage.segments`."""
+:func:`read_segments`). The index's layers are described in :mod:`fairpipe.storage.layers`, their
+segments in :mod:`fairpipe.storage.segments`."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import sys
 import numpy as np
 
 from fairpipe.neighbors import BucketIndex, FairNN, decode, unmix
-from storage.arrays import open_group, read_array, read_arrays
-from storage.damage import DamagedPartError
-from storage.formats import load_format1_index, store_format
-from storage.layers import layer_arrays, layer_bits, load_lsh
-from storage.names import current_names
-from storage.segments import indexed_entries, read_checked_segments, table_runs
+from fairpipe.storage.arrays import open_group, read_array, read_arrays
+from fairpipe.storage.damage import DamagedPartError
+from fairpipe.storage.formats import load_format1_index, store_format
+from fairpipe.storage.layers import layer_arrays, layer_bits, load_lsh
+from fairpipe.storage.names import current_names
+from fairpipe.storage.segments import indexed_entries, read_checked_segments, table_runs
 
 
 def load_index(session, attrs: dict) -> BucketIndex:

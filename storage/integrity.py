@@ -2,15 +2,15 @@
 and manifests against what their commits recorded; and giving checksums to arrays without.
 
 Every array a store creates ends its codec chain with a crc32c checksum of the encoded chunk
-(:func:`storage.chunks.checksummed`): a stored chunk whose bytes change no longer matches it, and
-reading it raises :class:`storage.damage.CorruptChunkError` (on the direct chunk path, and through
-zarr where :func:`storage.arrays.zarr_checked` wraps the read). This module finds damaged chunks
+(:func:`fairpipe.storage.chunks.checksummed`): a stored chunk whose bytes change no longer matches it, and
+reading it raises :class:`fairpipe.storage.damage.CorruptChunkError` (on the direct chunk path, and through
+zarr where :func:`fairpipe.storage.arrays.zarr_checked` wraps the read). This module finds damaged chunks
 without decoding them: :func:`verify_store` checks every chunk of every array of a snapshot
-(``fairpipe verify``; :mod:`storage.chunk_checks` fetches and checks an array's chunks, and
+(``fairpipe verify``; :mod:`fairpipe.storage.chunk_checks` fetches and checks an array's chunks, and
 finds the first damaged one a failed zarr read covered), and :func:`add_checksums` gives a checksum to the arrays of a store written before they had one.
 
 :func:`verify_store` first checks every snapshot of the history, newest first, against what its
-commit recorded (:func:`storage.snapshot_checks.verify_history`: the snapshot can be read, names
+commit recorded (:func:`fairpipe.storage.snapshot_checks.verify_history`: the snapshot can be read, names
 itself as its child names it, and its arrays' metadata and chunks as their manifests list them
 are what its commit wrote), so a chunk a damaged manifest no longer lists is reported, not
 skipped.
@@ -33,16 +33,16 @@ from typing import Any
 
 from icechunk import IcechunkError
 
-from storage.arrays import open_group
-from storage.chunk_checks import _Checker, _each_chunk, has_checksum
-from storage.chunks import (
+from fairpipe.storage.arrays import open_group
+from fairpipe.storage.chunk_checks import _Checker, _each_chunk, has_checksum
+from fairpipe.storage.chunks import (
     _metadata_read,
     crc32c_of,
     on_zarr_loop,
     zarr_api,
 )
-from storage.damage import icechunk_reason
-from storage.store import FairpipeStore
+from fairpipe.storage.damage import icechunk_reason
+from fairpipe.storage.store import FairpipeStore
 
 # The most damaged chunks a report lists (it counts them all).
 LISTED_CORRUPT = 1000
@@ -56,7 +56,7 @@ CANNOT_ADD = (
 
 def store_arrays(session, checked: bool = True) -> list[tuple[str, Any]]:
     """(path, zarr array) of every array of a session's store, by path (``checked``: its
-    groups' metadata checked first, :func:`storage.arrays.open_group`)."""
+    groups' metadata checked first, :func:`fairpipe.storage.arrays.open_group`)."""
     with _metadata_read("a node"):
         root = open_group(session) if checked else zarr_api().open_group(session.store, mode="r")
         found = [(name, node) for name, node in root.members(max_depth=None)
@@ -73,7 +73,7 @@ def verify_store(store: FairpipeStore, snapshot: str | None = None,
     "array", "what", "why"}, ...], "arrays", "chunks", "bytes", "corrupt": [{"array", "chunk",
     "why"}, ...] (at most LISTED_CORRUPT), "n_corrupt", "unverifiable": [{"array", "chunks",
     "decoded"}, ...]}``: ``damaged`` lists the snapshots, manifests and metadata that are not
-    what their commits wrote (:func:`storage.snapshot_checks.verify_history`; ``unrecorded`` counts
+    what their commits wrote (:func:`fairpipe.storage.snapshot_checks.verify_history`; ``unrecorded`` counts
     the snapshots written before commits recorded it, whose manifests are only counted against
     Icechunk's own count). Arrays with a checksum are checked against it; arrays without are
     decoded and listed as unverifiable. A chunk whose object Icechunk cannot read is corrupt
@@ -81,7 +81,7 @@ def verify_store(store: FairpipeStore, snapshot: str | None = None,
     ``progress(array, arrays done, arrays, chunks checked)`` is called as each array starts and
     every 64 chunks."""
 
-    from storage.snapshot_checks import verify_history
+    from fairpipe.storage.snapshot_checks import verify_history
 
     with store.named():
         tip = snapshot if snapshot is not None else store.repo.lookup_branch("main")
@@ -180,7 +180,7 @@ def add_checksums(store: FairpipeStore, lock_timeout: float = 0.0) -> dict:
                 return False
 
             on_zarr_loop(_each_chunk(arr, lambda coords: True, handle))
-        from storage.lineage import record
+        from fairpipe.storage.lineage import record
 
         record(txn, "add-checksums", figures={"arrays": len(todo), "chunks": chunks})
     return {"arrays": todo, "chunks": chunks, "commit": txn.commit_id}

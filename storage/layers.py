@@ -4,7 +4,7 @@
   functions (:meth:`fairpipe.neighbors.E2LSH.to_arrays`); their parameters in the root attribute
   ``lsh`` as ``{"k", "n_tables", "width", "seed", "segment_bits"}`` (the library's ``n_hashes``
   and ``bucket_width`` are stored as ``k`` and ``width``);
-- the main layer's segments (:mod:`storage.segments`) index the rows of the last build;
+- the main layer's segments (:mod:`fairpipe.storage.segments`) index the rows of the last build;
 - the **deltas**: the rows appended since the last build, in layers of consecutive rows, each
   with the same layout as the main one (``lsh/delta_<start>``, ``lsh/delta_<start>_lengths``,
   ``lsh/delta_<start>_bucket_counts``; its own segment bits), listed oldest first in the ``lsh``
@@ -26,9 +26,9 @@ import math
 from dataclasses import dataclass
 
 from fairpipe.neighbors import E2LSH, LSH_ARRAYS, partition_bits
-from storage.arrays import read_arrays
+from fairpipe.storage.arrays import read_arrays
 
-# int32 entries per chunk of a segment (storage.segments): most segments are one chunk; a delta
+# int32 entries per chunk of a segment (fairpipe.storage.segments): most segments are one chunk; a delta
 # layer's segment bits are chosen so that its segments fit in one (delta_bits).
 SEGMENT_CHUNK = 65536
 # Appended rows stay in the deltas while at most 1/DELTA_SHARE of the live rows (and no layer

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fairpipe.storage.rows import read_live_rows
 from fairpipe.tree import leaf_of
-from storage.rows import read_live_rows
 
 
 def split_by_leaf_group(session, a: int, b: int, seed: int, n_leaves: int, edges: np.ndarray,

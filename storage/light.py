@@ -4,10 +4,10 @@ package: the cold query's read path.
 Importing ``icechunk`` imports zarr (its store subclasses zarr's), 0.15 s of a cold one-query
 ``fairpipe sample`` of about 0.6 s. This view loads only icechunk's compiled module (3 ms), reads
 each array's ``zarr.json`` itself and fetches whole chunks through the compiled store, decoding
-them as :class:`storage.chunks._PlainChunks` does (raw little-endian bytes, then at most Blosc
+them as :class:`fairpipe.storage.chunks._PlainChunks` does (raw little-endian bytes, then at most Blosc
 or Zstd: numcodecs, 0.03 s; each chunk's crc32c checksum verified first, a
-:class:`~storage.damage.CorruptChunkError` where it fails). :func:`storage.arrays.open_array`, :func:`~storage.arrays.read_many`,
-:func:`~storage.arrays.read_arrays` and :func:`~storage.arrays.for_rows_at` accept a
+:class:`~fairpipe.storage.damage.CorruptChunkError` where it fails). :func:`fairpipe.storage.arrays.open_array`, :func:`~fairpipe.storage.arrays.read_many`,
+:func:`~fairpipe.storage.arrays.read_arrays` and :func:`~fairpipe.storage.arrays.for_rows_at` accept a
 :class:`LightSession` where they accept an Icechunk session, so the reader's code is the same on
 both paths and reads the same bytes.
 
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from storage.chunks import _fetch_many, _PlainChunks
-from storage.manifests import check_groups, expect
-from storage.names import current_names
+from fairpipe.storage.chunks import _fetch_many, _PlainChunks
+from fairpipe.storage.manifests import check_groups, expect
+from fairpipe.storage.names import current_names
 
 NATIVE = "icechunk._icechunk_python"
 # The arrays of a store a query may read (each must be plainly encoded for the light path).
@@ -44,7 +44,7 @@ QUERY_ARRAYS = ("ids", "id_ranges", "alive", "points", "sketch", "sketch_residua
 
 def delta_arrays(attrs: dict) -> list[str]:
     """The arrays of the index's delta layers of a store with these root attributes."""
-    from storage.layers import deltas_of, layer_arrays
+    from fairpipe.storage.layers import deltas_of, layer_arrays
 
     if not isinstance(attrs.get("lsh"), dict):
         return []
@@ -189,7 +189,7 @@ class LightSession:
     def coordinate_batches(self, array_path: str, batch_size: int = 1000):
         """The coordinates of every chunk array ``array_path`` (``/points``) lists, in batches
         (lists of lists): what ``icechunk.Session.chunk_coordinates`` gives one by one, and
-        :mod:`storage.manifests` checks against the snapshot's record."""
+        :mod:`fairpipe.storage.manifests` checks against the snapshot's record."""
         return self._native.chunk_coordinates(array_path, batch_size)
 
     def json(self, *keys: str) -> list[dict | None]:
@@ -246,7 +246,7 @@ def chunk_key_encoder(meta: dict):
 
 def plain_chunks(path: str, meta: dict) -> _PlainChunks | None:
     """The decoding of an array's chunks from its ``zarr.json``, for the codecs
-    :func:`storage.chunks._plain_chunks` reads (little-endian bytes, then Blosc or Zstd, then a
+    :func:`fairpipe.storage.chunks._plain_chunks` reads (little-endian bytes, then Blosc or Zstd, then a
     crc32c checksum); None for anything else."""
     if meta.get("zarr_format") != 3 or meta.get("storage_transformers"):
         return None

@@ -6,7 +6,7 @@ commit that does it: the operation, when (UTC), its parameters, row counts and f
 commit it was built on. A commit cannot hold its own id, so the entry holds a random operation
 key that the commit's metadata holds too (``fairpipe_operation``); the next operation, or
 ``fairpipe history``, finds that commit and writes down its id. Erasure from history expires
-snapshots (:mod:`storage.erasure`), never this log: it lives in the tip, as the receipts do.
+snapshots (:mod:`fairpipe.storage.erasure`), never this log: it lives in the tip, as the receipts do.
 
 The log is the UTF-8 JSON of the whole list in the uint8 array ``lineage/json`` (a few hundred
 bytes an entry). It holds counts and settings, never an id, a row, a request's reason or anything
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from storage.arrays import open_group, read_json_array, write_json_array
+from fairpipe.storage.arrays import open_group, read_json_array, write_json_array
 
 LINEAGE = "lineage/json"
 OPERATION_KEY = "fairpipe_operation"  # commit metadata: the operation key of the commit's entry

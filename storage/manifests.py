@@ -17,7 +17,7 @@ Counts and digests only: nothing in it identifies a person (commit metadata cann
 about 2.6 kB for a store of 33 arrays. Only the arrays and groups a commit changed are listed
 again (``Session.status``); the others' entries come from the parent's record, so the cost
 follows the work and a write never seals damage it did not make. A transaction first checks its
-base snapshot in full (:func:`storage.snapshot_checks.check_snapshot`): nothing is written on top
+base snapshot in full (:func:`fairpipe.storage.snapshot_checks.check_snapshot`): nothing is written on top
 of damage.
 
 Readers check what they read: :func:`expect` (for every read-only session a store opens) checks
@@ -29,7 +29,7 @@ fetches anyway) and compares them and its metadata with the record; :func:`check
 first time a session opens the root group) compares every node's metadata, as stored, before
 zarr reads any of it. A snapshot written before records existed is read as before
 (``verify`` still compares the chunks its arrays list with Icechunk's count of its manifests'
-references). :func:`storage.snapshot_checks.verify_history` checks every snapshot of a history.
+references). :func:`fairpipe.storage.snapshot_checks.verify_history` checks every snapshot of a history.
 
 Everything here uses Icechunk's public API. Three behaviours of Icechunk 1.1 are relied on, and
 tests/storage/test_manifests.py fails with a clear message if a release changes them: a
@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from storage.chunks import _chunk_source, _metadata_read, zarr_api
-from storage.damage import DamagedMetadataError, damaged_store_error, raise_damage
+from fairpipe.storage.chunks import _chunk_source, _metadata_read, zarr_api
+from fairpipe.storage.damage import DamagedMetadataError, damaged_store_error, raise_damage
 
 RECORD_KEY = "fairpipe_manifests"
 CREATED = "create fairpipe store"  # the message of a store's first commit
@@ -111,7 +111,7 @@ def _source(session):
 
 async def _coordinates(session, path: str) -> list:
     """The chunk coordinates array ``path`` of a session lists, as arrays of rows (in batches
-    where the session gives them so: :meth:`storage.light.LightSession.coordinate_batches`)."""
+    where the session gives them so: :meth:`fairpipe.storage.light.LightSession.coordinate_batches`)."""
     batches = getattr(session, "coordinate_batches", None)
     if batches is not None:
         listed = batches(f"/{path}", COORDINATE_BATCH)
@@ -351,7 +351,7 @@ def snapshots_opened() -> list[str]:
 
 
 def _is_read_only(session) -> bool:
-    return bool(getattr(session, "read_only", True))  # a storage.light session: always
+    return bool(getattr(session, "read_only", True))  # a fairpipe.storage.light session: always
 
 
 def array_problem(session, path: str, record: dict) -> tuple[str, str] | None:

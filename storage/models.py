@@ -9,7 +9,7 @@ A model is written as its estimator's ``to_arrays(data=False)`` (the rows are th
   outputs, phases, sums, sizes, losses; per run: steps, losses; the seed ids);
 - the parameters in the group's attributes, under the estimator's own names, with ``model``;
   Q-k-means also keeps ``n_fit`` and ``best`` there (older names are read as these:
-  :mod:`storage.names`).
+  :mod:`fairpipe.storage.names`).
 
 The root attribute ``model`` says which one the store holds (``"dc"`` or ``"q"``).
 """
@@ -20,8 +20,8 @@ import numpy as np
 
 from fairpipe.cluster import Q_STATE, DCKMeans, QKMeans, tree_array_names
 from fairpipe.errors import FairpipeInputError
-from storage.arrays import open_array, open_group, read_array, replace_array, zarr_checked
-from storage.names import renamed
+from fairpipe.storage.arrays import open_array, open_group, read_array, replace_array, zarr_checked
+from fairpipe.storage.names import renamed
 
 NO_MODEL = "The store {url} has no fitted model. Run 'fairpipe fit --store {url}' first."
 # The estimators' parameters, kept under their own names in the model group's attributes.

@@ -2,7 +2,7 @@
 
 A store's folder is where every write of a command goes (its repository, its queue, an ingest's
 staging), so the path a user gives is checked before anything is written, and every part of
-fairpipe uses the folder this module returns (:func:`storage.urls.parse_store_url`):
+fairpipe uses the folder this module returns (:func:`fairpipe.storage.urls.parse_store_url`):
 
 - every name in it fits the filesystem (a name of at most 255 bytes, a path of at most 4,095):
   otherwise a store would be half made before the name is refused;

@@ -15,8 +15,8 @@ id, ids that are not integers in [0, 2^63), a reason that is not text...) is nev
 drain moves it to ``quarantine/`` beside the queue, with a note of why, and goes on; ``fairpipe
 status`` and ``receipts`` report it.
 
-A drain (:mod:`flows.forget`) applies pending requests in batches; each batch's commit records
-the applied request ids in the store's receipts (:mod:`storage.receipts`), so a rerun after a
+A drain (:mod:`fairpipe.flows.forget`) applies pending requests in batches; each batch's commit records
+the applied request ids in the store's receipts (:mod:`fairpipe.storage.receipts`), so a rerun after a
 crash skips them, and the drain then deletes their objects. The ids in a request live only in
 its object (deleted once applied) and in array values erasure rewrites: never in a commit
 message, commit metadata, or a branch or tag name.
@@ -41,8 +41,8 @@ import numpy as np
 
 from fairpipe.errors import FairpipeInputError
 from fairpipe.jsontext import JSONTextError, parse_json
-from storage.paths import own_folder
-from storage.urls import object_store, parse_store_url
+from fairpipe.storage.paths import own_folder
+from fairpipe.storage.urls import object_store, parse_store_url
 
 QUEUE_DIR = "queue"
 QUARANTINE_DIR = "quarantine"

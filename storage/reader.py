@@ -40,17 +40,17 @@ from fairpipe.neighbors import (
     segment_of,
     unique_inverse_ints,
 )
+from fairpipe.storage.arrays import read_array, read_arrays
+from fairpipe.storage.candidates import _Candidates, _LocalIndex, _QueryIndex, _RowCache
+from fairpipe.storage.formats import store_format
+from fairpipe.storage.index import load_sampler
+from fairpipe.storage.layers import layer_arrays, layer_bits, lsh_from_arrays
+from fairpipe.storage.light import open_light
+from fairpipe.storage.rows import StoredIds, has_residual, has_sketch, scale_points
+from fairpipe.storage.segments import read_checked_segments
+from fairpipe.storage.store import FairpipeStore
+from fairpipe.storage.urls import parse_store_url
 from fairpipe.validation import as_id_array, check_ids, check_points
-from storage.arrays import read_array, read_arrays
-from storage.candidates import _Candidates, _LocalIndex, _QueryIndex, _RowCache
-from storage.formats import store_format
-from storage.index import load_sampler
-from storage.layers import layer_arrays, layer_bits, lsh_from_arrays
-from storage.light import open_light
-from storage.rows import StoredIds, has_residual, has_sketch, scale_points
-from storage.segments import read_checked_segments
-from storage.store import FairpipeStore
-from storage.urls import parse_store_url
 
 UNKNOWN_ID = "Id {id} is not in the store {url}."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
@@ -70,7 +70,7 @@ class StoreReader:
         local = parse_store_url(url).local_dir
         folder = local.resolve() if local is not None else None
         light = open_light(folder, snapshot) if folder is not None else None
-        # A local store is read without zarr (storage.light); what needs an Icechunk session
+        # A local store is read without zarr (fairpipe.storage.light); what needs an Icechunk session
         # later reopens it at its absolute path (the process may change folder meanwhile).
         self._reopen = str(folder) if folder is not None else url
         if light is not None:
@@ -217,7 +217,7 @@ class StoreReader:
 
     def scale(self, X: np.ndarray) -> np.ndarray:
         """Points in the source's units, scaled as ingest scaled the store's points (the
-        ``scale`` attribute: :func:`storage.rows.scale_points`): how a point given by value
+        ``scale`` attribute: :func:`fairpipe.storage.rows.scale_points`): how a point given by value
         is compared with them."""
         return scale_points(self.attrs, X)
 
@@ -366,7 +366,7 @@ class StoreReader:
     def predict(self, queries=None, *, query_rows=None, query_ids=None) -> np.ndarray:
         """The nearest root centroid (with mass) of the store's clustering model, per query."""
         from fairpipe.cluster import DCKMeans, nearest
-        from storage.models import read_model, require_model
+        from fairpipe.storage.models import read_model, require_model
 
         if self._model is None:
             kind = require_model(self.attrs, self.url)

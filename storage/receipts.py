@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from storage.arrays import (
+from fairpipe.storage.arrays import (
     create_array,
     open_array,
     open_group,
@@ -25,7 +25,7 @@ from storage.arrays import (
     read_rows_at,
     write_json_array,
 )
-from storage.writes import rewrite_rows_at
+from fairpipe.storage.writes import rewrite_rows_at
 
 RECEIPTS = "receipts/json"
 ROW_RECEIPT = "receipts/row_receipt"

@@ -14,7 +14,7 @@ Layout (store format 2):
 - ``sketch`` uint8 (n, d + 12) in chunks of ``SKETCH_BLOCK`` rows: a byte per coordinate of each
   point plus its range and error bound (:func:`fairpipe.neighbors.sketch_points`), written with
   the points and erased with them; a query decides most candidates' distances from it
-  (:mod:`storage.reader`). Root attribute ``point_sketch`` true; stores made before it have none
+  (:mod:`fairpipe.storage.reader`). Root attribute ``point_sketch`` true; stores made before it have none
   and are read without it;
 - ``sketch_residual`` uint8 (n, d + 4), chunked as the sketch: a signed byte per coordinate
   refining it (:func:`fairpipe.neighbors.sketch_levels`), written and erased with it; a query
@@ -22,7 +22,7 @@ Layout (store format 2):
   ``point_sketch_residual`` true; stores made before it have none.
 
 A forgotten row keeps its place (row numbers are stable) but is erased: points and sketches zeroed,
-group -1, ``alive`` false, and it leaves every bucket (:mod:`storage.segments`).
+group -1, ``alive`` false, and it leaves every bucket (:mod:`fairpipe.storage.segments`).
 """
 
 from __future__ import annotations
@@ -33,11 +33,18 @@ import numpy as np
 
 from fairpipe.datasets import apply_scaler
 from fairpipe.neighbors import E2LSH, RESIDUAL_EXTRA, ROW_BLOCK, SKETCH_EXTRA, sketch_levels
+from fairpipe.storage.arrays import (
+    create_array,
+    open_array,
+    open_group,
+    read_array,
+    read_many,
+    read_rows_at,
+)
+from fairpipe.storage.layers import lsh_attrs
+from fairpipe.storage.store import FORMAT
+from fairpipe.storage.writes import rewrite_rows_at, write_rows
 from fairpipe.validation import IdLookup
-from storage.arrays import create_array, open_array, open_group, read_array, read_many, read_rows_at
-from storage.layers import lsh_attrs
-from storage.store import FORMAT
-from storage.writes import rewrite_rows_at, write_rows
 
 TARGET_CHUNK_BYTES = 16 << 20
 EMPTY_KEY = np.iinfo(np.uint64).max
@@ -140,7 +147,7 @@ def row_chunks(base: int, n_total: int, chunk_rows: int) -> list[tuple[int, int]
 
 def write_new_rows(session, start: int, ids, groups) -> None:
     """Write new (live) rows' ids and groups at ``start`` (13 bytes a row: the flow writes them
-    itself; the chunk jobs write the points, :func:`storage.writes.write_rows`)."""
+    itself; the chunk jobs write the points, :func:`fairpipe.storage.writes.write_rows`)."""
     write_rows(session, "ids", start, ids)
     write_rows(session, "groups", start, groups)
     write_rows(session, "alive", start, np.ones(ids.shape[0], dtype=bool))
@@ -249,7 +256,7 @@ def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: 
                         feature_names: list[str] | None = None) -> dict:  # fmt: skip
     """The root attributes after an ingest (``before``: those it started from); returns them.
     ``tuning``: what the parameters promise, kept in the ``lsh`` attribute (``radius``,
-    ``recall_target``, ``expected_recall``, ``expected_candidates``: flows.parameters);
+    ``recall_target``, ``expected_recall``, ``expected_candidates``: fairpipe.flows.parameters);
     ``scale``: a new store's scaling (:func:`scaler_of`), None to keep the store's;
     ``feature_names``: a new store's feature columns (a table's), None to keep the store's."""
     meta = {

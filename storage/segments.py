@@ -5,7 +5,7 @@ entries of the layers it merges, read back checked, and patched to remove rows.
   hash of their key (:mod:`fairpipe.neighbors._segments`), one segment per (table, segment) row,
   in chunks of ``SEGMENT_CHUNK`` entries; ``lsh/segment_lengths`` int32 (L, 2**segment_bits):
   the used length of each; ``lsh/bucket_counts`` int64 (L,). A delta layer has the same arrays
-  under its own names (:func:`storage.layers.layer_arrays`). A deletion rewrites the segments it
+  under its own names (:func:`fairpipe.storage.layers.layer_arrays`). A deletion rewrites the segments it
   changes; a query reads one segment per table. Nothing is stored per (row, table) beyond the
   member entry itself (about 4 bytes, plus 12 per bucket): a row's keys are recomputed from its
   point when needed (:func:`keys_of_rows`).
@@ -26,7 +26,7 @@ from fairpipe.neighbors import (
     segment_of,
     segment_problem,
 )
-from storage.arrays import (
+from fairpipe.storage.arrays import (
     create_array,
     open_array,
     open_group,
@@ -36,10 +36,10 @@ from storage.arrays import (
     read_rows_at,
     zarr_checked,
 )
-from storage.damage import DamagedPartError
-from storage.layers import MAIN, SEGMENT_CHUNK, key_projection, layer_arrays, layer_starts
-from storage.staging import Staging
-from storage.writes import write_chunks
+from fairpipe.storage.damage import DamagedPartError
+from fairpipe.storage.layers import MAIN, SEGMENT_CHUNK, key_projection, layer_arrays, layer_starts
+from fairpipe.storage.staging import Staging
+from fairpipe.storage.writes import write_chunks
 
 SEGMENT_CAPACITY = 1 << 34  # the segments' last dimension: larger than any segment can be
 MAX_SEGMENTS = 1 << 20  # segments per table at most (2**31 rows at 2048 rows per segment)
@@ -137,7 +137,7 @@ def read_checked_segments(session, layer: str, sels: list,
     together, each checked before anything indexes with it (:func:`fairpipe.neighbors.
     _segments.segment_problem`; its members against ``n_rows`` where given): one whose bytes
     changed yet passed their checksum (a store without checksums) is a
-    :class:`storage.damage.DamagedPartError` naming it, never an index out of bounds."""
+    :class:`fairpipe.storage.damage.DamagedPartError` naming it, never an index out of bounds."""
     name = f"lsh/{layer_arrays(layer)[0]}"
     got = read_many(session, name, sels)
     for (t, p, _), seg in zip(sels, got):
@@ -332,7 +332,7 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
 
     Only the segments holding a row are read and written: fetched straight from the store, a
     run of tables at a time (at most READ_AHEAD_ENTRIES entries held, or one table), patched,
-    and their chunks put back concurrently (:func:`storage.writes.write_chunks`); a segment that
+    and their chunks put back concurrently (:func:`fairpipe.storage.writes.write_chunks`); a segment that
     shrank into fewer chunks has its emptied chunks deleted.
 
     ``exact``: the store's keys have the exact definition, so a row that is not in the bucket

@@ -1,9 +1,9 @@
 """Whole snapshots, and a branch's history of them, checked against what their commits recorded
-(:mod:`storage.manifests`).
+(:mod:`fairpipe.storage.manifests`).
 
 :func:`check_snapshot` checks one snapshot in full (a transaction checks its base so before it
 writes: nothing is written on top of damage): its record
-(:func:`storage.manifests.record_problem`), every group's and array's metadata as stored, every
+(:func:`fairpipe.storage.manifests.record_problem`), every group's and array's metadata as stored, every
 array's chunks as its manifest lists them.
 :func:`ancestry` walks a branch's snapshots, naming one Icechunk cannot read;
 :func:`history_problem` finds the first of them that names itself otherwise than its child names
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.damage import (
+from fairpipe.storage.damage import (
     CorruptChunkError,
     DamagedMetadataError,
     damaged_store_error,
     format_chunk,
     raise_damage,
 )
-from storage.manifests import (
+from fairpipe.storage.manifests import (
     _EXPECTED,
     GROUP_GONE,
     RECORD_KEY,
@@ -134,7 +134,7 @@ def snapshot_problems(session, info) -> list[tuple[str | None, str, str]]:
 
 def check_snapshot(store, snapshot_id: str) -> None:
     """Raise a :class:`DamagedMetadataError` for the first thing in snapshot ``snapshot_id`` of
-    ``store`` (a :class:`storage.store.FairpipeStore`) that is not what its commit recorded
+    ``store`` (a :class:`fairpipe.storage.store.FairpipeStore`) that is not what its commit recorded
     (:func:`snapshot_problems`); nothing for a snapshot without a record."""
     session = store.readonly_session(snapshot_id)  # (checks the record: expect)
     record = _EXPECTED.get(snapshot_id)

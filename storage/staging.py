@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from storage.urls import StorageSpec, object_store, s3_endpoint
+from fairpipe.storage.urls import StorageSpec, object_store, s3_endpoint
 
 STAGING_MARK = ".fairpipe-staging."  # <store>/<mark><random>: a folder, or an object prefix
 NO_STAGING = (

@@ -1,11 +1,11 @@
 """The fairpipe store: a dataset's Icechunk repository opened, created, read, written in atomic
-transactions (:mod:`storage.transaction`), and its history listed and purged.
+transactions (:mod:`fairpipe.storage.transaction`), and its history listed and purged.
 
 One dataset is one Icechunk repository of Zarr v3 arrays, one commit per flow run. What lives in
-it is described where it is written: the rows in :mod:`storage.rows`, the LSH index in
-:mod:`storage.layers` and :mod:`storage.segments`, the clustering model in :mod:`storage.models`,
-the fair summary in :mod:`storage.summary`. Its arrays are read by name in :mod:`storage.arrays`
-and written in :mod:`storage.writes`.
+it is described where it is written: the rows in :mod:`fairpipe.storage.rows`, the LSH index in
+:mod:`fairpipe.storage.layers` and :mod:`fairpipe.storage.segments`, the clustering model in :mod:`fairpipe.storage.models`,
+the fair summary in :mod:`fairpipe.storage.summary`. Its arrays are read by name in :mod:`fairpipe.storage.arrays`
+and written in :mod:`fairpipe.storage.writes`.
 """
 
 from __future__ import annotations
@@ -21,23 +21,29 @@ from pathlib import Path
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from storage.arrays import open_group, read_array
-from storage.chunks import zarr_api
-from storage.creation import abandoned_creation, make_folders
-from storage.damage import (
+from fairpipe.storage.arrays import open_group, read_array
+from fairpipe.storage.chunks import zarr_api
+from fairpipe.storage.creation import abandoned_creation, make_folders
+from fairpipe.storage.damage import (
     DamagedMetadataError,
     DamagedStoreError,
     is_panic,
     probe_snapshots,
     raise_damage,
 )
-from storage.lock import LOCK_NAME, StoreBusyError, WriterLock, lock_path_for
-from storage.manifests import CREATED, RECORD_KEY, expect, snapshots_opened
-from storage.names import current_names, upgrade_names
-from storage.paths import NESTED, check_own_objects
-from storage.snapshot_checks import ancestry, check_snapshot, history_problem
-from storage.transaction import CHECKPOINT, INTERNAL, TXN_PREFIX, Transaction, commit_recorded
-from storage.urls import (
+from fairpipe.storage.lock import LOCK_NAME, StoreBusyError, WriterLock, lock_path_for
+from fairpipe.storage.manifests import CREATED, RECORD_KEY, expect, snapshots_opened
+from fairpipe.storage.names import current_names, upgrade_names
+from fairpipe.storage.paths import NESTED, check_own_objects
+from fairpipe.storage.snapshot_checks import ancestry, check_snapshot, history_problem
+from fairpipe.storage.transaction import (
+    CHECKPOINT,
+    INTERNAL,
+    TXN_PREFIX,
+    Transaction,
+    commit_recorded,
+)
+from fairpipe.storage.urls import (
     delete_objects,
     enclosing_repository_url,
     list_objects,
@@ -256,7 +262,7 @@ class FairpipeStore:
     # -- reading ---------------------------------------------------------------------------
     def readonly_session(self, snapshot_id: str | None = None):
         """A read-only session at ``snapshot_id`` (default: the tip of ``main``) whose reads are
-        checked against what its commit recorded (:func:`storage.manifests.expect`). Damage
+        checked against what its commit recorded (:func:`fairpipe.storage.manifests.expect`). Damage
         met opening it is a :class:`DamagedStoreError` naming this store."""
 
         with self.named():
@@ -291,7 +297,7 @@ class FairpipeStore:
         """``main``'s snapshots, newest first; ``internal`` marks a transaction's checkpoints
         (commits on its private branch before it was published), which no reader ever saw as
         ``main``. A snapshot that cannot be read, or is not what its commit recorded
-        (:func:`storage.snapshot_checks.history_problem`), is a :class:`DamagedStoreError`."""
+        (:func:`fairpipe.storage.snapshot_checks.history_problem`), is a :class:`DamagedStoreError`."""
 
         with self.named():
             tip = self.repo.lookup_branch("main")
@@ -318,7 +324,7 @@ class FairpipeStore:
     @contextlib.contextmanager
     def named(self):
         """Damage met inside (a :class:`DamagedStoreError`, or what Icechunk reports as damage:
-        :func:`storage.damage.icechunk_damage`) is raised as a :class:`DamagedStoreError`
+        :func:`fairpipe.storage.damage.icechunk_damage`) is raised as a :class:`DamagedStoreError`
         naming this store."""
 
         try:
@@ -360,7 +366,7 @@ class FairpipeStore:
 
         An exception inside the block (or a crash) leaves ``main`` at its last commit. The new
         ``main`` snapshot id is ``txn.commit_id`` afterwards. The base snapshot is checked
-        against what its commit recorded first (:func:`storage.snapshot_checks.check_snapshot`):
+        against what its commit recorded first (:func:`fairpipe.storage.snapshot_checks.check_snapshot`):
         nothing is written on top of damage.
         """
 
@@ -372,7 +378,9 @@ class FairpipeStore:
                 self._collect_garbage()
             base = self.repo.lookup_branch("main")
             if base != self._published:
-                with self.named():  # nothing is written on top of damage (storage.manifests)
+                with (
+                    self.named()
+                ):  # nothing is written on top of damage (fairpipe.storage.manifests)
                     check_snapshot(self, base)
             branch = f"{TXN_PREFIX}{uuid.uuid4().hex[:12]}"
             self.repo.create_branch(branch, base)

@@ -6,7 +6,7 @@
   int64 padded with -1, its utility ``value`` and its gain evaluations ``calls``.
 - ``summary/ids`` int64: the root's summary, sorted (``summary_ids`` of
   :meth:`fairpipe.summary.FairSummary.to_arrays`). Parameters (under FairSummary's own names;
-  older names are read as these: :mod:`storage.names`) and the summary's figures (bounds,
+  older names are read as these: :mod:`fairpipe.storage.names`) and the summary's figures (bounds,
   counts per group, error, value) in ``summary`` attributes.
 
 Only ids are stored: a node's points are read back from ``points`` when a deletion recomputes its
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from fairpipe.storage.arrays import open_array, open_group, read_array, replace_array, zarr_checked
+from fairpipe.storage.names import renamed
+from fairpipe.storage.rows import points_and_groups_of
 from fairpipe.summary import NodeOutput, SummaryParams, SummaryTree, level_arrays, nodes_from_arrays
 from fairpipe.tree import level_key
-from storage.arrays import open_array, open_group, read_array, replace_array, zarr_checked
-from storage.names import renamed
-from storage.rows import points_and_groups_of
 
 NO_SUMMARY = (
     "The store {url} has no summary. Run 'fairpipe summarize --store {url} --k K --lower L "

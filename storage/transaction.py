@@ -1,5 +1,5 @@
 """Write transactions: writes on a private branch that ``main`` moves to once, at the end, or
-never (:class:`Transaction`, which :meth:`storage.store.FairpipeStore.transaction` opens), and
+never (:class:`Transaction`, which :meth:`fairpipe.storage.store.FairpipeStore.transaction` opens), and
 how every commit of a store is made, with its record (:func:`commit_recorded`)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from storage.arrays import open_group
+from fairpipe.storage.arrays import open_group
 
 if TYPE_CHECKING:  # (the store opens transactions: only its type is needed here)
-    from storage.store import FairpipeStore
+    from fairpipe.storage.store import FairpipeStore
 
 TXN_PREFIX = "fairpipe-txn-"
 INTERNAL = "fairpipe_checkpoint"  # commit metadata key of a transaction's checkpoints
@@ -61,7 +61,7 @@ class Transaction:
 
 def commit_recorded(repo, session, message: str, metadata: dict | None = None) -> str:
     """``session.commit(message, metadata)`` with the record of what the commit writes
-    (:func:`storage.manifests.commit`): how every commit of a store is made."""
-    from storage.manifests import commit
+    (:func:`fairpipe.storage.manifests.commit`): how every commit of a store is made."""
+    from fairpipe.storage.manifests import commit
 
     return commit(repo, session, message, metadata)

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 from fairpipe.datasets import object_store as remote_store
 from fairpipe.datasets import s3_endpoint
 from fairpipe.errors import FairpipeInputError
-from storage.paths import store_folder
+from fairpipe.storage.paths import store_folder
 
 OBJECT_SCHEMES = ("s3", "gs", "gcs", "az", "r2", "tigris")
 
@@ -116,7 +116,7 @@ def delete_objects(url: str, spec: StorageSpec, names) -> None:
 def enclosing_repository_url(url: str, spec: StorageSpec) -> str | None:
     """The URL of the store whose prefix holds the object-store URL ``url``'s (an ancestor
     prefix with a repository's ``refs/`` objects), or None: a store is never made inside
-    another (:mod:`storage.paths` says why). One listing request per ancestor prefix."""
+    another (:mod:`fairpipe.storage.paths` says why). One listing request per ancestor prefix."""
     store = object_store(StorageSpec(spec.scheme, kwargs={**spec.kwargs, "prefix": ""}))
     if store is None:
         return None

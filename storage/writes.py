@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from storage.arrays import _check_rows, _chunk_runs, open_array, zarr_checked
-from storage.chunks import _fetch_chunks, _plain_chunks, _PlainChunks, _put_chunks
+from fairpipe.storage.arrays import _check_rows, _chunk_runs, open_array, zarr_checked
+from fairpipe.storage.chunks import _fetch_chunks, _plain_chunks, _PlainChunks, _put_chunks
 
 
 def write_rows(session, name: str, start: int, values: np.ndarray) -> None:

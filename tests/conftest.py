@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import flows  # noqa: F401  (environment defaults for Prefect and Dask)
+import fairpipe.flows  # noqa: F401  (environment defaults for Prefect and Dask)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -25,6 +25,7 @@ SCENARIOS = (
     "tests/cli/test_early_server.py",
     "tests/flows/test_queue.py::test_sigkilled_drains",
     "tests/flows/test_audit_flow.py",
+    "tests/test_packaging.py",
 )
 
 
@@ -57,7 +58,7 @@ def prefect_server(tmp_path_factory):
     import os
 
     os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect-home")))
-    from flows.prefect_api import prefect_api
+    from fairpipe.flows.prefect_api import prefect_api
 
     with prefect_api() as url:
         yield url
@@ -66,8 +67,8 @@ def prefect_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def digits_store(prefect_server, tmp_path_factory):
     """The digits ingested once (2 worker processes), shared by read-only tests."""
-    from flows.ingest import run_ingest
-    from flows.options import IngestOptions
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import IngestOptions
 
     path = tmp_path_factory.mktemp("stores") / "digits"
     result = run_ingest("digits", str(path), IngestOptions(seed=3, n_hashes=8, n_tables=20))

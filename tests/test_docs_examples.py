@@ -127,7 +127,7 @@ def run(example: Example, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
     """(exit code, stdout and stderr) of the example's command."""
     argv = shlex.split(example.command, comments=True)
     if argv[0] == "fairpipe" and not SHELL.search(example.command.split("#")[0]):
-        from flows.cli import app
+        from fairpipe.flows.cli import app
 
         result = CliRunner().invoke(app, argv[1:], catch_exceptions=True)
         return result.exit_code, result.stdout + result.stderr

@@ -26,13 +26,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.fit import run_fit
-from flows.options import FitOptions, SummarizeOptions
-from flows.summarize import run_summarize
-from storage.erasure import files_holding, row_needles
-from storage.queue import file_request, pending
-from storage.receipts import read_receipts
-from storage.store import FairpipeStore
+from fairpipe.flows.fit import run_fit
+from fairpipe.flows.options import FitOptions, SummarizeOptions
+from fairpipe.flows.summarize import run_summarize
+from fairpipe.storage.erasure import files_holding, row_needles
+from fairpipe.storage.queue import file_request, pending
+from fairpipe.storage.receipts import read_receipts
+from fairpipe.storage.store import FairpipeStore
 from tests.flows.test_deploy import stored_objects
 
 BIN = Path(sys.executable).parent
@@ -168,8 +168,8 @@ def test_an_ingest_interrupted_then_rerun_equals_one_never_interrupted(
 @pytest.fixture(scope="module")
 def queued(prefect_server, source, work) -> tuple[Path, list[bytes]]:
     """A fitted and summarized store with 12 deletion requests of 3 ids (some unknown) filed."""
-    from flows.ingest import run_ingest
-    from flows.options import IngestOptions
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import IngestOptions
 
     base = work / "queued"
     threads = dict(n_workers=1, processes=False)

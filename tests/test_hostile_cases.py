@@ -102,10 +102,10 @@ def source(work) -> Path:
 def base(prefect_server, source, work) -> Path:
     """A store ingested, fitted and summarized (in this process, on threads): copy it with
     :func:`copy_of` before a case that may change it."""
-    from flows.fit import run_fit
-    from flows.ingest import run_ingest
-    from flows.options import FitOptions, IngestOptions, SummarizeOptions
-    from flows.summarize import run_summarize
+    from fairpipe.flows.fit import run_fit
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import FitOptions, IngestOptions, SummarizeOptions
+    from fairpipe.flows.summarize import run_summarize
 
     store = work / "base"
     threads = dict(n_workers=1, processes=False)
@@ -140,7 +140,7 @@ def test_a_store_is_never_made_inside_another(env, base, source, work, inner):
 def test_erasure_never_collects_a_store_made_inside_another_by_hand(env, base, work):
     """A store inside another's chunks folder (made by hand, or by a release that allowed it):
     the outer store's drain refuses to garbage-collect over it, and the inner store is intact."""
-    from storage.store import FairpipeStore
+    from fairpipe.storage.store import FairpipeStore
 
     store = copy_of(base, work / "holds-a-store")
     inner = store / "chunks" / "x"
@@ -206,7 +206,7 @@ TOO_DEEP = "it nests arrays and objects 200,000 deep, over 64"
 
 
 def test_deeply_nested_queue_objects_are_set_aside_and_the_drain_applies_the_rest(env, base, work):
-    from storage.queue import file_request
+    from fairpipe.storage.queue import file_request
 
     store = copy_of(base, work / "deep-queue")
     good = sorted([file_request(str(store), np.array([FIRST_ID + 10, FIRST_ID + 11])).request_id,
@@ -324,7 +324,7 @@ QUERY = ("--query-id", FIRST_ID + 3)
 
 def snapshots_of(store: Path) -> list[str]:
     """The snapshots of ``main``, newest first."""
-    from storage.store import FairpipeStore
+    from fairpipe.storage.store import FairpipeStore
 
     return [h["id"] for h in FairpipeStore.open(str(store)).history()]
 

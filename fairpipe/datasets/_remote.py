@@ -1,6 +1,6 @@
 """Objects at a URL (``s3://``, ``gs://``, ``az://``, ``https://``), read through obstore with the
 credential settings of the environment, the same settings a store at such a URL is opened with
-(:mod:`storage.urls` builds its object stores here).
+(:mod:`fairpipe.storage.urls` builds its object stores here).
 
 An S3-compatible server other than AWS (MinIO, Ceph, moto) is named by ``AWS_ENDPOINT_URL``
 (``AWS_ENDPOINT_URL_S3`` first): path-style requests, plain http allowed where the endpoint says

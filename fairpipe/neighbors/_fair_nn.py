@@ -188,7 +188,7 @@ class FairNN(LSHParameters):
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], **params) -> FairNN:
         """A fitted sampler from :meth:`to_arrays` output (with its rows) and the parameters.
         Without ``bucket_keys`` the index is rebuilt from the live rows' ``keys``; without
-        ``keys`` (a store's sampler: :func:`storage.index.load_sampler`), they are made from
+        ``keys`` (a store's sampler: :func:`fairpipe.storage.index.load_sampler`), they are made from
         the index when first asked for."""
         nn = cls(**params)
         for name in ("points", "ids", *LSH_ARRAYS):

@@ -42,7 +42,7 @@ from fairpipe.validation import check_points
 ROW_BLOCK = 256
 # Above this many rows, keys are folded by the compiled kernel: loading it costs a process about
 # 0.45 s once, and numpy folds 10k rows in 0.04 s, so a small append done by the flow itself
-# (flows.ingest.LOCAL_ROWS) stays with numpy; the Dask jobs' chunks are larger.
+# (fairpipe.flows.ingest.LOCAL_ROWS) stays with numpy; the Dask jobs' chunks are larger.
 COMPILED_FOLD_ROWS = 20_000
 # Rows per thread at least, where hash_validated is given several threads.
 THREAD_ROWS = 2048

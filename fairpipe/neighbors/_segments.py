@@ -29,7 +29,7 @@ import numpy as np
 GOLDEN = np.uint64(0x9E37_79B9_7F4A_7C15)
 GOLDEN_INVERSE = np.uint64(pow(0x9E37_79B9_7F4A_7C15, -1, 1 << 64))
 # Rows per segment the partition bits aim for: about 32k rows and 7k buckets at 1M rows, one
-# chunk of storage.layers.SEGMENT_CHUNK entries. Larger segments mean fewer chunks to write (an
+# chunk of fairpipe.storage.layers.SEGMENT_CHUNK entries. Larger segments mean fewer chunks to write (an
 # index build's cost is mostly per chunk) and more bytes for a query to read per table.
 TARGET_SEGMENT_ROWS = 32768
 MAX_ROWS = 2**31 - 1

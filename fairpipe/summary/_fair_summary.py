@@ -236,7 +236,7 @@ class SummaryTree:
     """A fair-summary tree as a node store (:class:`fairpipe.tree.NodeStore`): per level, leaves
     first, node -> :class:`NodeOutput`; a batch is a list of outputs. The nodes a level lacks
     are asked of ``load(level, nodes)`` (a tree in a store reads them back:
-    :func:`storage.summary.stored_summary_tree`); an emptied node is ``NodeOutput.empty(d)``."""
+    :func:`fairpipe.storage.summary.stored_summary_tree`); an emptied node is ``NodeOutput.empty(d)``."""
 
     def __init__(self, fanout: int, height: int, params: SummaryParams, d: int,
                  load: Callable[[int, np.ndarray], list[NodeOutput]] | None = None,

@@ -1,6 +1,6 @@
 """The ``fairpipe`` command line: one module per command, one exception handler for all of them
-(:mod:`flows.cli._runner`), options shared by several commands defined once
-(:mod:`flows.cli._options`).
+(:mod:`fairpipe.flows.cli._runner`), options shared by several commands defined once
+(:mod:`fairpipe.flows.cli._options`).
 
 Results go to stdout (``--json``: one object), diagnostics and progress to stderr. Exit codes: 0
 done, 1 a bug (the traceback is written to a file), 2 bad input, 3 the store is busy, 4 the
@@ -14,13 +14,15 @@ import os
 import sys
 from typing import Any
 
-from flows.cli._quiet import quiet_warnings  # first: the libraries quieted before Prefect loads
+from fairpipe.flows.cli._quiet import (
+    quiet_warnings,  # first: the libraries quieted before Prefect loads
+)
 
 # isort: split
 import typer
 import typer.core
 
-from flows.cli import (
+from fairpipe.flows.cli import (
     audit,
     backfill,
     demo,
@@ -76,8 +78,8 @@ class _WorkflowOrder(typer.core.TyperGroup):
             if type(error).__name__ == "NoArgsIsHelpError":  # 'fairpipe' alone: its help
                 error.show()
                 sys.exit(error.exit_code)
-            from flows.cli._options import OptionValueError
-            from flows.cli._output import print_error
+            from fairpipe.flows.cli._options import OptionValueError
+            from fairpipe.flows.cli._output import print_error
 
             message = error.format_message()
             context = getattr(error, "ctx", None)
@@ -149,13 +151,13 @@ app.add_typer(server.app, name="server")
 
 
 def main() -> None:
-    """The ``fairpipe`` program (its console script and ``python -m flows.cli``)."""
+    """The ``fairpipe`` program (its console script and ``python -m fairpipe.flows.cli``)."""
     import logging
     import signal
     import threading
 
-    from flows.cli._output import standard_streams
-    from flows.cli._runner import PROGRAM
+    from fairpipe.flows.cli._output import standard_streams
+    from fairpipe.flows.cli._runner import PROGRAM
 
     standard_streams()
     PROGRAM.running = True
@@ -182,7 +184,7 @@ def main() -> None:
         if PROGRAM.interrupted or end.code == 130:
             _end_interrupted()
         if end.code is None or isinstance(end.code, int):
-            from flows.cli._runner import end_now
+            from fairpipe.flows.cli._runner import end_now
 
             end_now(end.code or 0)
         raise
@@ -239,7 +241,7 @@ def _unraisable(info) -> None:
 
 
 def _interrupt(signum, frame) -> None:
-    from flows.cli._runner import PROGRAM
+    from fairpipe.flows.cli._runner import PROGRAM
 
     PROGRAM.interrupted = True
     raise KeyboardInterrupt

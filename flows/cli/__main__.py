@@ -1,5 +1,5 @@
-"""``python -m flows.cli``: the ``fairpipe`` command."""
+"""``python -m fairpipe.flows.cli``: the ``fairpipe`` command."""
 
-from flows.cli import main
+from fairpipe.flows.cli import main
 
 main()

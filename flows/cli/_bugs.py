@@ -22,7 +22,7 @@ from typing import Any
 
 from rich.text import Text
 
-from flows.cli._output import escape_controls, print_line
+from fairpipe.flows.cli._output import escape_controls, print_line
 
 DEBUG_VARIABLE = "FAIRPIPE_DEBUG"
 # The versions a bug report names, besides Python's.

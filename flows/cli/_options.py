@@ -145,11 +145,11 @@ def owner_of(command: str) -> str:
 
 def check_store(store: str, owner: str) -> Path | None:
     """A store given: not an empty string (which would be the current folder), and a URL or a
-    path that may name a store (:func:`storage.urls.parse_store_url`); its folder (None for a
+    path that may name a store (:func:`fairpipe.storage.urls.parse_store_url`); its folder (None for a
     URL)."""
     if not str(store).strip():
         raise FairpipeInputError(EMPTY_STORE.format(owner=owner))
-    from storage.urls import parse_store_url
+    from fairpipe.storage.urls import parse_store_url
 
     return parse_store_url(store).local_dir
 

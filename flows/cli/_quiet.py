@@ -4,7 +4,7 @@ shown again for ``--verbose``."""
 import os
 import sys
 
-from flows import DEFAULT_ENV  # environment defaults, before Prefect is imported
+from fairpipe.flows import DEFAULT_ENV  # environment defaults, before Prefect is imported
 
 # A command's stderr is its own: its progress, and one line per error. The libraries' logs,
 # warnings and tracebacks would bury them: Prefect's engine (a failed flow's traceback) and its

@@ -6,8 +6,8 @@ says what went wrong:
 - 2: bad input (:class:`~fairpipe.errors.FairpipeInputError`), one line ``error: <message>``;
   typer's own usage errors exit 2 as well; so does a read-only filesystem, a full disk or a
   refused permission (the line names the path and what to do);
-- 3: the store is busy (:class:`~storage.lock.StoreBusyError`), one line ``error: <message>``;
-- 4: the store is damaged (:class:`~storage.damage.DamagedStoreError`: a chunk whose bytes fail
+- 3: the store is busy (:class:`~fairpipe.storage.lock.StoreBusyError`), one line ``error: <message>``;
+- 4: the store is damaged (:class:`~fairpipe.storage.damage.DamagedStoreError`: a chunk whose bytes fail
   their checksum, a snapshot or manifest Icechunk cannot read or that is not what its commit
   recorded), one line ``error: <message>`` naming the store and what is damaged (the array and
   chunk, the snapshot);
@@ -18,7 +18,7 @@ says what went wrong:
   exception, and a second naming the file holding the traceback (``FAIRPIPE_DEBUG=1`` or
   ``--verbose``: the traceback itself, on stderr).
 
-Its output (:mod:`flows.cli._output`) and a bug's report (:mod:`flows.cli._bugs`) have modules of
+Its output (:mod:`fairpipe.flows.cli._output`) and a bug's report (:mod:`fairpipe.flows.cli._bugs`) have modules of
 their own.
 """
 
@@ -43,9 +43,8 @@ import typer
 from rich.text import Text
 
 from fairpipe.errors import FairpipeInputError, outcomes, wrapped
-from fairpipe.old_names import OLD_FLAGS
-from flows.cli._bugs import is_panic, report_bug
-from flows.cli._options import (
+from fairpipe.flows.cli._bugs import is_panic, report_bug
+from fairpipe.flows.cli._options import (
     AsJson,
     DaskAddress,
     DaskCluster,
@@ -59,7 +58,7 @@ from flows.cli._options import (
     owner_of,
     typed_numbers,
 )
-from flows.cli._output import (
+from fairpipe.flows.cli._output import (
     OutputClosed,
     emit,
     escape_controls,
@@ -67,8 +66,9 @@ from flows.cli._output import (
     print_error,
     print_line,
 )
-from flows.cli._quiet import loud_libraries
-from flows.prefect_server import deliver_records, launch_early, stop_early
+from fairpipe.flows.cli._quiet import loud_libraries
+from fairpipe.flows.prefect_server import deliver_records, launch_early, stop_early
+from fairpipe.old_names import OLD_FLAGS
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 CORRUPT_STORE = 4
@@ -78,7 +78,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass
 class _Program:
-    """Whether the command runs as the ``fairpipe`` program (:func:`flows.cli.main`) rather than
+    """Whether the command runs as the ``fairpipe`` program (:func:`fairpipe.flows.cli.main`) rather than
     called in a process that goes on (a test's CLI runner)."""
 
     running: bool = False
@@ -282,7 +282,9 @@ def check_shared(
     if isinstance(own.get("store"), str):
         folder = check_store(own["store"], owner)
         if writes and folder is not None:
-            from storage.lock import check_lock  # (start-up time: storage loads on first use)
+            from fairpipe.storage.lock import (
+                check_lock,  # (start-up time: storage loads on first use)
+            )
 
             # A forget told to keep its request (--unapplied keep) files it on a busy store too.
             wait = options.lock_timeout > 0 or own.get("unapplied") == "keep"
@@ -377,17 +379,17 @@ def input_error(exc: BaseException) -> FairpipeInputError | None:
 
 
 def _damaged_store(exc: BaseException):
-    """The :class:`storage.damage.DamagedStoreError` behind ``exc``, or the damage an Icechunk
-    error behind it reports (:func:`storage.damage.damaged_store_error`, the one place that
+    """The :class:`fairpipe.storage.damage.DamagedStoreError` behind ``exc``, or the damage an Icechunk
+    error behind it reports (:func:`fairpipe.storage.damage.damaged_store_error`, the one place that
     tells them apart), if any (none where no store was read: storage was never imported)."""
-    damage = sys.modules.get("storage.damage")
+    damage = sys.modules.get("fairpipe.storage.damage")
     if damage is None:
         return None
     return next((d for d in map(damage.damaged_store_error, wrapped(exc)) if d is not None), None)
 
 
 def _exit_code_of(error: FairpipeInputError) -> int:
-    from storage.lock import StoreBusyError  # storage imports zarr: only when it is needed
+    from fairpipe.storage.lock import StoreBusyError  # storage imports zarr: only when it is needed
 
     return STORE_BUSY if isinstance(error, StoreBusyError) else BAD_INPUT
 
@@ -463,7 +465,9 @@ def _free_space(path: str) -> str:
     """The space left on ``path``'s filesystem (of its nearest existing folder)."""
     import shutil
 
-    from storage.lock import nearest_existing  # (start-up time: storage loads on first use)
+    from fairpipe.storage.lock import (
+        nearest_existing,  # (start-up time: storage loads on first use)
+    )
 
     try:
         free = shutil.disk_usage(nearest_existing(Path(path))).free

@@ -10,10 +10,10 @@ from rich import box
 from rich.table import Table
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Seed, check_options, choice
-from flows.cli._output import result_console
-from flows.cli._runner import RUNS_FLOWS, Shared, command
-from flows.options import BASELINES, TRAINABLE, AuditOptions
+from fairpipe.flows.cli._options import Seed, check_options, choice
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import RUNS_FLOWS, Shared, command
+from fairpipe.flows.options import BASELINES, TRAINABLE, AuditOptions
 
 # The search functions' parameters that their error messages name, and their flags.
 FLAGS = {"baselines": "--baseline", "n_seeds": "--n-seeds", "n_local": "--n-local"}
@@ -66,7 +66,7 @@ def _check(**o) -> None:
     if o["no_baselines"] and list(o["baseline"]) != list(BASELINES):
         raise FairpipeInputError(BASELINES_AND_NONE)
     if o["model"] is not None and o["train"] is not None:
-        from flows.audit import MODEL_AND_TRAIN
+        from fairpipe.flows.audit import MODEL_AND_TRAIN
 
         raise FairpipeInputError(MODEL_AND_TRAIN)
 
@@ -174,7 +174,7 @@ def audit(
       fairpipe audit --protected sex --n-seeds 50 --n-local 50 --no-baselines
       fairpipe audit --protected sex --protected race --retrain --out audit-out
     """
-    from flows.audit import run_audit
+    from fairpipe.flows.audit import run_audit
 
     options = AuditOptions(
         dataset=dataset, protected=list(protected), model=model, train=train, n_seeds=n_seeds,

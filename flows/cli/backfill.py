@@ -7,10 +7,10 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import check_int_range
-from flows.cli._options import Store
-from flows.cli._output import result_console
-from flows.cli._runner import WRITES_STORES, Shared, command
-from flows.options import BackfillOptions
+from fairpipe.flows.cli._options import Store
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
+from fairpipe.flows.options import BackfillOptions
 
 
 def _render(r: dict) -> None:
@@ -35,11 +35,11 @@ def _render(r: dict) -> None:
 
 
 def _check(**o) -> None:
-    from storage.queue import MAX_REQUEST_IDS  # what one request (a part) may hold
+    from fairpipe.storage.queue import MAX_REQUEST_IDS  # what one request (a part) may hold
 
     check_int_range(o["batch_size"], "--batch-size", "fairpipe backfill", 1, MAX_REQUEST_IDS)
     from fairpipe.datasets import read_ids
-    from flows.checks import existing_store
+    from fairpipe.flows.checks import existing_store
 
     # Bad input before anything starts (the flow checks again: deployments call it directly).
     existing_store(o["store"])
@@ -74,7 +74,7 @@ def backfill(
       seq 100 199 > backlog.txt
       fairpipe backfill --store digits.store --ids-file backlog.txt --batch-size 50
     """
-    from flows.backfill import run_backfill
+    from fairpipe.flows.backfill import run_backfill
 
     options = BackfillOptions(batch_size=batch_size, reason=reason,
                               lock_timeout=shared.lock_timeout,

@@ -8,9 +8,9 @@ import typer
 from rich.table import Table
 
 from fairpipe.errors import check_int_range
-from flows.cli._options import Seed, check_options
-from flows.cli._output import diagnostics_console, escape_controls, result_console
-from flows.cli._runner import Shared, command
+from fairpipe.flows.cli._options import Seed, check_options
+from fairpipe.flows.cli._output import diagnostics_console, escape_controls, result_console
+from fairpipe.flows.cli._runner import Shared, command
 
 PARAMETER_FLAGS = {"n_queries": "--n-queries"}
 # The old flag, a hidden alias for one release.
@@ -78,7 +78,7 @@ def demo(
     Example:
       fairpipe demo --store demo.store --plot tv.png
     """
-    from flows.demo import run_demo
+    from fairpipe.flows.demo import run_demo
 
     progress = diagnostics_console()
 

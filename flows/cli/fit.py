@@ -7,11 +7,11 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import check_int_range, check_open_unit
+from fairpipe.flows.cli._options import Seed, Store, check_options, choice
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
+from fairpipe.flows.options import FitOptions
 from fairpipe.tree import check_tree
-from flows.cli._options import Seed, Store, check_options, choice
-from flows.cli._output import result_console
-from flows.cli._runner import WRITES_STORES, Shared, command
-from flows.options import FitOptions
 
 # The old flags, hidden aliases for one release.
 MODELS = ("dc", "q", "auto")
@@ -52,7 +52,7 @@ def _check(**o) -> None:
     if o["n_init"] is not None:
         check_int_range(o["n_init"], "--n-init", "fairpipe fit", 1, MAX_N_INIT)
     check_tree(o["fanout"], o["height"], "fairpipe fit", needs_root_above_leaves=True)
-    from flows.checks import check_fit
+    from fairpipe.flows.checks import check_fit
 
     check_fit(o["store"], o["n_clusters"], o["model"])
 
@@ -115,14 +115,14 @@ def fit(
       fairpipe fit --store digits.store --n-clusters 10
       fairpipe fit --store digits.store --n-clusters 10 --fanout 4 --height 2
     """
-    from flows.fit import run_fit
+    from fairpipe.flows.fit import run_fit
 
     options = FitOptions(
         n_clusters=n_clusters, model=model, fanout=fanout, height=height, max_iter=max_iter,
         n_init=n_init, seed=seed, epsilon=epsilon, balance=balance,
         lock_timeout=shared.lock_timeout,
     )  # fmt: skip
-    from flows.checks import small_store
+    from fairpipe.flows.checks import small_store
 
     result = run_fit(store, options, **shared.cluster, processes=not small_store(store))
     return result

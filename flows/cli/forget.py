@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError, check_one_of
-from flows.cli._options import Ids, IdsFile, Store, check_options, choice
-from flows.cli._output import result_console
-from flows.cli._runner import WRITES_STORES, Shared, command
-from flows.options import UNAPPLIED, ForgetOptions
+from fairpipe.flows.cli._options import Ids, IdsFile, Store, check_options, choice
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
+from fairpipe.flows.options import UNAPPLIED, ForgetOptions
 
 ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
 
@@ -57,7 +57,7 @@ def _check(**o) -> None:
     check_options("fairpipe forget", max_batch=("positive", o["max_batch"]))
     check_one_of(o["unapplied"], UNAPPLIED, "--unapplied", "fairpipe forget")
     from fairpipe.datasets import read_ids
-    from flows.checks import check_forget
+    from fairpipe.flows.checks import check_forget
 
     given = (o["ids"] is not None) + (o["ids_file"] is not None)
     if given > 1:
@@ -66,7 +66,7 @@ def _check(**o) -> None:
     # small: read twice).
     ids = read_ids(text=o["ids"], path=o["ids_file"]) if given else None
     if ids is not None:
-        from storage.queue import check_request_size
+        from fairpipe.storage.queue import check_request_size
 
         check_request_size(len(ids), o["reason"])
     check_forget(o["store"], ids)
@@ -119,14 +119,14 @@ def forget(
       fairpipe forget --store digits.store
     """
     from fairpipe.datasets import read_ids
-    from flows.forget import run_forget
+    from fairpipe.flows.forget import run_forget
 
     if ids is not None and ids_file is not None:
         raise FairpipeInputError(ONE_SOURCE)
     wanted = None if ids is None and ids_file is None else read_ids(text=ids, path=ids_file)
     options = ForgetOptions(lock_timeout=shared.lock_timeout, purge_history=purge_history,
                             max_batch=max_batch, reason=reason, unapplied=unapplied)  # fmt: skip
-    from flows.checks import small_forget
+    from fairpipe.flows.checks import small_forget
 
     processes = not small_forget(store, wanted)
     result = run_forget(store, wanted, options, **shared.cluster, processes=processes)

@@ -1,11 +1,11 @@
 """``fairpipe history``: every operation on a store (when, parameters, row counts, commit), from
-the lineage log it keeps through erasure (:mod:`storage.lineage`)."""
+the lineage log it keeps through erasure (:mod:`fairpipe.storage.lineage`)."""
 
 from __future__ import annotations
 
-from flows.cli._options import Store
-from flows.cli._output import result_console
-from flows.cli._runner import Shared, command
+from fairpipe.flows.cli._options import Store
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import Shared, command
 
 
 def _values(values: dict) -> str:
@@ -44,8 +44,8 @@ def history(store: Store, *, shared: Shared) -> dict:
     Example (a store made by 'fairpipe ingest digits --store digits.store'):
       fairpipe history --store digits.store
     """
-    from storage.lineage import operations
-    from storage.store import FairpipeStore
+    from fairpipe.storage.lineage import operations
+    from fairpipe.storage.store import FairpipeStore
 
     st = FairpipeStore.open(store)
     st.require_data()

@@ -3,8 +3,8 @@ commit history."""
 
 from __future__ import annotations
 
-from flows.cli._options import Store
-from flows.cli._runner import Shared, command
+from fairpipe.flows.cli._options import Store
+from fairpipe.flows.cli._runner import Shared, command
 
 
 def _params(values: dict) -> str:
@@ -12,7 +12,7 @@ def _params(values: dict) -> str:
 
 
 def _render(r: dict) -> None:
-    from flows.parameters import recall_line
+    from fairpipe.flows.parameters import recall_line
 
     print(
         f"{r['store']}: {r['n']} points ({r['n_alive']} alive) x {r['d']} dims, "
@@ -61,10 +61,10 @@ def info(store: Store, *, shared: Shared) -> dict:
     Example (a store made by 'fairpipe ingest digits --store digits.store'):
       fairpipe info --store digits.store
     """
-    from storage.lineage import read_lineage
-    from storage.models import model_params
-    from storage.store import FairpipeStore
-    from storage.summary import has_summary, read_summary_ids, summary_attrs
+    from fairpipe.storage.lineage import read_lineage
+    from fairpipe.storage.models import model_params
+    from fairpipe.storage.store import FairpipeStore
+    from fairpipe.storage.summary import has_summary, read_summary_ids, summary_attrs
 
     st = FairpipeStore.open(store)
     attrs = st.require_data()

@@ -9,10 +9,10 @@ import typer
 from rich.text import Text
 
 from fairpipe.errors import check_int_range, check_one_of, check_open_unit
-from flows.cli._options import Store, check_options, choice
-from flows.cli._output import diagnostics_console, result_console
-from flows.cli._runner import WRITES_STORES, Shared, command
-from flows.options import IngestOptions
+from fairpipe.flows.cli._options import Store, check_options, choice
+from fairpipe.flows.cli._output import diagnostics_console, result_console
+from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
+from fairpipe.flows.options import IngestOptions
 
 # A source file up to this size (and any .npy, whose plan reads its header and the ids and
 # groups files only) is planned before the flow starts, so that its errors come before anything
@@ -34,7 +34,7 @@ FLAGS = {
 
 
 def _render(r: dict) -> None:
-    from flows.parameters import recall_line
+    from fairpipe.flows.parameters import recall_line
 
     out = result_console()
     out.print(
@@ -70,8 +70,8 @@ def _check(**o) -> None:
         gaussian_clusters=("positive", o["gaussian_clusters"]),
         gaussian_groups=("positive", o["gaussian_groups"]),
     )  # fmt: skip
+    from fairpipe.flows.parameters import check_recall_options
     from fairpipe.neighbors import MAX_TABLES, check_projection_size
-    from flows.parameters import check_recall_options
 
     if o["recall"] is not None:
         check_open_unit(o["recall"], "--recall", "fairpipe ingest")
@@ -86,7 +86,7 @@ def _check(**o) -> None:
 
     check_source_options(o["source"], o["group_column"], o["id_column"], o["groups_file"],
                          o["ids_file"])  # fmt: skip
-    from flows.checks import check_ingest
+    from fairpipe.flows.checks import check_ingest
 
     options = ingest_options(o)
     appending = check_ingest(o["store"], options)  # what --store names, before the source is read
@@ -103,7 +103,7 @@ def _check(**o) -> None:
         if o["source"] in ("digits", "gaussian"):
             # The generated and bundled data sets plan at once: a new store's parameters' errors
             # and an append's come before anything starts (the flow reuses the choice:
-            # flows.parameters).
+            # fairpipe.flows.parameters).
             plan = plan_source(o["source"], group_column=o["group_column"],
                                id_column=o["id_column"], gaussian=options.gaussian,
                                seed=o["seed"] or 0)  # fmt: skip
@@ -131,14 +131,14 @@ def _check(**o) -> None:
 
 def _check_planned(plan, o: dict, options, new_store: bool, appending) -> None:
     """A planned source: an append's against the store (``appending``:
-    :func:`flows.checks.check_ingest`'s answer), or a new store's parameters' errors (the flow
+    :func:`fairpipe.flows.checks.check_ingest`'s answer), or a new store's parameters' errors (the flow
     chooses them again)."""
     if appending is not None:
-        from flows.checks import check_append
+        from fairpipe.flows.checks import check_append
 
         check_append(plan, options, *appending)
     elif new_store:
-        from flows.parameters import new_store_parameters
+        from fairpipe.flows.parameters import new_store_parameters
 
         plan = _scaled(plan, o)
         new_store_parameters(plan, plan.ids, o["seed"] or 0, n_hashes=o["n_hashes"],
@@ -147,7 +147,7 @@ def _check_planned(plan, o: dict, options, new_store: bool, appending) -> None:
 
 
 def ingest_options(o: dict, lock_timeout: float = 0.0, new_store: bool = False):
-    """The ingest flow's options (:class:`flows.options.IngestOptions`) from the command's."""
+    """The ingest flow's options (:class:`fairpipe.flows.options.IngestOptions`) from the command's."""
 
     gaussian = {"n": o["gaussian_n"], "d": o["gaussian_d"], "clusters": o["gaussian_clusters"],
                 "groups": o["gaussian_groups"]}  # fmt: skip
@@ -162,7 +162,7 @@ def ingest_options(o: dict, lock_timeout: float = 0.0, new_store: bool = False):
 
 def _scaled(plan, o: dict):
     """A new store's plan with its scaler (its errors, a constant column, come here)."""
-    from flows.parameters import scaled_plan
+    from fairpipe.flows.parameters import scaled_plan
 
     sampled = None in (o["n_hashes"], o["n_tables"], o["bucket_width"])
     return scaled_plan(plan, plan.ids, o["seed"] or 0, o["scale"] or "auto", sampled)[0]
@@ -170,7 +170,7 @@ def _scaled(plan, o: dict):
 
 def _new_local_store(store: str) -> bool:
     """Whether ``store`` names a local folder that does not exist yet (a new store)."""
-    from storage.urls import parse_store_url
+    from fairpipe.storage.urls import parse_store_url
 
     local = parse_store_url(store).local_dir
     return local is not None and not local.exists()
@@ -304,7 +304,7 @@ def ingest(
       fairpipe ingest digits --store digits.store
       fairpipe ingest gaussian --store gaussian.store --gaussian-n 5000 --recall 0.9
     """
-    from flows.ingest import run_ingest
+    from fairpipe.flows.ingest import run_ingest
 
     options = ingest_options(locals(), shared.lock_timeout, shared.store_absent)
     result = run_ingest(source, store, options, **shared.cluster)

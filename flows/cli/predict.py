@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flows.cli._options import (
+from fairpipe.flows.cli._options import (
     QueryFile,
     QueryId,
     QueryRow,
@@ -10,7 +10,7 @@ from flows.cli._options import (
     check_options,
     read_query_file,
 )
-from flows.cli._runner import Shared, command
+from fairpipe.flows.cli._runner import Shared, command
 
 
 def _render(r: dict) -> None:
@@ -45,7 +45,7 @@ def predict(
       fairpipe predict --store digits.store --query-row 0
       fairpipe predict --store digits.store --query-id 42
     """
-    from flows.predict import predict_store
+    from fairpipe.flows.predict import predict_store
 
     queries = read_query_file(query_file)
     return predict_store(store, query_rows=query_row, queries=queries, query_ids=query_id)

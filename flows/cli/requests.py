@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Ids, IdsFile, Store, check_ids_given
-from flows.cli._output import result_console
-from flows.cli._runner import Shared, command
+from fairpipe.flows.cli._options import Ids, IdsFile, Store, check_ids_given
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import Shared, command
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 UNKNOWN_REQUEST = "There is no receipt for request {rid} in the store {url}{pending}."
@@ -47,8 +47,8 @@ def request_deletion(
       fairpipe request-deletion --store digits.store --ids 7,8 --reason "asked by email"
     """
     from fairpipe.datasets import read_ids
-    from storage.queue import file_request
-    from storage.store import FairpipeStore
+    from fairpipe.storage.queue import file_request
+    from fairpipe.storage.store import FairpipeStore
 
     if (ids is None) == (ids_file is None):
         raise FairpipeInputError(ONE_SOURCE)
@@ -105,9 +105,9 @@ def receipts(
     Example (a store made by 'fairpipe ingest digits --store digits.store'):
       fairpipe receipts --store digits.store --json
     """
-    from storage.queue import pending
-    from storage.receipts import read_receipts
-    from storage.store import FairpipeStore
+    from fairpipe.storage.queue import pending
+    from fairpipe.storage.receipts import read_receipts
+    from fairpipe.storage.store import FairpipeStore
 
     st = FairpipeStore.open(store)
     st.require_data()
@@ -122,7 +122,7 @@ def receipts(
             )
             raise FairpipeInputError(UNKNOWN_REQUEST.format(rid=request, url=store,
                                                             pending=waiting))  # fmt: skip
-    from flows.status import set_aside_of
+    from fairpipe.flows.status import set_aside_of
 
     return {"receipts": found, "set_aside": set_aside_of(store)}
 
@@ -166,7 +166,7 @@ def status(store: Store, *, shared: Shared) -> dict:
     Example (a store made by 'fairpipe ingest digits --store digits.store'):
       fairpipe status --store digits.store
     """
-    from flows.status import store_status
+    from fairpipe.flows.status import store_status
 
     return store_status(store)
 
@@ -179,7 +179,7 @@ def _render_configure(r: dict) -> None:
 
 
 def _check_configure(**o) -> None:
-    from storage.erasure import parse_retention
+    from fairpipe.storage.erasure import parse_retention
 
     parse_retention(o["erasure_retention"])
 
@@ -205,7 +205,7 @@ def configure(
     Example (a store made by 'fairpipe ingest digits --store digits.store'):
       fairpipe configure --store digits.store --erasure-retention 7d
     """
-    from storage.erasure import set_retention
-    from storage.store import FairpipeStore
+    from fairpipe.storage.erasure import set_retention
+    from fairpipe.storage.store import FairpipeStore
 
     return set_retention(FairpipeStore.open(store), erasure_retention, shared.lock_timeout)

@@ -7,10 +7,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli._options import check_options, choice
-from flows.cli._output import result_console
-from flows.cli._runner import RUNS_FLOWS, Shared, command
-from flows.options import RerankOptions
+from fairpipe.flows.cli._options import check_options, choice
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import RUNS_FLOWS, Shared, command
+from fairpipe.flows.options import RerankOptions
 
 ALGORITHMS = ("detgreedy", "detcons", "detrelaxed", "detconstsort")  # fairpipe.ranking's
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
@@ -39,12 +39,12 @@ def _render(r: dict) -> None:
 def _check(**o) -> None:
     check_options("fairpipe rerank", k=("positive", o["k"]),
                   smoothing=("non_negative_float", o["smoothing"]))  # fmt: skip
+    from fairpipe.flows.outputs import TABLE_KINDS, check_output_file
     from fairpipe.ranking import (
         candidate_columns,
         check_table_ahead,
         load_desired_file,
     )
-    from flows.outputs import TABLE_KINDS, check_output_file
 
     check_output_file(o["out"], "--out", TABLE_KINDS)  # (the flow checks it again)
     if o["desired"] != "population":  # a small JSON file: read before anything starts
@@ -114,7 +114,7 @@ def rerank(
       printf 'list,score,group\\n1,0.9,a\\n1,0.8,a\\n1,0.7,b\\n1,0.6,b\\n' > lists.csv
       fairpipe rerank lists.csv --out reranked.csv --k 2
     """
-    from flows.rerank import run_rerank
+    from fairpipe.flows.rerank import run_rerank
 
     options = RerankOptions(
         algorithm=algorithm, k=k, desired=desired, list_column=list_column,

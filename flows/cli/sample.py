@@ -7,8 +7,7 @@ from typing import Annotated
 import typer
 
 from fairpipe.errors import FairpipeInputError, check_int_range
-from fairpipe.validation import check_ids
-from flows.cli._options import (
+from fairpipe.flows.cli._options import (
     QueryFile,
     QueryId,
     QueryRow,
@@ -18,8 +17,9 @@ from flows.cli._options import (
     choice,
     read_query_file,
 )
-from flows.cli._output import result_console
-from flows.cli._runner import Shared, command
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import Shared, command
+from fairpipe.validation import check_ids
 
 ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
 INCLUDE_QUERY_FILE = (
@@ -86,7 +86,7 @@ def small_line(i: int, q: dict, radius: float, excluded: bool) -> str | None:
     size = q["neighbourhood_size"]
     if size > 1 or "candidates" not in q:
         return None
-    from storage.reader import SUGGEST_HOLDING
+    from fairpipe.storage.reader import SUGGEST_HOLDING
 
     holds = "is empty" if size == 0 else "holds one point"
     without = " besides the query itself" if excluded else ""
@@ -170,7 +170,7 @@ def sample(
       fairpipe sample --store digits.store --query-id 42
       fairpipe sample --store digits.store --query-row 7 --n-samples 5 --sampler rank --json
     """
-    from flows.sample import sample_store
+    from fairpipe.flows.sample import sample_store
 
     if sum(x is not None for x in (query_id, query_row, query_file)) != 1:
         raise FairpipeInputError(ONE_QUERY)

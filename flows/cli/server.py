@@ -1,5 +1,5 @@
 """``fairpipe server start | stop | status``: a local Prefect server the user keeps running, which
-every command then uses instead of starting its own (:mod:`flows.prefect_server`)."""
+every command then uses instead of starting its own (:mod:`fairpipe.flows.prefect_server`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from flows.cli._options import check_options
-from flows.cli._output import result_console
-from flows.cli._runner import Shared, command
+from fairpipe.flows.cli._options import check_options
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import Shared, command
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -71,7 +71,7 @@ def start(
     Example:
       fairpipe server start
     """
-    from flows.prefect_server import start_kept_server
+    from fairpipe.flows.prefect_server import start_kept_server
 
     return _as_dict(start_kept_server(port))
 
@@ -84,7 +84,7 @@ def stop(*, shared: Shared) -> dict:
     Example:
       fairpipe server stop
     """
-    from flows.prefect_server import stop_kept_server
+    from fairpipe.flows.prefect_server import stop_kept_server
 
     return _as_dict(stop_kept_server())
 
@@ -97,7 +97,7 @@ def status(*, shared: Shared) -> dict:
     Example:
       fairpipe server status --json
     """
-    from flows.prefect_server import kept_server, pid_file
+    from fairpipe.flows.prefect_server import kept_server, pid_file
 
     server = kept_server()
     found = _as_dict(server) if server is not None else {}

@@ -4,9 +4,9 @@ forgotten, with its receipt."""
 from __future__ import annotations
 
 from fairpipe.errors import FairpipeInputError
-from flows.cli._options import Ids, IdsFile, Store
-from flows.cli._output import result_console
-from flows.cli._runner import Shared, command
+from fairpipe.flows.cli._options import Ids, IdsFile, Store
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import Shared, command
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 
@@ -62,7 +62,7 @@ def _render(r: dict) -> None:
 
 
 def _check(**o) -> None:
-    from flows.cli._options import check_ids_given
+    from fairpipe.flows.cli._options import check_ids_given
 
     check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=True)
 
@@ -76,7 +76,7 @@ def show(store: Store, ids: Ids = None, ids_file: IdsFile = None, *, shared: Sha
       fairpipe show --store digits.store --ids 0,1,2
     """
     from fairpipe.datasets import read_ids
-    from flows.show import show_rows
+    from fairpipe.flows.show import show_rows
 
     if (ids is None) == (ids_file is None):
         raise FairpipeInputError(ONE_SOURCE)

@@ -8,11 +8,11 @@ import typer
 from rich.table import Table
 
 from fairpipe.errors import check_int_range
+from fairpipe.flows.cli._options import Seed, Store, check_options, choice
+from fairpipe.flows.cli._output import result_console
+from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
+from fairpipe.flows.options import SummarizeOptions
 from fairpipe.tree import check_tree
-from flows.cli._options import Seed, Store, check_options, choice
-from flows.cli._output import result_console
-from flows.cli._runner import WRITES_STORES, Shared, command
-from flows.options import SummarizeOptions
 
 # The old flags, hidden aliases for one release.
 UTILITIES = ("exemplar", "facility")  # fairpipe.summary.UTILITIES
@@ -60,7 +60,7 @@ def _check(**o) -> None:
     )  # fmt: skip
     check_tree(o["fanout"], o["height"], "fairpipe summarize")
     check_int_range(o["eval_size"], "--eval-size", "fairpipe summarize", 1, 1 << 16)
-    from flows.checks import check_summarize
+    from fairpipe.flows.checks import check_summarize
 
     check_summarize(
         o["store"], o["k"], o["lower"], o["upper"], o["bounds"], utility=o["utility"],
@@ -141,14 +141,14 @@ def summarize(
       fairpipe summarize --store digits.store --k 20 --lower 0.05 --upper 0.2
       fairpipe summarize --store digits.store --k 20 --upper 0.15 --utility facility
     """
-    from flows.summarize import run_summarize
+    from fairpipe.flows.summarize import run_summarize
 
     options = SummarizeOptions(
         k=k, lower=lower, upper=upper, bounds_file=bounds, utility=utility, rule=rule,
         eval_size=eval_size, fanout=fanout, height=height, seed=seed,
         lock_timeout=shared.lock_timeout,
     )  # fmt: skip
-    from flows.checks import small_store
+    from fairpipe.flows.checks import small_store
 
     result = run_summarize(store, options, **shared.cluster, processes=not small_store(store))
     return result

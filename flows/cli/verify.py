@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from flows.cli._options import Store
-from flows.cli._output import emit, result_console
-from flows.cli._runner import CORRUPT_STORE, Shared, command
+from fairpipe.flows.cli._options import Store
+from fairpipe.flows.cli._output import emit, result_console
+from fairpipe.flows.cli._runner import CORRUPT_STORE, Shared, command
 
 
 def _size(n: float) -> str:
@@ -102,9 +102,9 @@ def verify(
     Example (a store made by 'fairpipe ingest digits --store digits.store'):
       fairpipe verify --store digits.store
     """
-    from storage.integrity import add_checksums as add
-    from storage.integrity import verify_store
-    from storage.store import FairpipeStore
+    from fairpipe.storage.integrity import add_checksums as add
+    from fairpipe.storage.integrity import verify_store
+    from fairpipe.storage.store import FairpipeStore
 
     st = FairpipeStore.open(store)
     with _progress(not shared.as_json) as progress:

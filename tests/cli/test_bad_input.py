@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import flows.cli._runner
-from flows.cli import app
+import fairpipe.flows.cli._runner
+from fairpipe.flows.cli import app
 
 runner = CliRunner()
 MAX = "9223372036854775807"  # the largest id and seed
@@ -216,7 +216,9 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_is_written(
     if args[-1] == "--store":
         args.append("")
     started = []  # a command that runs a flow starts its Prefect server after its checks
-    monkeypatch.setattr(flows.cli._runner, "launch_early", lambda: started.append("server"))
+    monkeypatch.setattr(
+        fairpipe.flows.cli._runner, "launch_early", lambda: started.append("server")
+    )
     before = listing(store)
     out = runner.invoke(app, args, catch_exceptions=False)
     assert (out.exit_code, out.stdout) == (2, ""), out.stderr
@@ -249,7 +251,9 @@ def test_a_busy_store_is_refused_before_anything_starts(line, digits_store, tmp_
     (tmp_path / "ids.txt").write_text("3\n")
     args = line.format(store=store, ids=tmp_path / "ids.txt").split()
     started = []
-    monkeypatch.setattr(flows.cli._runner, "launch_early", lambda: started.append("server"))
+    monkeypatch.setattr(
+        fairpipe.flows.cli._runner, "launch_early", lambda: started.append("server")
+    )
     before = listing(store)
     fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_EX)

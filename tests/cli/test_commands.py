@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from fairpipe.flows.cli import app
 from fairpipe.neighbors import lsh_recall
-from flows.cli import app
-from storage import open_store
+from fairpipe.storage import open_store
 
 runner = CliRunner()
 
@@ -275,7 +275,7 @@ def test_audit_command(dask_address, tmp_path):
 
 def test_demo_command_prints_progress_on_stderr_and_the_report_on_stdout(monkeypatch, tmp_path):
     """The command around the demo (the demo itself runs end to end in tests/flows/test_demo.py)."""
-    import flows.demo
+    import fairpipe.flows.demo
 
     def demo(store, n_queries, seed, plot, log):
         log(f"[1/6] ingest digits into {store}")
@@ -286,7 +286,7 @@ def test_demo_command_prints_progress_on_stderr_and_the_report_on_stdout(monkeyp
                       "methods": methods}  # fmt: skip
         return {"store": store, "plot": plot, "seconds": 1.0, "evaluation": evaluation}
 
-    monkeypatch.setattr(flows.demo, "run_demo", demo)
+    monkeypatch.setattr(fairpipe.flows.demo, "run_demo", demo)
     args = ["demo", "--store", tmp_path / "d", "--queries", 4, "--plot", tmp_path / "tv.png"]
     out = invoke(*args)
     assert out.exit_code == 0

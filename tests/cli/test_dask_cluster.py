@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fairpipe.errors import FairpipeInputError
-from flows import task_runner
-from flows.cli import app
+from fairpipe.flows import task_runner
+from fairpipe.flows.cli import app
 
 runner = CliRunner()
 

@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from flows import prefect_server as _server
-from flows.prefect_api import prefect_api
+from fairpipe.flows import prefect_server as _server
+from fairpipe.flows.prefect_api import prefect_api
 
 
 def healthy(url: str) -> bool:

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import flows.sample
+import fairpipe.flows.sample
 from fairpipe.errors import FairpipeInputError
-from flows.cli import app
-from storage.lock import WriterLock, lock_path_for
+from fairpipe.flows.cli import app
+from fairpipe.storage.lock import WriterLock, lock_path_for
 
 runner = CliRunner()
 SAMPLE = ["sample", "--store", "nowhere", "--query-id", "3"]
@@ -33,7 +33,7 @@ def sampler_raising(monkeypatch, make_error):
     def sample_store(*args, **kwargs):
         raise make_error()
 
-    monkeypatch.setattr(flows.sample, "sample_store", sample_store)
+    monkeypatch.setattr(fairpipe.flows.sample, "sample_store", sample_store)
 
 
 def missing_key():
@@ -118,7 +118,7 @@ def test_a_bug_while_handling_bad_input_is_still_a_bug(monkeypatch, cache_home):
         except FairpipeInputError:
             raise KeyError("x")  # noqa: B904  (the point: an implicit __context__, no __cause__)
 
-    monkeypatch.setattr(flows.sample, "sample_store", sample_store)
+    monkeypatch.setattr(fairpipe.flows.sample, "sample_store", sample_store)
     out = invoke(*SAMPLE)
     assert out.exit_code == 1
     assert out.stderr.startswith("fairpipe sample failed with an internal error: KeyError: 'x'\n")
@@ -197,7 +197,7 @@ def test_a_busy_store_exits_3_and_names_the_lock_timeout(digits_store, cache_hom
 
 
 def open_ids(path) -> int:
-    from storage import open_store
+    from fairpipe.storage import open_store
 
     return int(open_store(str(path)).read("alive").sum())
 
@@ -250,7 +250,7 @@ AN_ID = 271_828_182
 
 
 def test_a_bug_report_redacts_ids_in_messages_and_arguments(monkeypatch, cache_home):
-    from flows.cli._bugs import redacted_argv
+    from fairpipe.flows.cli._bugs import redacted_argv
 
     def key_error():
         raise RuntimeError("while forgetting") from KeyError(AN_ID)
@@ -267,7 +267,7 @@ def test_a_bug_report_redacts_ids_in_messages_and_arguments(monkeypatch, cache_h
 
 
 def test_text_from_producers_is_escaped():
-    from flows.cli._output import escape_controls, printable
+    from fairpipe.flows.cli._output import escape_controls, printable
 
     assert escape_controls("a\nb\x1b[2J\t\x7f\u202e\u2028\x85é名") == (
         "a\\nb\\x1b[2J\\t\\x7f\\u202e\\u2028\\x85é名"

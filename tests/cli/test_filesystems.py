@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.cli._runner import environment_error
+from fairpipe.flows.cli import app
+from fairpipe.flows.cli._runner import environment_error
 
 runner = CliRunner()
 

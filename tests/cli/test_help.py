@@ -15,7 +15,7 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from flows.cli import WORKFLOW_ORDER, app
+from fairpipe.flows.cli import WORKFLOW_ORDER, app
 
 runner = CliRunner()
 WIDE = {"terminal_width": 500, "max_content_width": 500}  # no line is wrapped
@@ -78,10 +78,10 @@ def test_every_example_parses_as_written(path):
 
 def test_the_choices_shown_are_the_librarys():
     from fairpipe.datasets import SCALE_CHOICES
+    from fairpipe.flows import audit, cli
     from fairpipe.neighbors._degree_sampling import MODES, SAMPLERS
     from fairpipe.ranking._reranking import ALGORITHMS
     from fairpipe.summary import RULES, UTILITIES
-    from flows import audit, cli
 
     shown = {
         ("sample", "--sampler"): SAMPLERS, ("sample", "--mode"): MODES,

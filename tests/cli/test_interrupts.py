@@ -122,11 +122,11 @@ def test_an_interrupted_command_leaves_nothing_it_started_running(kind, stores, 
     if store.exists():
         from typer.testing import CliRunner
 
-        from flows.cli import app
+        from fairpipe.flows.cli import app
 
         verified = CliRunner().invoke(app, ["verify", "--store", str(store)])
         assert verified.exit_code == 0, verified.output
-        from storage.staging import stale_staging
+        from fairpipe.storage.staging import stale_staging
 
         assert stale_staging(store) == []
 
@@ -137,8 +137,8 @@ def test_an_interrupt_swallowed_in_a_c_callback_is_raised_in_the_main_thread_lat
     """An interrupt that a C callback (numba's compiler, a finalizer) cannot raise reaches the
     unraisable hook: raised again in the main thread at its next step, never inside the hook
     (whose exception Python would only print, as 'Exception ignored in sys.unraisablehook')."""
-    from flows import cli
-    from flows.cli._runner import PROGRAM
+    from fairpipe.flows import cli
+    from fairpipe.flows.cli._runner import PROGRAM
 
     class InterruptedFinalizer:
         def __del__(self):

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from storage import open_store
-from storage.rows import unscale_points
+from fairpipe.flows.cli import app
+from fairpipe.storage import open_store
+from fairpipe.storage.rows import unscale_points
 
 runner = CliRunner()
 
@@ -199,7 +199,7 @@ def test_predict_scales_a_point_given_by_value(scaled_store, dask_address, tmp_p
 
 
 def test_a_one_point_neighbourhood_and_few_candidates_are_said_as_they_are():
-    from flows.cli.sample import small_line
+    from fairpipe.flows.cli.sample import small_line
 
     one = {"neighbourhood_size": 1, "suggested_radius": 2.5, "candidates": 30}
     assert small_line(0, one, 1.0, True) == (

@@ -8,7 +8,7 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from fairpipe.flows.cli import app
 
 runner = CliRunner()
 

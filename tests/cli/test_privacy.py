@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import flows.forget
-import flows.ingest
-from flows.cli import app
+import fairpipe.flows.forget
+import fairpipe.flows.ingest
+from fairpipe.flows.cli import app
 
 runner = CliRunner()
 
@@ -54,7 +54,7 @@ def own_prefect(prefect_server, tmp_path_factory):
     import prefect.settings
     from prefect.events.worker import EventsWorker
 
-    from flows.prefect_server import LocalServer, deliver_records
+    from fairpipe.flows.prefect_server import LocalServer, deliver_records
 
     home = tmp_path_factory.mktemp("own-prefect-home")
     cache = tmp_path_factory.mktemp("own-cache")
@@ -127,7 +127,7 @@ def test_no_id_or_reason_reaches_prefect_or_a_bug_report(own_prefect, store, das
     def erase_due(*args, **kwargs):
         raise KeyError(IN_A_BUG)
 
-    monkeypatch.setattr(flows.forget, "erase_due", erase_due)
+    monkeypatch.setattr(fairpipe.flows.forget, "erase_due", erase_due)
     argv = ["fairpipe", "forget", "--store", str(path), f"--ids={UNKNOWN},{CLASHING}",
             "--reason", REASON]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
@@ -144,7 +144,7 @@ def test_no_id_or_reason_reaches_prefect_or_a_bug_report(own_prefect, store, das
     def plan_source(*args, **kwargs):
         raise ValueError(f"row of id {IN_A_BUG} is odd")
 
-    monkeypatch.setattr(flows.ingest, "plan_source", plan_source)
+    monkeypatch.setattr(fairpipe.flows.ingest, "plan_source", plan_source)
     in_task = invoke("ingest", folder / "people.csv", "--store", path.parent / "another", "--id-column",
                      "id", "--group-column", "group", *cluster)  # fmt: skip
     assert in_task.exit_code == 1 and f"of id {IN_A_BUG} is odd" in in_task.stderr, in_task.stderr

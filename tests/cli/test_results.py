@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from storage import open_store
+from fairpipe.flows.cli import app
+from fairpipe.storage import open_store
 
 runner = CliRunner()
 
@@ -59,7 +59,7 @@ def test_fit_reports_the_k_means_objective(lived, capsys):
     expected = ((X[:, None, :] - C[None]) ** 2).sum(axis=2).min(axis=1)
     assert fit["inertia"] == pytest.approx(expected.sum(), rel=1e-6)
     assert fit["mean_squared_distance"] == pytest.approx(expected.sum() / 400, rel=1e-6)
-    from flows.cli.fit import _render
+    from fairpipe.flows.cli.fit import _render
 
     _render(fit)
     assert f"k-means cost (inertia, the sum of squared distances to the nearest centroid) " \
@@ -72,7 +72,7 @@ def test_the_summary_utility_is_printed_beside_references(lived, capsys):
     ref = s["reference"]
     assert ref["random"]["draws"] == 5 and 0 < ref["random"]["value"] < s["value"]
     assert ref["unconstrained"]["value"] >= 0.9 * s["value"]
-    from flows.cli.summarize import _render
+    from fairpipe.flows.cli.summarize import _render
 
     _render(s)
     text = capsys.readouterr().out
@@ -141,7 +141,7 @@ def test_history_lists_every_operation_through_erasure_and_no_id(lived):
     assert ops[3]["rows"]["erased"] == 2 and ops[3]["rows"]["n_alive"] == 398
     # No id of the drain in the output, nor in the stored log; not its reason either: no
     # number standing alone (not part of a commit id, an operation key or a decimal) is one.
-    from storage.lineage import LINEAGE
+    from fairpipe.storage.lineage import LINEAGE
 
     raw = bytes(st.read(LINEAGE)).decode()
     text = invoke("history", "--store", store).stdout
@@ -213,7 +213,7 @@ def test_predict_by_query_id_and_info_shows_the_parameters(lived):
 
 
 def test_show_never_cuts_an_id_or_a_group_to_fit_the_features(capsys):
-    from flows.cli.show import _render
+    from fairpipe.flows.cli.show import _render
 
     big = 2**62 + 12345
     rows = [{"id": big, "row": 0, "forgotten": False, "group": "a rather long group name",

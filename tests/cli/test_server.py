@@ -16,8 +16,8 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from flows import prefect_server as _server
-from flows.cli import app
+from fairpipe.flows import prefect_server as _server
+from fairpipe.flows.cli import app
 
 runner = CliRunner()
 FAIRPIPE = sys.executable.replace("python", "fairpipe")

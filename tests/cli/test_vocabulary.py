@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from fairpipe import DCKMeans, FairSummary, QKMeans
 from fairpipe.errors import FairpipeInputError
-from flows.cli import app
-from flows.options import AuditOptions, FitOptions, IngestOptions, SummarizeOptions
+from fairpipe.flows.cli import app
+from fairpipe.flows.options import AuditOptions, FitOptions, IngestOptions, SummarizeOptions
 
 runner = CliRunner()
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prefect.yaml"
@@ -97,7 +97,7 @@ def test_samples_defaults_are_fairnns():
     """sample's sampler, mode and c are FairNN.sample's defaults (its n_samples, 10, and seed, 0,
     are the command line's own: a library call draws one sample from fresh entropy)."""
     from fairpipe import FairNN
-    from flows.cli.sample import sample
+    from fairpipe.flows.cli.sample import sample
 
     library = inspect.signature(FairNN.sample).parameters
     for p in inspect.signature(sample).parameters.values():
@@ -106,8 +106,8 @@ def test_samples_defaults_are_fairnns():
 
 
 def test_the_command_lines_defaults_are_the_flows():
-    from flows.cli.fit import fit
-    from flows.cli.summarize import summarize
+    from fairpipe.flows.cli.fit import fit
+    from fairpipe.flows.cli.summarize import summarize
 
     for command, options in ((fit, FitOptions()), (summarize, SummarizeOptions())):
         for p in inspect.signature(command).parameters.values():
@@ -133,6 +133,6 @@ def test_every_deployment_passes_its_flows_current_parameters(prefect_server):
         options = parameters.get("options", {})
         stale = old_names & set(options) - ({"k"} if name == "summarize_flow" else set())
         assert not stale, (deployment["name"], stale)
-    fit_flow = importlib.import_module("flows.fit").fit_flow
+    fit_flow = importlib.import_module("fairpipe.flows.fit").fit_flow
     validated = fit_flow.validate_parameters({"store_url": "s", "options": {"k": 16, "width": 4}})
     assert (validated["options"].n_clusters, validated["options"].fanout) == (16, 4)

@@ -7,7 +7,7 @@ import pytest
 
 from fairpipe import FairpipeInputError
 from fairpipe.datasets import load_adult, load_gaussian, load_mnist_csv, load_word2vec_bin
-from storage.urls import make_storage, parse_store_url
+from fairpipe.storage.urls import make_storage, parse_store_url
 from tests.conftest import shared_data
 
 

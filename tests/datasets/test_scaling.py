@@ -1,4 +1,4 @@
-"""The scaler ingest fits (fairpipe.datasets._scaling, flows.parameters.scaled_plan): on a sample
+"""The scaler ingest fits (fairpipe.datasets._scaling, fairpipe.flows.parameters.scaled_plan): on a sample
 chosen by a hash of (seed, id), so the same whatever the file's row order; the sample read once
 for the scaler and the LSH width; the documented errors."""
 
@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import flows.parameters
+import fairpipe.flows.parameters
 from fairpipe.datasets import apply_scaler, fit_scaler, plan_source
 from fairpipe.errors import FairpipeInputError
-from flows.parameters import scaled_plan, width_sample
+from fairpipe.flows.parameters import scaled_plan, width_sample
 
 
 def table(n: int, seed: int) -> pd.DataFrame:
@@ -37,13 +37,13 @@ def test_one_read_gives_the_scaler_and_the_width_sample(tmp_path, monkeypatch):
     table(3000, 3).to_parquet(tmp_path / "t.parquet")  # a source read whole to sample it
     plan = plan_source(str(tmp_path / "t.parquet"), id_column="who")
     reads = []
-    read = flows.parameters.read_source_sample
-    monkeypatch.setattr(flows.parameters, "read_source_sample",
+    read = fairpipe.flows.parameters.read_source_sample
+    monkeypatch.setattr(fairpipe.flows.parameters, "read_source_sample",
                         lambda p, rows: reads.append(rows.size) or read(p, rows))  # fmt: skip
     scaled, _ = scaled_plan(plan, plan.ids, 0, "auto")
     got = width_sample(scaled, scaled.ids, 0)
     assert reads == [3000] and got.shape == (2000, 2)
-    monkeypatch.setattr(flows.parameters, "_SAMPLE", {})  # read again, the same rows
+    monkeypatch.setattr(fairpipe.flows.parameters, "_SAMPLE", {})  # read again, the same rows
     assert np.array_equal(width_sample(scaled, scaled.ids, 0), got) and reads == [3000, 2000]
 
 

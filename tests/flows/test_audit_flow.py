@@ -10,9 +10,9 @@ from sklearn.linear_model import LinearRegression
 from typer.testing import CliRunner
 
 from fairpipe.audit import adapter_for, check_discrimination
-from flows.audit import run_audit
-from flows.cli import app
-from flows.options import AuditOptions
+from fairpipe.flows.audit import run_audit
+from fairpipe.flows.cli import app
+from fairpipe.flows.options import AuditOptions
 
 
 def biased_csv(path, n=800):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flows import checks
+from fairpipe.flows import checks
 
 
 def test_small_work_runs_on_threads_and_nothing_here_imports_prefect(digits_store, tmp_path):
@@ -24,7 +24,7 @@ def test_small_work_runs_on_threads_and_nothing_here_imports_prefect(digits_stor
     assert checks.small_forget(store, np.array([1, 2]))
     assert checks.small_forget(store, None)  # a drain of an empty queue
     assert not checks.small_forget(store, np.arange(checks.SMALL_IDS + 1))
-    from storage.queue import file_request
+    from fairpipe.storage.queue import file_request
 
     file_request(store, np.array([5]))
     assert not checks.small_forget(store, np.array([1]))  # another request to drain with it

@@ -7,19 +7,19 @@ from zarr.errors import ArrayNotFoundError
 
 from fairpipe.cluster import DCKMeans, QKMeans
 from fairpipe.datasets import read_ids
+from fairpipe.flows.fit import run_fit
+from fairpipe.flows.forget import run_forget
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import FitOptions, ForgetOptions, IngestOptions
+from fairpipe.flows.predict import predict_store
+from fairpipe.flows.sample import load_sampler
 from fairpipe.neighbors import build_segments
-from flows.fit import run_fit
-from flows.forget import run_forget
-from flows.ingest import run_ingest
-from flows.options import FitOptions, ForgetOptions, IngestOptions
-from flows.predict import predict_store
-from flows.sample import load_sampler
-from storage.erasure import set_retention
-from storage.index import read_segments
-from storage.layers import load_lsh
-from storage.lock import StoreBusyError, WriterLock, lock_path_for
-from storage.models import read_model
-from storage.store import FairpipeStore
+from fairpipe.storage.erasure import set_retention
+from fairpipe.storage.index import read_segments
+from fairpipe.storage.layers import load_lsh
+from fairpipe.storage.lock import StoreBusyError, WriterLock, lock_path_for
+from fairpipe.storage.models import read_model
+from fairpipe.storage.store import FairpipeStore
 
 DC = dict(n_clusters=4, fanout=4, height=2, max_iter=5, n_init=3, seed=5)
 
@@ -88,9 +88,9 @@ def test_fit_then_forget_equal_the_in_memory_tree_and_erase_the_rows(
     res = nn.sample(query_rows=[4], radius=50.0, n_samples=500, mode="buckets")
     assert not np.isin(np.asarray(gone[:3]), res.ids).any()
     # A larger batch goes to Dask (forced here): the same tree as the in-process path.
-    import flows.update
+    import fairpipe.flows.update
 
-    monkeypatch.setattr(flows.update, "LOCAL_LEAF_ROWS", 0)
+    monkeypatch.setattr(fairpipe.flows.update, "LOCAL_LEAF_ROWS", 0)
     res = run_forget(str(path), [ids[50], ids[900]])
     report = model.delete([ids[50], ids[900]])
     assert res["leaves_recomputed"] == report.leaves_recomputed
@@ -175,12 +175,12 @@ def test_crash_mid_forget_leaves_the_last_commit_and_a_rerun_finishes(
     before["segments"] = read_segments(st.readonly_session())[1]
     history = st.history()
 
-    import flows.update
+    import fairpipe.flows.update
 
     def boom(*args, **kwargs):
         raise RuntimeError("injected crash after the rows were erased and the index rebuilt")
 
-    monkeypatch.setattr(flows.update, "write_tree_nodes", boom)
+    monkeypatch.setattr(fairpipe.flows.update, "write_tree_nodes", boom)
     with pytest.raises(Exception, match="injected crash"):
         run_forget(str(path), [ids[5]], n_workers=1, processes=False)
     st = FairpipeStore.open(str(path))

@@ -1,8 +1,8 @@
 """The demo end to end: ingest, fair sampling, fit, summarize, forget (what `make demo` runs)."""
 
-from flows.demo import run_demo
-from storage.arrays import read_array
-from storage.store import FairpipeStore
+from fairpipe.flows.demo import run_demo
+from fairpipe.storage.arrays import read_array
+from fairpipe.storage.store import FairpipeStore
 
 
 def test_demo_forgets_people_who_were_being_sampled(prefect_server, tmp_path):

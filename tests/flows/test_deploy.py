@@ -19,7 +19,7 @@ import pytest
 import yaml
 from prefect.utilities.importtools import import_object
 
-from storage.store import FairpipeStore
+from fairpipe.storage.store import FairpipeStore
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "prefect.yaml"
@@ -184,7 +184,7 @@ def stored_objects(url) -> dict[str, bytes]:
     receipts and the lineage log aside: they hold times), by key."""
     from zarr.buffer import default_buffer_prototype
 
-    from storage.chunks import on_zarr_loop
+    from fairpipe.storage.chunks import on_zarr_loop
 
     store = FairpipeStore.open(str(url)).readonly_session().store
 

@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 
 from fairpipe import FairpipeInputError
-from flows.ingest import run_ingest
-from flows.options import IngestOptions
-from flows.sample import load_sampler, sample_store
-from storage import NotAStoreError, StoreBusyError, open_store
-from storage.index import index_entries, read_segments
-from storage.staging import STAGING_MARK
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import IngestOptions
+from fairpipe.flows.sample import load_sampler, sample_store
+from fairpipe.storage import NotAStoreError, StoreBusyError, open_store
+from fairpipe.storage.index import index_entries, read_segments
+from fairpipe.storage.staging import STAGING_MARK
 
 ARRAYS = (
     "points",
@@ -217,9 +217,9 @@ def test_id_ranges_follow_appends_and_find_ids_from_the_chunks_that_may_hold_the
     chunk; finding a few ids reads only the chunks whose range may hold them; an append whose
     id clashes with an old chunk or the shared partial chunk is refused naming it; ranges
     written by a version that did not keep them (their ``rows`` behind ``n``) are not used."""
-    from storage.arrays import read_array
-    from storage.rows import ID_RANGES, StoredIds
-    from storage.store import FairpipeStore
+    from fairpipe.storage.arrays import read_array
+    from fairpipe.storage.rows import ID_RANGES, StoredIds
+    from fairpipe.storage.store import FairpipeStore
 
     rng = np.random.default_rng(5)
     ids = 10_000 + rng.permutation(100_000)[:1310]  # unsorted: wide ranges
@@ -266,7 +266,7 @@ def test_kept_group_counts_are_not_used_once_another_version_wrote():
     """``live_per_group`` holds the ``n`` it was kept at: an older version's append moves ``n``
     (even when its earlier forget made the counts sum to ``n_alive`` again), and its forget
     makes them disagree with ``n_alive``: either way the groups are counted again."""
-    from storage.rows import counts_of
+    from fairpipe.storage.rows import counts_of
 
     attrs = {"n": 20, "n_alive": 20, "live_per_group": {"rows": 20, "counts": [10, 10]}}
     assert counts_of(attrs).tolist() == [10, 10]
@@ -281,7 +281,7 @@ def test_a_chunk_job_returns_bad_input_rather_than_raising_it_on_the_worker(tmp_
     job returns its bad input instead, and the flow raises the first job's (jobs go in row order)."""
     from fairpipe.datasets import chunk_plan, plan_source
     from fairpipe.errors import FairpipeInputError
-    from flows.jobs import BadInput, ingest_chunk, raise_bad_input
+    from fairpipe.flows.jobs import BadInput, ingest_chunk, raise_bad_input
 
     X = np.ones((10, 3))
     X[3, 1] = X[8, 0] = np.nan

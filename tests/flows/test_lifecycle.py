@@ -18,20 +18,20 @@ from sklearn.datasets import make_blobs
 
 from fairpipe.cluster import QKMeans
 from fairpipe.errors import FairpipeInputError
-from flows.fit import run_fit
-from flows.forget import run_forget
-from flows.ingest import run_ingest
-from flows.options import FitOptions, ForgetOptions, IngestOptions, SummarizeOptions
-from flows.status import store_status
-from flows.summarize import run_summarize
-from storage.arrays import open_group, read_array
-from storage.index import index_entries
-from storage.models import read_model
-from storage.queue import pending
-from storage.reader import open_reader
-from storage.store import FairpipeStore
-from storage.summary import has_summary
-from storage.writes import write_rows
+from fairpipe.flows.fit import run_fit
+from fairpipe.flows.forget import run_forget
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import FitOptions, ForgetOptions, IngestOptions, SummarizeOptions
+from fairpipe.flows.status import store_status
+from fairpipe.flows.summarize import run_summarize
+from fairpipe.storage.arrays import open_group, read_array
+from fairpipe.storage.index import index_entries
+from fairpipe.storage.models import read_model
+from fairpipe.storage.queue import pending
+from fairpipe.storage.reader import open_reader
+from fairpipe.storage.store import FairpipeStore
+from fairpipe.storage.summary import has_summary
+from fairpipe.storage.writes import write_rows
 
 NAMES = np.array(["a", "b", "c"])
 THREADS = dict(n_workers=1, processes=False)
@@ -118,7 +118,7 @@ def assert_kept_figures(path):
     """What a store keeps to avoid reading every row: the live rows per group (the root's
     ``live_per_group``) equal a count of every row, and each chunk of ids' ``id_ranges`` its
     smallest and largest id."""
-    from storage.rows import ID_RANGES, counts_of, live_group_counts
+    from fairpipe.storage.rows import ID_RANGES, counts_of, live_group_counts
 
     st_ = FairpipeStore.open(str(path))
     s = st_.readonly_session()
@@ -269,10 +269,10 @@ def test_a_store_with_float32_keys_forgets_a_row_its_recomputed_key_misses(
     one its recomputed key names. Its forget reads that table's stored keys instead of stopping
     (a stopped forget would block the deletion queue for good): the row leaves the buckets it
     is in, and every other entry stays."""
-    import flows.forget
+    import fairpipe.flows.forget
 
     if jobs:  # the index rewrite as Dask jobs
-        monkeypatch.setattr(flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
+        monkeypatch.setattr(fairpipe.flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
     X, ids, labels = pool(200)
     store = tmp_path / "store"
     ingest(tmp_path, store, "b0", X, ids, labels, **LSH)
@@ -323,20 +323,20 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
     ``jobs``: as Dask jobs, as large ones are. The indexed entries a delta or a rebuild reads
     back come a few tables at a time (as a large delta's do), here 20 entries; the flow builds
     its tables in three blocks on threads."""
+    import fairpipe.flows.forget
+    import fairpipe.flows.ingest
     import fairpipe.neighbors._segments as segments
-    import flows.forget
-    import flows.ingest
-    import storage.layers
-    import storage.segments
+    import fairpipe.storage.layers
+    import fairpipe.storage.segments
 
     monkeypatch.setattr(segments, "TARGET_SEGMENT_ROWS", 16)
-    monkeypatch.setattr(storage.segments, "READ_AHEAD_ENTRIES", 20)
-    monkeypatch.setattr(storage.layers, "DELTA_SHARE", 8)
-    monkeypatch.setattr(flows.ingest, "FLOW_THREADS", 3)
+    monkeypatch.setattr(fairpipe.storage.segments, "READ_AHEAD_ENTRIES", 20)
+    monkeypatch.setattr(fairpipe.storage.layers, "DELTA_SHARE", 8)
+    monkeypatch.setattr(fairpipe.flows.ingest, "FLOW_THREADS", 3)
     if jobs:
-        monkeypatch.setattr(flows.ingest, "LOCAL_ROWS", 0)
-        monkeypatch.setattr(flows.ingest, "LOCAL_ENTRIES", 0)
-        monkeypatch.setattr(flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
+        monkeypatch.setattr(fairpipe.flows.ingest, "LOCAL_ROWS", 0)
+        monkeypatch.setattr(fairpipe.flows.ingest, "LOCAL_ENTRIES", 0)
+        monkeypatch.setattr(fairpipe.flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
     X, ids, labels = pool(n=1000)
     store = tmp_path / "store"
 
@@ -375,14 +375,14 @@ def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, 
     """A store written before the delta layers (one delta named ``delta``, attributes
     ``delta_bits``/``delta_start``): queries read it, a forget reaches its rows, and the next
     append merges it into a layer (its arrays dropped); every state equals a fresh build."""
-    from storage.layers import layer_arrays
-    from storage.segments import (
+    from fairpipe.storage.layers import layer_arrays
+    from fairpipe.storage.segments import (
         create_index,
         drop_arrays,
         write_bucket_counts,
         write_segment_lengths,
     )
-    from storage.writes import write_block
+    from fairpipe.storage.writes import write_block
 
     X, ids, labels = pool()
     store = tmp_path / "store"

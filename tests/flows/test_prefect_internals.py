@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from flows.prefect_server import EPHEMERAL_ENV, UVICORN_ARGS
+from fairpipe.flows.prefect_server import EPHEMERAL_ENV, UVICORN_ARGS
 
 UPGRADE = (
     "Prefect {version} launches its ephemeral server differently from flows/prefect_server.py "
@@ -74,13 +74,13 @@ def test_prefects_app_still_reads_the_ephemeral_variables():
 
 
 def test_the_workers_a_command_drains_before_it_ends_are_prefects():
-    """flows.prefect_server.deliver_records sends a flow run's last events and logs through
+    """fairpipe.flows.prefect_server.deliver_records sends a flow run's last events and logs through
     these workers' ``drain_all(timeout=...)``; an upgrade that moves them fails here, by name."""
     import importlib
 
     import prefect
 
-    from flows.prefect_server import RECORD_WORKERS
+    from fairpipe.flows.prefect_server import RECORD_WORKERS
 
     for module, name in RECORD_WORKERS:
         what = f"{module}.{name}.drain_all(timeout=...)"

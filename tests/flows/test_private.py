@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from fairpipe.errors import FairpipeInputError
-from flows.backfill import backfill_flow
-from flows.forget import forget_flow
-from flows.options import BackfillOptions, ForgetOptions
-from flows.private import Private, RedactedError, conceal, flow, reveal, task
-from flows.task_runner import _concealed
+from fairpipe.flows.backfill import backfill_flow
+from fairpipe.flows.forget import forget_flow
+from fairpipe.flows.options import BackfillOptions, ForgetOptions
+from fairpipe.flows.private import Private, RedactedError, conceal, flow, reveal, task
+from fairpipe.flows.task_runner import _concealed
 
 # not one of test_privacy.py's secrets (which it looks for in a copied database)
 AN_ID = 271_828_182
@@ -129,7 +129,7 @@ def unnamed_probe(k: int) -> str:
 
 
 def test_flow_runs_are_named_after_the_command_and_the_store(prefect_server):
-    from flows.task_runner import run_flow
+    from fairpipe.flows.task_runner import run_flow
 
     assert run_flow(named_probe, "/data/stores/people/", [AN_ID], processes=False) == "probe people"
     assert run_flow(named_probe, "s3://bucket/prefix/people") == "probe people"

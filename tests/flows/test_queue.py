@@ -16,16 +16,16 @@ from typer.testing import CliRunner
 from zarr.errors import ArrayNotFoundError, GroupNotFoundError
 
 from fairpipe.errors import FairpipeInputError
-from flows.backfill import run_backfill
-from flows.cli import app
-from flows.forget import _apply_batch, run_forget
-from flows.ingest import run_ingest
-from flows.options import BackfillOptions, ForgetOptions, IngestOptions
-from storage.arrays import read_array
-from storage.erasure import files_holding, row_needles
-from storage.queue import ABANDONED_AFTER_SECONDS, file_request, pending, read_request
-from storage.receipts import read_receipts
-from storage.store import FairpipeStore
+from fairpipe.flows.backfill import run_backfill
+from fairpipe.flows.cli import app
+from fairpipe.flows.forget import _apply_batch, run_forget
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import BackfillOptions, ForgetOptions, IngestOptions
+from fairpipe.storage.arrays import read_array
+from fairpipe.storage.erasure import files_holding, row_needles
+from fairpipe.storage.queue import ABANDONED_AFTER_SECONDS, file_request, pending, read_request
+from fairpipe.storage.receipts import read_receipts
+from fairpipe.storage.store import FairpipeStore
 
 THREADS = dict(n_workers=1, processes=False)
 runner = CliRunner()
@@ -198,10 +198,10 @@ def test_a_drain_with_the_default_retention_leaves_no_byte_of_the_erased_rows(
 ):
     """Also when the batch's index rewrite runs as Dask jobs (whose forks add a checkpoint on
     the drain's private branch): no snapshot holds the rows."""
-    import flows.forget
+    import fairpipe.flows.forget
 
     if index_jobs:
-        monkeypatch.setattr(flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
+        monkeypatch.setattr(fairpipe.flows.forget, "DISTRIBUTED_INDEX_ROWS", 1)
     st = FairpipeStore.open(store)
     ids = st.read("ids")
     rows = [3, 200, 577]
@@ -253,9 +253,9 @@ def test_backfill_resumes_after_an_interruption_and_applies_each_id_once(
     ids = FairpipeStore.open(store).read("ids")
     backlog = np.r_[ids[::3], ids[:30:3], [10**9]]  # 200 ids, 10 duplicates, 1 unknown
     (tmp_path / "backlog.csv").write_text("id,ticket\n" + "".join(f"{i},t{i}\n" for i in backlog))
-    import flows.forget
+    import fairpipe.flows.forget
 
-    real = flows.forget._apply_batch
+    real = fairpipe.flows.forget._apply_batch
     calls = []
 
     def dies_on_the_third_batch(*args, **kwargs):
@@ -264,7 +264,7 @@ def test_backfill_resumes_after_an_interruption_and_applies_each_id_once(
             raise RuntimeError("killed between two batches' commits")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(flows.forget, "_apply_batch", dies_on_the_third_batch)
+    monkeypatch.setattr(fairpipe.flows.forget, "_apply_batch", dies_on_the_third_batch)
     with pytest.raises(RuntimeError, match="killed between"):
         run_backfill(store, tmp_path / "backlog.csv", BackfillOptions(batch_size=50), **THREADS)
     monkeypatch.undo()
@@ -346,8 +346,8 @@ def test_a_queue_object_that_is_not_a_request_is_set_aside_and_the_rest_applied(
 
 
 def test_backfill_parts_follow_the_leaves_so_each_leaf_is_recomputed_about_once():
+    from fairpipe.flows.backfill import plan_parts
     from fairpipe.tree import leaf_of
-    from flows.backfill import plan_parts
 
     rng = np.random.default_rng(3)
     all_ids = rng.permutation(50_000) * 7 + 11
@@ -405,7 +405,7 @@ def body(**changes) -> bytes:
     ],
 )
 def test_a_malformed_request_object_is_refused_with_its_reason(data, says):
-    from storage.queue import MalformedRequest, parse_request
+    from fairpipe.storage.queue import MalformedRequest, parse_request
 
     with pytest.raises(MalformedRequest, match=says):
         parse_request(RID, data)
@@ -413,14 +413,14 @@ def test_a_malformed_request_object_is_refused_with_its_reason(data, says):
 
 
 def test_brackets_and_quotes_inside_a_reason_are_text_not_nesting():
-    from storage.queue import parse_request
+    from fairpipe.storage.queue import parse_request
 
     reason = '[[[[{{{{"\\"]]]]' * 1000  # brackets, quotes and backslashes in a string
     assert parse_request(RID, body(reason=reason[:10_000])).reason == reason[:10_000]
 
 
 def test_a_queue_or_quarantine_that_is_not_a_folder_is_named(tmp_path):
-    from storage import queue
+    from fairpipe.storage import queue
 
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "queue").write_text("not a folder")
@@ -444,7 +444,7 @@ def test_a_request_that_cannot_be_written_leaves_no_temporary_file(tmp_path, mon
     the error."""
     import errno
 
-    from storage import queue
+    from fairpipe.storage import queue
 
     (tmp_path / "s").mkdir()
 
@@ -464,7 +464,7 @@ def test_a_request_that_cannot_be_written_leaves_no_temporary_file(tmp_path, mon
 def test_notes_that_are_not_the_drains_are_left_out(tmp_path):
     """The quarantine's notes are read within bounds: a note nested too deep, larger than a note,
     not a regular file, or not an object with the fields of a note is no note."""
-    from storage import queue
+    from fairpipe.storage import queue
 
     (tmp_path / "s" / "quarantine").mkdir(parents=True)
     url, aside = str(tmp_path / "s"), tmp_path / "s" / "quarantine"
@@ -480,7 +480,7 @@ def test_notes_that_are_not_the_drains_are_left_out(tmp_path):
 
 
 def test_a_request_of_too_many_ids_is_refused_when_filed_and_when_read(tmp_path, monkeypatch):
-    from storage import queue
+    from fairpipe.storage import queue
 
     with pytest.raises(ValueError, match="at most 1,000,000 ids; got 1,000,001.*backfill"):
         queue.new_request(np.arange(queue.MAX_REQUEST_IDS + 1))
@@ -543,7 +543,7 @@ def test_a_drain_that_would_retry_applied_requests_stops_with_an_error(store, mo
     """Every round of a drain must apply a request no round tried before: a batch that leaves
     no receipt (the shape of the old endless loop: receipts under another name than the
     request's object) raises instead of looping."""
-    import flows.forget as forget
+    import fairpipe.flows.forget as forget
 
     file_request(store, np.array([3]))
     monkeypatch.setattr(forget, "_apply_batch", lambda store, batch, o: None)

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from fairpipe.flows.cli import app
+from fairpipe.flows.options import RerankOptions
+from fairpipe.flows.rerank import run_rerank
 from fairpipe.ranking import infeasible_index, rerank
-from flows.cli import app
-from flows.options import RerankOptions
-from flows.rerank import run_rerank
 
 
 def candidates(path, n_lists=40, seed=0):

@@ -1,4 +1,4 @@
-"""How a command runs its flow (flows.task_runner.run_flow)."""
+"""How a command runs its flow (fairpipe.flows.task_runner.run_flow)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import os
 
 from prefect import flow, task
 
-from flows.dask_map import cluster_running, on_cluster
-from flows.prefect_api import HEARTBEAT_VARIABLES
-from flows.task_runner import run_flow, task_runner
+from fairpipe.flows.dask_map import cluster_running, on_cluster
+from fairpipe.flows.prefect_api import HEARTBEAT_VARIABLES
+from fairpipe.flows.task_runner import run_flow, task_runner
 
 
 @flow(name="fairpipe-test-heartbeat")

@@ -12,9 +12,9 @@ import tempfile
 import numpy as np
 import pytest
 
-from flows.ingest import run_ingest
-from flows.options import IngestOptions
-from storage.store import FairpipeStore
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import IngestOptions
+from fairpipe.storage.store import FairpipeStore
 from tests.storage.test_object_store import BUCKET, s3_server  # noqa: F401 (a fixture)
 
 # The reference stores: the embedded cluster, one worker (the cluster given by address has two).
@@ -30,7 +30,7 @@ def keys_under(client, prefix: str) -> list[str]:
 
 
 def same_store(a: str, b: str) -> None:
-    from storage.index import read_segments
+    from fairpipe.storage.index import read_segments
 
     sa, sb = FairpipeStore.open(a), FairpipeStore.open(b)
     for name in ARRAYS:
@@ -114,7 +114,7 @@ def table(tmp_path_factory):
 @pytest.fixture
 def jobs_never_open_a_path(monkeypatch):
     """The local files jobs read on a Dask worker (none on a cluster given by address)."""
-    import flows.jobs
+    import fairpipe.flows.jobs
     from fairpipe.datasets import read_source_rows
 
     opened: list[str] = []
@@ -130,7 +130,7 @@ def jobs_never_open_a_path(monkeypatch):
             pass  # the client, or a flow's own append
         return read_source_rows(plan, a, b)
 
-    monkeypatch.setattr(flows.jobs, "read_source_rows", read)
+    monkeypatch.setattr(fairpipe.flows.jobs, "read_source_rows", read)
     return opened
 
 
@@ -231,7 +231,7 @@ TABLE_OPTS = dict(OPTS, id_column="who", group_column="sex")
 def test_a_url_source_is_read_by_the_workers(
     cluster, in_bucket, local_stores, tmp_path, monkeypatch, source, same_as
 ):
-    import flows.jobs
+    import fairpipe.flows.jobs
     from fairpipe.datasets import read_source_rows
 
     read_on_workers: list[str] = []
@@ -243,7 +243,7 @@ def test_a_url_source_is_read_by_the_workers(
         read_on_workers.append(plan.path)
         return read_source_rows(plan, a, b)
 
-    monkeypatch.setattr(flows.jobs, "read_source_rows", read)
+    monkeypatch.setattr(fairpipe.flows.jobs, "read_source_rows", read)
     url = f"{in_bucket}/{source}"
     res = run_ingest(url, str(tmp_path / "store"), IngestOptions(**TABLE_OPTS), **cluster)
     assert res["n"] == 3000 and len(read_on_workers) == res["chunks"] == 12
@@ -273,11 +273,13 @@ def test_a_url_source_that_is_not_there_exits_2_naming_it_before_anything_is_wri
 ):
     from typer.testing import CliRunner
 
-    import flows.cli._runner
-    from flows.cli import app
+    import fairpipe.flows.cli._runner
+    from fairpipe.flows.cli import app
 
     started = []  # a command starts its Prefect server only after its checks
-    monkeypatch.setattr(flows.cli._runner, "launch_early", lambda: started.append("server"))
+    monkeypatch.setattr(
+        fairpipe.flows.cli._runner, "launch_early", lambda: started.append("server")
+    )
     before = keys_under(s3_server, "")
     url = f"s3:{source}" if source.startswith("//") else f"{in_bucket}/{source}"
     out = CliRunner().invoke(app, ["ingest", url, "--store",
@@ -290,7 +292,7 @@ def test_a_url_source_that_is_not_there_exits_2_naming_it_before_anything_is_wri
 def test_a_first_ingest_failing_on_the_workers_leaves_no_object(
     cluster, s3_server, in_bucket, table, tmp_path, monkeypatch, failure
 ):
-    import flows.jobs
+    import fairpipe.flows.jobs
     from fairpipe.errors import FairpipeInputError
 
     _, frame = table
@@ -304,14 +306,14 @@ def test_a_first_ingest_failing_on_the_workers_leaves_no_object(
         source = f"{in_bucket}/bad.csv"
         expected = (FairpipeInputError, f"Line 2102 of {source} holds an inf value")
     else:
-        write = flows.jobs.write_points
+        write = fairpipe.flows.jobs.write_points
 
         def failing(fork, start, X, sketch):
             if start == 1024:
                 raise RuntimeError("disk on fire")
             return write(fork, start, X, sketch)
 
-        monkeypatch.setattr(flows.jobs, "write_points", failing)
+        monkeypatch.setattr(fairpipe.flows.jobs, "write_points", failing)
     before = keys_under(s3_server, "")
     opts = IngestOptions(**TABLE_OPTS, bucket_width=1.0)  # no sample: the workers meet the row
     with pytest.raises(expected[0], match=expected[1]):

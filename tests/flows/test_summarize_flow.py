@@ -7,14 +7,14 @@ import pytest
 from sklearn.datasets import make_blobs
 from typer.testing import CliRunner
 
+from fairpipe.flows.cli import app
+from fairpipe.flows.forget import run_forget
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import IngestOptions, SummarizeOptions
+from fairpipe.flows.summarize import run_summarize
+from fairpipe.storage.arrays import read_array
+from fairpipe.storage.store import FairpipeStore
 from fairpipe.summary import FairSummary
-from flows.cli import app
-from flows.forget import run_forget
-from flows.ingest import run_ingest
-from flows.options import IngestOptions, SummarizeOptions
-from flows.summarize import run_summarize
-from storage.arrays import read_array
-from storage.store import FairpipeStore
 
 NAMES = ["a", "b", "c", "rare"]
 TREE = dict(fanout=4, height=2, eval_size=300, seed=2)  # the flow's options
@@ -131,7 +131,7 @@ def test_the_random_reference_is_drawn_within_the_bounds_and_measured_on_other_p
     """The random reference draws from the root's evaluation points, tops up a group short of
     its lower bound with live rows read from the store (only those), and measures each draw on
     the evaluation points it did not draw: here, a reference computed by hand."""
-    import flows.summarize as summarize
+    import fairpipe.flows.summarize as summarize
     from fairpipe.summary import NodeOutput, SummaryParams, Utility, random_feasible_rows
     from fairpipe.validation import IdLookup
 

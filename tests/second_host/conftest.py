@@ -260,7 +260,7 @@ def s3_store(second_host, prefect_server, people_source):
     only the client has (it reads the file and sends its blocks to the workers)."""
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from fairpipe.flows.cli import app
 
     url = f"s3://{BUCKET}/people"
     before = second_host.task_counts()

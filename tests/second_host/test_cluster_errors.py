@@ -10,15 +10,15 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import flows.cluster as cluster
-import flows.task_runner as task_runner
+import fairpipe.flows.cluster as cluster
+import fairpipe.flows.task_runner as task_runner
 from fairpipe.errors import FairpipeInputError
 
 runner = CliRunner()
 
 
 def invoke(*args: object):
-    from flows.cli import app
+    from fairpipe.flows.cli import app
 
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 

@@ -10,14 +10,14 @@ import os
 import numpy as np
 from typer.testing import CliRunner
 
-from storage.receipts import read_receipts
-from storage.store import FairpipeStore
+from fairpipe.storage.receipts import read_receipts
+from fairpipe.storage.store import FairpipeStore
 from tests.flows.test_deploy import DEPLOY, ROOT, prefect, run_once
 from tests.second_host.conftest import BUCKET, INGEST, PEOPLE
 
 
 def test_the_forget_drain_deployment_runs_on_the_second_host(s3_env, prefect_server, tmp_path):
-    from flows.cli import app
+    from fairpipe.flows.cli import app
 
     host = s3_env
     store = f"s3://{BUCKET}/deployed"

@@ -17,7 +17,7 @@ runner = CliRunner()
 
 
 def invoke(*args: object):
-    from flows.cli import app
+    from fairpipe.flows.cli import app
 
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
@@ -54,8 +54,8 @@ def store_arrays(url: str) -> dict:
     (key, id) entries), by path."""
     import zarr
 
-    from storage.index import index_entries
-    from storage.store import FairpipeStore
+    from fairpipe.storage.index import index_entries
+    from fairpipe.storage.store import FairpipeStore
 
     session = FairpipeStore.open(url).readonly_session()
     root = zarr.open_group(session.store, mode="r")
@@ -79,7 +79,7 @@ def test_every_command_runs_its_heavy_work_on_workers_that_cannot_reach_prefect(
     store_commands(store, cluster)
 
     # Re-ranking and the audit read their inputs on the client; their batches go to Dask.
-    monkeypatch.setattr("flows.rerank.LOCAL_LISTS", 0)
+    monkeypatch.setattr("fairpipe.flows.rerank.LOCAL_LISTS", 0)
     rng = np.random.default_rng(0)
     pd.DataFrame({"list": np.repeat(["a", "b", "c"], 8), "score": rng.random(24),
                   "group": rng.choice(["f", "m"], 24)}).to_csv(tmp_path / "c.csv", index=False)  # fmt: skip

@@ -13,7 +13,7 @@ runner = CliRunner()
 
 
 def invoke(*args: object):
-    from flows.cli import app
+    from fairpipe.flows.cli import app
 
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 

@@ -1,4 +1,4 @@
-"""Direct chunk reads (storage.arrays.read_rows_at / read_many) against zarr's own reads of the
+"""Direct chunk reads (fairpipe.storage.arrays.read_rows_at / read_many) against zarr's own reads of the
 same arrays: every codec the direct path decodes, chunks never written, and the arrays it leaves
 to zarr."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
-import storage.arrays as arrays_module
-import storage.writes as writes_module
-from storage.arrays import open_array, open_group, read_many, read_rows_at
-from storage.chunks import _plain_chunks, checksummed
-from storage.store import FairpipeStore
+import fairpipe.storage.arrays as arrays_module
+import fairpipe.storage.writes as writes_module
+from fairpipe.storage.arrays import open_array, open_group, read_many, read_rows_at
+from fairpipe.storage.chunks import _plain_chunks, checksummed
+from fairpipe.storage.store import FairpipeStore
 
 fetch_chunks = arrays_module._fetch_chunks
 
@@ -127,7 +127,7 @@ def test_direct_writes_leave_the_objects_zarr_writes(tmp_path, codec):
     byte for byte."""
     from zarr.buffer import default_buffer_prototype
 
-    from storage.chunks import on_zarr_loop
+    from fairpipe.storage.chunks import on_zarr_loop
 
     store = FairpipeStore.open(str(tmp_path / "s"), create=True)
     s = store.repo.writable_session("main")
@@ -181,7 +181,7 @@ def test_rows_written_inside_chunks_leave_the_objects_zarr_writes(tmp_path, code
     holding only the fill value (deleted, as zarr does) and the rows beyond the array's end."""
     from zarr.buffer import default_buffer_prototype
 
-    from storage.chunks import on_zarr_loop
+    from fairpipe.storage.chunks import on_zarr_loop
 
     store = FairpipeStore.open(str(tmp_path / "s"), create=True)
     s = store.repo.writable_session("main")
@@ -233,7 +233,7 @@ def test_rows_written_inside_chunks_leave_the_objects_zarr_writes(tmp_path, code
     "name", ["x_none", "x_blosc", "y_zstd", "y_gzip", "wide", "sharded", "x_none_crc", "y_zstd_crc"]
 )
 def test_rewriting_rows_changes_those_rows_and_writes_only_their_chunks(tmp_path, name):
-    # storage.writes.rewrite_rows_at (what erasing rows uses): the edited rows change, every
+    # fairpipe.storage.writes.rewrite_rows_at (what erasing rows uses): the edited rows change, every
     # other value stays, the edge chunk (3 rows of a 100-row chunk) included, and only the
     # chunks holding a row become new objects (plainly encoded arrays; others go through zarr).
     store = FairpipeStore.open(str(tmp_path / "s"), create=True)
@@ -276,14 +276,14 @@ def test_rewriting_rows_changes_those_rows_and_writes_only_their_chunks(tmp_path
 
 
 def test_zarrs_event_loop_runner_is_where_the_store_reaches_it():
-    """storage.chunks.on_zarr_loop is the one use of zarr's internal ``zarr.core.sync.sync``;
+    """fairpipe.storage.chunks.on_zarr_loop is the one use of zarr's internal ``zarr.core.sync.sync``;
     an upgrade that moves or changes it fails here, naming zarr."""
     import asyncio
     import threading
 
     import zarr
 
-    from storage.chunks import on_zarr_loop
+    from fairpipe.storage.chunks import on_zarr_loop
 
     async def where() -> tuple[str, int]:
         await asyncio.sleep(0)
@@ -293,7 +293,7 @@ def test_zarrs_event_loop_runner_is_where_the_store_reaches_it():
         thread, value = on_zarr_loop(where())
     except (ImportError, AttributeError, TypeError) as exc:
         pytest.fail(f"zarr {zarr.__version__} moved or changed zarr.core.sync.sync ({exc}): "
-                    "update storage.chunks.on_zarr_loop, the one place fairpipe runs zarr's loop")  # fmt: skip
+                    "update fairpipe.storage.chunks.on_zarr_loop, the one place fairpipe runs zarr's loop")  # fmt: skip
     assert value == 42 and thread != threading.main_thread().name, (
         f"zarr {zarr.__version__}: sync() no longer runs on zarr's own loop thread"
     )

@@ -16,14 +16,14 @@ import numpy as np
 
 from fairpipe import DCKMeans, FairNN, FairSummary, QKMeans
 from fairpipe.datasets import load_gaussian
-from flows.forget import run_forget
-from flows.predict import predict_store
-from storage.arrays import read_array
-from storage.index import load_sampler
-from storage.layers import load_lsh
-from storage.models import read_model
-from storage.store import FairpipeStore
-from storage.summary import summary_tree
+from fairpipe.flows.forget import run_forget
+from fairpipe.flows.predict import predict_store
+from fairpipe.storage.arrays import read_array
+from fairpipe.storage.index import load_sampler
+from fairpipe.storage.layers import load_lsh
+from fairpipe.storage.models import read_model
+from fairpipe.storage.store import FairpipeStore
+from fairpipe.storage.summary import summary_tree
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "format1"
 

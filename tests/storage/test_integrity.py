@@ -25,20 +25,20 @@ import pytest
 from typer.testing import CliRunner
 from zarr.buffer import default_buffer_prototype
 
-from flows.cli import app
-from flows.cli._runner import CORRUPT_STORE
-from flows.fit import run_fit
-from flows.forget import run_forget
-from flows.ingest import run_ingest
-from flows.options import FitOptions, IngestOptions, SummarizeOptions
-from flows.summarize import run_summarize
-from storage.arrays import open_array, read_array, read_arrays, read_many, read_rows_at
-from storage.chunk_checks import has_checksum
-from storage.chunks import on_zarr_loop
-from storage.damage import CorruptChunkError, corrupt_chunk_error
-from storage.integrity import add_checksums, store_arrays, verify_store
-from storage.light import open_light, plain_chunks
-from storage.store import FairpipeStore
+from fairpipe.flows.cli import app
+from fairpipe.flows.cli._runner import CORRUPT_STORE
+from fairpipe.flows.fit import run_fit
+from fairpipe.flows.forget import run_forget
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import FitOptions, IngestOptions, SummarizeOptions
+from fairpipe.flows.summarize import run_summarize
+from fairpipe.storage.arrays import open_array, read_array, read_arrays, read_many, read_rows_at
+from fairpipe.storage.chunk_checks import has_checksum
+from fairpipe.storage.chunks import on_zarr_loop
+from fairpipe.storage.damage import CorruptChunkError, corrupt_chunk_error
+from fairpipe.storage.integrity import add_checksums, store_arrays, verify_store
+from fairpipe.storage.light import open_light, plain_chunks
+from fairpipe.storage.store import FairpipeStore
 
 THREADS = dict(n_workers=1, processes=False)
 FORMAT1 = Path(__file__).resolve().parents[1] / "data" / "format1"
@@ -328,12 +328,12 @@ def test_an_old_stores_undecodable_chunk_is_an_error_too(tmp_path):
 
 
 def test_the_erasure_scan_reads_inside_a_checksummed_zstd_chunk():
-    """storage.erasure.holds decompresses a chunk whose zstd frame is followed by its checksum
+    """fairpipe.storage.erasure.holds decompresses a chunk whose zstd frame is followed by its checksum
     (the proof that erased rows are in no stored byte must look inside compressed chunks)."""
     from numcodecs import Zstd
 
-    from storage.chunks import crc32c_of
-    from storage.erasure import holds
+    from fairpipe.storage.chunks import crc32c_of
+    from fairpipe.storage.erasure import holds
 
     row = np.arange(7, dtype=np.float32).tobytes()
     frame = Zstd(level=0).encode(row * 50 + np.arange(300, dtype=np.float32).tobytes())
@@ -396,8 +396,8 @@ def test_a_segment_naming_a_row_the_store_lacks_is_damage_not_an_index(store, tm
     """A segment whose values changed yet pass their checksum (written so, here; a store
     without checksums) is checked before a query indexes rows with its members: exit 4 naming
     the segment, never rows read past the store's end or a crash."""
-    from storage.damage import DamagedPartError
-    from storage.reader import open_reader
+    from fairpipe.storage.damage import DamagedPartError
+    from fairpipe.storage.reader import open_reader
 
     path = tmp_path / "s"
     shutil.copytree(store, path)

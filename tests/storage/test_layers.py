@@ -1,4 +1,4 @@
-"""Where appended rows go in the index (:func:`storage.layers.plan_layers`): delta layers that
+"""Where appended rows go in the index (:func:`fairpipe.storage.layers.plan_layers`): delta layers that
 merge as a binary counter, at most MAX_DELTAS of them, and a rebuild past 1/DELTA_SHARE."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from storage.layers import MAIN, MAX_DELTAS, plan_layers
+from fairpipe.storage.layers import MAIN, MAX_DELTAS, plan_layers
 
 
 def attrs_of(deltas) -> dict:
@@ -83,10 +83,10 @@ def test_the_main_layer_is_rebuilt_past_the_share_or_before_a_large_merge(monkey
     (more than 3/4 of the allowance), so it rebuilds the main layer from every layer instead.
     Appends of decreasing size keep separate layers until their total passes 1/4: that one
     rebuilds."""
-    import storage.layers
+    import fairpipe.storage.layers
 
-    monkeypatch.setattr(storage.layers, "DELTA_SHARE", 4)
-    monkeypatch.setattr(storage.layers, "MAX_DELTAS", 4)
+    monkeypatch.setattr(fairpipe.storage.layers, "DELTA_SHARE", 4)
+    monkeypatch.setattr(fairpipe.storage.layers, "MAX_DELTAS", 4)
     n0, m = 8000, 80
     got = appended(n0, [m] * 40)
     kinds = [plan.target == MAIN for plan, _ in got]
@@ -115,7 +115,7 @@ def test_more_layers_than_allowed_are_merged():
 
 
 def test_even_blocks_cover_the_range_in_near_equal_contiguous_blocks():
-    from storage.segments import even_blocks
+    from fairpipe.storage.segments import even_blocks
 
     for n in (0, 1, 2, 4, 7, 100):
         for parts in (1, 2, 3, 8):

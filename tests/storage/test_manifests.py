@@ -1,4 +1,4 @@
-"""Every commit records what it wrote (storage.manifests), and what is damaged is named: a chunk
+"""Every commit records what it wrote (fairpipe.storage.manifests), and what is damaged is named: a chunk
 reference a manifest no longer lists, a manifest or snapshot Icechunk cannot read, a snapshot
 that is not what its commit recorded. Never a different answer, never a bug report.
 
@@ -20,28 +20,28 @@ import icechunk
 import numpy as np
 import pytest
 
-import storage.manifests as manifests
-from storage.arrays import create_array, read_array
-from storage.chunks import on_zarr_loop
-from storage.damage import (
+import fairpipe.storage.manifests as manifests
+from fairpipe.storage.arrays import create_array, read_array
+from fairpipe.storage.chunks import on_zarr_loop
+from fairpipe.storage.damage import (
     DamagedMetadataError,
     DamagedStoreError,
     damaged_store_error,
     icechunk_damage,
 )
-from storage.integrity import verify_store
-from storage.manifests import (
+from fairpipe.storage.integrity import verify_store
+from fairpipe.storage.manifests import (
     FIRST_SNAPSHOT,
     RECORD_KEY,
     array_problem,
     lineage_problem,
 )
-from storage.snapshot_checks import check_snapshot, history_problem
-from storage.store import FairpipeStore
+from fairpipe.storage.snapshot_checks import check_snapshot, history_problem
+from fairpipe.storage.store import FairpipeStore
 
 FORMAT1 = Path(__file__).resolve().parents[1] / "data" / "format1"
 MANIFEST_REPORT = (
-    "Icechunk's report of a {what} no longer reads as damage (storage.damage.icechunk_damage "
+    "Icechunk's report of a {what} no longer reads as damage (fairpipe.storage.damage.icechunk_damage "
     "needs its new wording): {text}"
 )
 
@@ -301,11 +301,11 @@ def test_a_snapshot_that_names_itself_otherwise_or_lost_its_record_is_damaged():
 
 
 def test_icechunk_behaviours_the_record_relies_on(tmp_path):
-    """If one of these fails after an upgrade of Icechunk, storage.manifests must change with it:
+    """If one of these fails after an upgrade of Icechunk, fairpipe.storage.manifests must change with it:
     a snapshot's manifests hold exactly the chunk references its arrays list (written again when
     an array changes, shrinks or is made again); a node's metadata reads back as the bytes
     written; the repository's first snapshot is the one FIRST_SNAPSHOT describes; a session
-    that has not committed lists the chunks it wrote twice (storage.manifests lists each once)."""
+    that has not committed lists the chunks it wrote twice (fairpipe.storage.manifests lists each once)."""
     import zarr
     from zarr.buffer import default_buffer_prototype
 
@@ -338,12 +338,14 @@ def test_icechunk_behaviours_the_record_relies_on(tmp_path):
         refs = sum(m.num_chunk_refs for m in info.manifests)
         assert listed == refs, (
             f"Icechunk {icechunk.__version__}: snapshot '{info.message}' lists {listed} chunks "
-            f"but its manifests hold {refs} references (storage.manifests.record_problem)"
+            f"but its manifests hold {refs} references (fairpipe.storage.manifests.record_problem)"
         )
     read = repo.readonly_session(snapshot_id=steps[0])
     assert (
         on_zarr_loop(read.store.get("a/zarr.json", default_buffer_prototype())).to_bytes() == meta
-    ), "an array's zarr.json no longer reads back as written (storage.manifests digests it)"
+    ), (
+        "an array's zarr.json no longer reads back as written (fairpipe.storage.manifests digests it)"
+    )
     first = list(repo.ancestry(snapshot_id=steps[0]))[-1]
     assert (first.id, first.message, first.metadata) == FIRST_SNAPSHOT, (
         f"the repository's first snapshot is now {(first.id, first.message, first.metadata)}"

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flows.forget import run_forget
-from flows.ingest import run_ingest
-from flows.options import IngestOptions
-from storage.erasure import holds
-from storage.receipts import read_receipts
-from storage.store import FairpipeStore
+from fairpipe.flows.forget import run_forget
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import IngestOptions
+from fairpipe.storage.erasure import holds
+from fairpipe.storage.receipts import read_receipts
+from fairpipe.storage.store import FairpipeStore
 
 THREADS = dict(n_workers=1, processes=False)
 BUCKET = "fairpipe-test"
@@ -98,7 +98,7 @@ def test_the_queue_lives_in_the_bucket_and_many_producers_lose_nothing(
 ):
     import threading
 
-    from storage.queue import file_request, pending
+    from fairpipe.storage.queue import file_request, pending
 
     X = np.random.default_rng(9).normal(size=(400, 4)).astype(np.float32)
     np.save(tmp_path / "x.npy", X)
@@ -136,7 +136,7 @@ def test_the_queue_lives_in_the_bucket_and_many_producers_lose_nothing(
     assert pending(url) == [] and list(bucket_objects(s3_server, "queued/queue/")) == [
         "queued/queue/../../victim.json"
     ]
-    from flows.status import store_status
+    from fairpipe.flows.status import store_status
 
     assert store_status(url)["set_aside"]["unlistable"] == ["queued/queue/../../victim.json"]
     receipts = read_receipts(FairpipeStore.open(url).readonly_session())

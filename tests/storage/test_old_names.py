@@ -1,22 +1,22 @@
 """A store written with the older attribute names (``lsh`` -> ``k``, ``width``; ``tree`` ->
 ``width``, ``iterations``; ``summary`` -> ``width``) is read as if it held the library's names,
-and its next commit rewrites them (storage.names)."""
+and its next commit rewrites them (fairpipe.storage.names)."""
 
 import numpy as np
 import pytest
 
+from fairpipe.flows.fit import run_fit
+from fairpipe.flows.forget import run_forget
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import FitOptions, IngestOptions, SummarizeOptions
+from fairpipe.flows.summarize import run_summarize
 from fairpipe.old_names import OLD_ATTRIBUTES
-from flows.fit import run_fit
-from flows.forget import run_forget
-from flows.ingest import run_ingest
-from flows.options import FitOptions, IngestOptions, SummarizeOptions
-from flows.summarize import run_summarize
-from storage.arrays import open_group
-from storage.models import model_params
-from storage.names import renamed
-from storage.reader import open_reader
-from storage.store import FairpipeStore
-from storage.summary import summary_tree
+from fairpipe.storage.arrays import open_group
+from fairpipe.storage.models import model_params
+from fairpipe.storage.names import renamed
+from fairpipe.storage.reader import open_reader
+from fairpipe.storage.store import FairpipeStore
+from fairpipe.storage.summary import summary_tree
 
 THREADS = dict(n_workers=1, processes=False)
 OLD = {place: {new: old for old, new in names.items()} for place, names in OLD_ATTRIBUTES.items()}

@@ -1,4 +1,4 @@
-"""storage.paths: the one place a local store path is resolved and checked. Each refusal names
+"""fairpipe.storage.paths: the one place a local store path is resolved and checked. Each refusal names
 the path and writes nothing; what is accepted is the folder os.path.realpath gives (the
 reference)."""
 
@@ -7,7 +7,7 @@ import os
 import pytest
 
 from fairpipe.errors import FairpipeInputError
-from storage.paths import check_own_objects, own_folder, store_folder
+from fairpipe.storage.paths import check_own_objects, own_folder, store_folder
 
 
 def tree(root):

@@ -1,4 +1,4 @@
-"""storage.open_reader: lazy queries over a committed store, against the in-memory FairNN."""
+"""fairpipe.storage.open_reader: lazy queries over a committed store, against the in-memory FairNN."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from scipy.stats import chi2
 from sklearn.datasets import make_blobs
 
 from fairpipe import FairNN, FairpipeInputError
+from fairpipe.flows.forget import run_forget
+from fairpipe.flows.ingest import run_ingest
+from fairpipe.flows.options import IngestOptions
 from fairpipe.neighbors import MODES, chi_square_uniform
-from flows.forget import run_forget
-from flows.ingest import run_ingest
-from flows.options import IngestOptions
-from storage import NotAStoreError, open_reader
+from fairpipe.storage import NotAStoreError, open_reader
 
 LSH = dict(n_hashes=3, n_tables=6, bucket_width=2.5, seed=3)
 THREADS = dict(n_workers=1, processes=False)
@@ -97,18 +97,18 @@ def test_many_samples_enumerate_what_fairnn_enumerates_and_short_queries_say_why
 def test_a_long_lived_reader_reads_each_chunk_once(store, monkeypatch):
     """Later queries are served from what earlier ones read (segments and rows): asking the
     same queries again reads nothing."""
-    import storage.candidates
-    import storage.reader
+    import fairpipe.storage.candidates
+    import fairpipe.storage.reader
 
     path, nn, _ = store
     reader = open_reader(str(path))
     kw = dict(radius=1.5, n_samples=10, seed=1, with_neighbourhood=True)
     first = reader.sample(query_rows=[0, 2700, 1500], **kw)
     fetched: list = []
-    fetch = storage.candidates._fetch_chunks
-    monkeypatch.setattr(storage.candidates, "_fetch_chunks",
+    fetch = fairpipe.storage.candidates._fetch_chunks
+    monkeypatch.setattr(fairpipe.storage.candidates, "_fetch_chunks",
                         lambda *a: (fetched.append(a[2]), fetch(*a)))  # fmt: skip
-    monkeypatch.setattr(storage.reader, "read_checked_segments",
+    monkeypatch.setattr(fairpipe.storage.reader, "read_checked_segments",
                         lambda *a: pytest.fail(f"read {a[1]}"))  # fmt: skip
     again = reader.sample(query_rows=[0, 2700, 1500], **kw)
     assert np.array_equal(first.ids, again.ids) and fetched == []
@@ -117,8 +117,8 @@ def test_a_long_lived_reader_reads_each_chunk_once(store, monkeypatch):
 
 def test_predict_reads_the_model_root(store, prefect_server):
     from fairpipe import DCKMeans
-    from flows.fit import run_fit
-    from flows.options import FitOptions
+    from fairpipe.flows.fit import run_fit
+    from fairpipe.flows.options import FitOptions
 
     path, nn, X = store
     run_fit(str(path), FitOptions(n_clusters=3, fanout=2, height=1, seed=1), **THREADS)
@@ -195,15 +195,15 @@ def test_candidates_the_sketch_leaves_open_are_decided_by_its_residual(prefect_s
     assert tie["points_read"] > 0, tie  # the tie was decided on its point
 
 
-# -- the light read path (storage.light): no zarr, no icechunk package ---------------------------
+# -- the light read path (fairpipe.storage.light): no zarr, no icechunk package ---------------------------
 def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
     """Every array a query reads, whole and by the selections the reader makes, gives the same
     values through the light view as through zarr on an Icechunk session; and a reader on
     each path draws the same samples with the same statistics."""
-    import storage.reader
-    from storage.arrays import read_array, read_many, read_rows_at
-    from storage.light import QUERY_ARRAYS, LightSession, delta_arrays, open_light
-    from storage.store import FairpipeStore
+    import fairpipe.storage.reader
+    from fairpipe.storage.arrays import read_array, read_many, read_rows_at
+    from fairpipe.storage.light import QUERY_ARRAYS, LightSession, delta_arrays, open_light
+    from fairpipe.storage.store import FairpipeStore
 
     path, _, _ = store
     opened = open_light(path)
@@ -242,7 +242,7 @@ def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
     assert np.array_equal(relative.sample(query_rows=[0, 2700, 1234], **kw).ids, got.ids)
     relative.preload()
     assert np.array_equal(relative.sample(query_rows=[0, 2700, 1234], **kw).ids, got.ids)
-    monkeypatch.setattr(storage.reader, "open_light", lambda *a: None)
+    monkeypatch.setattr(fairpipe.storage.reader, "open_light", lambda *a: None)
     ordinary = open_reader(str(path))
     assert not isinstance(ordinary.session, LightSession)
     want = ordinary.sample(query_rows=[0, 2700, 1234], **kw)
@@ -252,7 +252,7 @@ def test_the_light_path_reads_what_the_icechunk_path_reads(store, monkeypatch):
 
 
 def _members(session, name: str) -> set[str]:
-    from storage.arrays import open_group
+    from fairpipe.storage.arrays import open_group
 
     group = open_group(session)
     parent = name.rsplit("/", 1)[0] if "/" in name else ""
@@ -296,9 +296,9 @@ def test_what_the_light_path_cannot_read_is_read_the_ordinary_way(store, tmp_pat
 
     from zarr.codecs import GzipCodec
 
-    from storage.arrays import read_array
-    from storage.light import LightSession, open_light, plain_chunks
-    from storage.store import FairpipeStore
+    from fairpipe.storage.arrays import read_array
+    from fairpipe.storage.light import LightSession, open_light, plain_chunks
+    from fairpipe.storage.store import FairpipeStore
 
     meta = {"zarr_format": 3, "shape": [4], "data_type": "int32", "fill_value": 0,
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},

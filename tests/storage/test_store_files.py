@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage.arrays import open_group, read_array
-from storage.lock import StoreBusyError
-from storage.store import FairpipeStore
+from fairpipe.storage.arrays import open_group, read_array
+from fairpipe.storage.lock import StoreBusyError
+from fairpipe.storage.store import FairpipeStore
 
 
 def files_under(folder: Path) -> dict[str, int]:
@@ -181,14 +181,14 @@ def test_a_first_ingest_that_fails_after_making_the_store_leaves_nothing(
 ):
     """The folders of the path it made, its repository, its staging: all removed; the error
     reaches the caller."""
-    import flows.ingest
-    from flows.ingest import run_ingest
-    from flows.options import IngestOptions
+    import fairpipe.flows.ingest
+    from fairpipe.flows.ingest import run_ingest
+    from fairpipe.flows.options import IngestOptions
 
     def fail(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(flows.ingest, "index_new_rows", fail)
+    monkeypatch.setattr(fairpipe.flows.ingest, "index_new_rows", fail)
     np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32))
     with pytest.raises(OSError, match="No space left"):
         run_ingest(str(tmp_path / "x.npy"), str(tmp_path / "a" / "b" / "c"),
