@@ -35,6 +35,7 @@ from fairpipe.flows.forget import drain
 from fairpipe.flows.options import BackfillOptions, ForgetOptions
 from fairpipe.flows.private import flow
 from fairpipe.flows.task_runner import default_task_runner, run_flow
+from fairpipe.storage import rows as stored_rows
 from fairpipe.storage.erasure import erase_due
 from fairpipe.storage.lineage import operation
 from fairpipe.storage.models import read_model
@@ -123,7 +124,9 @@ def backfill_flow(store_url: str, ids_file: str, options: BackfillOptions | None
     store.require_data()
     given = read_ids(path=ids_file)
     unique = np.unique(given)
-    all_ids, trees = store.read("ids"), leaf_trees(store)
+    with store.named():
+        all_ids = stored_rows.read_ids(store.readonly_session())
+    trees = leaf_trees(store)
     # Should the store change between two runs (rows appended, a refit), the parts change and
     # so does the key: the rerun files its parts anew, and ids an earlier run already forgot are
     # reported as already forgotten, never forgotten twice.

@@ -124,7 +124,7 @@ def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
     """The store of a summary: the bounds against its groups (their names, and the live rows
     each holds), the summary's parameters (``summary``: FairSummary's, besides k and the
     bounds), and k against its live points; in the order the flow checks them."""
-    from fairpipe.storage.arrays import read_array
+    from fairpipe.storage.rows import live_group_counts
     from fairpipe.summary import FairSummary, check_bounds, resolve_bounds
 
     store, attrs = existing_store(url, remember=True)
@@ -136,9 +136,8 @@ def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
     if k > n_alive:
         what = f"elements of the store {store.url}"
         raise FairpipeInputError(K_TOO_LARGE.format(name="k", k=k, n=n_alive, what=what))
-    session = store.readonly_session()
-    alive, groups = read_array(session, "alive"), read_array(session, "groups")
-    check_bounds(k, lo, up, np.bincount(groups[alive], minlength=len(names)), names)
+    live = live_group_counts(store.readonly_session(), len(names))
+    check_bounds(k, lo, up, np.asarray(live), names)
 
 
 def check_ingest(url: str, options: IngestOptions):

@@ -24,7 +24,7 @@ def cluster_running() -> bool:
 @contextlib.contextmanager
 def dask_client():
     """The Dask client of the flow run in this process (its Prefect tasks run here, on threads:
-    docs/architecture.md), which starts an embedded cluster on first use. Outside a flow run
+    docs/design/flows.md), which starts an embedded cluster on first use. Outside a flow run
     (a task's function called by itself): the default client if there is one, else one of its
     own on an embedded cluster, for the call."""
     runner = _flow_task_runner()

@@ -22,6 +22,7 @@ from fairpipe.neighbors import evaluate_tv, hash_order, pick_queries, plot_tv
 from fairpipe.storage.erasure import files_holding, row_needles
 from fairpipe.storage.queue import file_request, pending
 from fairpipe.storage.receipts import read_receipts
+from fairpipe.storage.rows import read_points_at
 from fairpipe.storage.store import FairpipeStore
 
 
@@ -162,10 +163,10 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     in_snapshots = 0
     for snap in st.history():
         try:
-            pts = st.read("points", session=st.readonly_session(snap["id"]))
+            pts = read_points_at(st.readonly_session(snap["id"]), gone_rows)
         except Exception:  # the repository's empty first snapshot
             continue
-        in_snapshots += int(pts[gone_rows].any(axis=1).sum())
+        in_snapshots += int(pts.any(axis=1).sum())
     leaks = files_holding(folder, needles)
     n_files = sum(1 for p in folder.rglob("*") if p.is_file())
     log(f"      proof: the {gone_rows.size} rows hold data in {in_snapshots} rows of the "

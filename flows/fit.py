@@ -31,7 +31,7 @@ from fairpipe.flows.task_runner import default_task_runner, run_flow
 from fairpipe.storage.leaf_rows import gather_parts
 from fairpipe.storage.lineage import record
 from fairpipe.storage.models import write_model
-from fairpipe.storage.rows import n_features, read_all_live, read_live_rows
+from fairpipe.storage.rows import RowBlocks, n_features, read_all_live, read_live_rows
 from fairpipe.storage.store import FairpipeStore
 
 # Q-k-means' Lloyd steps run over every live point in one process (n x d float64): it is refused
@@ -66,13 +66,13 @@ def solve_leaf_group(leaves, k, max_iter, seed, d, *given):
     return leaves, *solve_leaves(X[mine], ids[mine], leaf[mine], leaves, k, max_iter, seed)
 
 
-def solve_leaves_on_dask(session, n_rows, chunk_rows, params: dict, leaves, rows=None):
+def solve_leaves_on_dask(session, blocks: RowBlocks, params: dict, leaves, rows=None):
     """Solve ``leaves`` (sorted) with a shuffle by leaf group; returns (leaves, centroids,
     masses) in ``leaves`` order (leaves left without a live row are missing)."""
     n_leaves = int(params["fanout"]) ** int(params["height"])
     seed, k, T = int(params["seed"]), int(params["n_clusters"]), int(params["max_iter"])
     results = shuffle_by_leaf(
-        session, n_rows, chunk_rows, seed, n_leaves, leaves, solve_leaf_group, (k, T, seed), rows
+        session, blocks, seed, n_leaves, leaves, solve_leaf_group, (k, T, seed), rows
     )
     if not results:
         d = n_features(session)
@@ -97,20 +97,13 @@ def chunk_cost(session, a: int, b: int, centroids: np.ndarray, live: np.ndarray)
 
 # -- Prefect tasks --------------------------------------------------------------------------------
 @task(name="solve-leaves", cache_policy=NO_CACHE)
-def solve_leaves_task(session, n_rows, chunk_rows, params: dict, leaves, rows=None) -> tuple:
-    return solve_leaves_on_dask(session, n_rows, chunk_rows, params, leaves, rows)
+def solve_leaves_task(session, blocks: RowBlocks, params: dict, leaves, rows=None) -> tuple:
+    return solve_leaves_on_dask(session, blocks, params, leaves, rows)
 
 
 def grow_tree(params: dict, d: int, solved, centroids, masses) -> DCKMeans:
     """(A Dask job.) The DC-k-means tree over its solved leaves (the others empty)."""
     return DCKMeans.from_leaves(d, solved, centroids, masses, **params)
-
-
-def refresh_tree(model: DCKMeans, leaves, solved, centroids, masses) -> tuple:
-    """(A Dask job.) ``model`` brought up to date after ``leaves`` changed, and the nodes it
-    recomputed per level: it runs on a worker, so it returns what it changed."""
-    changed = model.refresh_leaves(leaves, solved, centroids, masses)
-    return model, changed
 
 
 def fit_q(session, params: dict) -> QKMeans:
@@ -124,17 +117,11 @@ def grow_tree_task(params: dict, d: int, solved, centroids, masses) -> DCKMeans:
     return on_cluster(grow_tree, params, d, solved, centroids, masses)
 
 
-@task(name="refresh-tree", cache_policy=NO_CACHE)
-def refresh_tree_task(model: DCKMeans, leaves, solved, centroids, masses) -> tuple:
-    return on_cluster(refresh_tree, model, leaves, solved, centroids, masses)
-
-
 @task(name="clustering-cost", cache_policy=NO_CACHE)
-def clustering_cost_task(session, n_rows: int, chunk_rows: int, centroids, masses) -> float:
-    """The k-means objective of the root centroids over every live row: one job per row chunk,
-    each reading its rows once."""
-    starts = list(range(0, n_rows, chunk_rows))
-    ends = [min(a + chunk_rows, n_rows) for a in starts]
+def clustering_cost_task(session, blocks: RowBlocks, centroids, masses) -> float:
+    """The k-means objective of the root centroids over every live row: one job per block of
+    rows, each reading its rows once."""
+    starts, ends = [a for a, _ in blocks.ranges()], [b for _, b in blocks.ranges()]
     c, live = np.asarray(centroids), np.asarray(masses) > 0
     parts = dask_map(chunk_cost, [session] * len(starts), starts, ends, [c] * len(starts),
                      [live] * len(starts))  # fmt: skip
@@ -190,17 +177,13 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
         # have committed since the first check).
         attrs = store.attrs(txn.session)
         _, model = check_request(store_url, o, attrs)
-        n_rows, chunk_rows, n_alive = (
-            int(attrs["n"]),
-            int(attrs["chunk_rows"]),
-            int(attrs["n_alive"]),
-        )
+        blocks, n_alive = RowBlocks.of(attrs), int(attrs["n_alive"])
         if model == "dc":
             params = o.dc_params()
             t0 = time.perf_counter()
             all_leaves = np.arange(int(o.fanout) ** int(o.height))
             fork = txn.fork()
-            got, c0, m0 = solve_leaves_task(fork, n_rows, chunk_rows, params, all_leaves)
+            got, c0, m0 = solve_leaves_task(fork, blocks, params, all_leaves)
             txn.merge([fork])  # read only; merged so the transaction may commit
             timings["leaves"] = time.perf_counter() - t0
             t0 = time.perf_counter()
@@ -213,7 +196,7 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             # The tree's objective is its root's: a second read of the rows, chunk by chunk.
             t0 = time.perf_counter()
             fork = txn.fork()
-            inertia = clustering_cost_task(fork, n_rows, chunk_rows, root_c, root_m)
+            inertia = clustering_cost_task(fork, blocks, root_c, root_m)
             txn.merge([fork])  # read only
             timings["objective"] = time.perf_counter() - t0
         else:

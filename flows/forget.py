@@ -41,7 +41,6 @@ from fairpipe.flows.options import UNAPPLIED, ForgetOptions
 from fairpipe.flows.private import flow, task
 from fairpipe.flows.task_runner import default_task_runner, run_flow, start_cluster_early
 from fairpipe.flows.update import forget_q_task, update_dc, update_summary_tree
-from fairpipe.storage.arrays import read_array
 from fairpipe.storage.erasure import erase_due
 from fairpipe.storage.formats import upgrade_format1
 from fairpipe.storage.layers import layer_bits, load_lsh
@@ -62,7 +61,7 @@ from fairpipe.storage.queue import (
 )
 from fairpipe.storage.queue import read_request as read_queued
 from fairpipe.storage.receipts import REQUESTS_KEY, mark_forgotten, read_receipts, write_receipts
-from fairpipe.storage.rows import erase_rows
+from fairpipe.storage.rows import RowBlocks, erase_rows, read_alive
 from fairpipe.storage.segments import (
     buckets_per_table,
     keys_of_rows,
@@ -328,7 +327,7 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
         ids = np.concatenate([r.ids for r in batch])
         attrs = store.attrs(txn.session)
         all_ids = store.ids_at(txn.base_snapshot)  # nothing written yet in this transaction
-        alive = read_array(txn.session, "alive")
+        alive = read_alive(txn.session)
         lookup = IdLookup(all_ids)
         ids, known, rows, live = deletion_request(ids, lookup, alive)
         receipts += [
@@ -349,7 +348,7 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
         kind = attrs.get("model")
         q_session = store.readonly_session(txn.base_snapshot) if kind == "q" else None
         if rows.size:
-            n_rows, chunk_rows = int(attrs["n"]), int(attrs["chunk_rows"])
+            row_blocks = RowBlocks.of(attrs)
             attrs = upgrade_format1(txn.session, txn.root, attrs)
             t0 = time.perf_counter()
             distributed = rows.size >= DISTRIBUTED_INDEX_ROWS
@@ -362,7 +361,7 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             mark_forgotten(
                 txn.session,
                 txn.root,
-                n_rows,
+                row_blocks.n,
                 rows,
                 _receipt_of_rows(batch, lookup, rows, len(receipts) - len(batch)),
             )
@@ -383,8 +382,7 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             t0 = time.perf_counter()
             if kind == "dc":
                 result.update(
-                    update_dc(txn, all_ids, alive_after, rows, n_rows, chunk_rows,
-                              update.LOCAL_LEAF_ROWS)
+                    update_dc(txn, all_ids, alive_after, rows, row_blocks, update.LOCAL_LEAF_ROWS)
                 )  # fmt: skip
             elif kind == "q":
                 model, report = forget_q_task.submit(q_session, all_ids[rows]).result()
@@ -393,7 +391,7 @@ def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -
             timings["model"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             summary = update_summary_tree(
-                txn, all_ids, alive_after, rows, n_rows, chunk_rows, update.LOCAL_LEAF_ROWS
+                txn, all_ids, alive_after, rows, row_blocks, update.LOCAL_LEAF_ROWS
             )
             if summary:
                 result.update(summary)

@@ -2,7 +2,7 @@
 
 Prefect tasks are coarse; the fine-grained work (one job per row chunk, one per block of tables)
 is mapped on the Dask cluster from inside them, and they are called in the flow's process (a trip
-to a worker delayed the first job by about 1.5 s: docs/architecture.md). The chunk jobs read
+to a worker delayed the first job by about 1.5 s: docs/design/flows.md). The chunk jobs read
 their rows (or are sent them: :func:`write_rows_task`), hash them and stage the keys in the
 store's own storage, outside its repository (:mod:`fairpipe.storage.staging`); the table jobs build their
 tables' segments from them. A small append patches only the segments its rows fall in; a larger
@@ -53,12 +53,11 @@ from fairpipe.storage.layers import MAIN, layer_arrays, layer_bits, load_lsh, pl
 from fairpipe.storage.lineage import options_record, record
 from fairpipe.storage.lock import StoreBusyError
 from fairpipe.storage.rows import (
-    choose_chunk_rows,
+    RowBlocks,
     counts_of,
     create_layout,
     grow,
     live_group_counts,
-    row_chunks,
     scale_method,
     scaler_of,
     sketch_arrays,
@@ -312,11 +311,11 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         if appending:
             check_append(plan, options, attrs, txn.session, store.url)
             plan = replace(plan, scaler=scaler_of(attrs))  # the store's, never refitted
-            chunk_rows = int(attrs["chunk_rows"])
+            blocks = RowBlocks.of(attrs)
             lsh = load_lsh(txn.session, attrs)
             seed = int(attrs["seed"])
         else:
-            chunk_rows = options.chunk_rows or choose_chunk_rows(plan.d)
+            blocks = RowBlocks.new(plan.d, options.chunk_rows)
             seed = options.get("seed")
         if not (appending and append_here(plan.n, plan.d)) or (
             appending and index_by_jobs(attrs, base, base + plan.n, plan.n)
@@ -337,7 +336,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             plan, scaling = chosen["plan"], chosen["scaling"]
             lsh = E2LSH(n_hashes=chosen["n_hashes"], n_tables=chosen["n_tables"],
                         bucket_width=chosen["bucket_width"], seed=seed).fit(plan.d)  # fmt: skip
-            create_layout(txn.root, plan.d, lsh, chunk_rows)
+            create_layout(txn.root, plan.d, lsh, blocks)
         else:
             tuning = {name: attrs["lsh"][name] for name in TUNING if name in attrs["lsh"]}
         if appending:
@@ -346,7 +345,8 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         L = lsh.n_tables
         grow(txn.root, n_total)
 
-        chunks = row_chunks(base, n_total, chunk_rows)
+        blocks = blocks.grown(n_total)
+        chunks = blocks.since(base)
         staging = Staging(store.spec, base, n_total, store.url)
         try:
             t0 = time.perf_counter()
@@ -383,7 +383,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         updated: dict = {}
         if appending:  # the model and summary take the new rows in (their leaves and ancestors)
             t0 = time.perf_counter()
-            updated = update_after_append(txn, base, n_total, chunk_rows)
+            updated = update_after_append(txn, base, blocks)
             if updated:
                 timings["models"] = time.perf_counter() - t0
         # Live rows per group: the kept counts plus the new rows' (an append reads no old row),
@@ -399,8 +399,7 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
         if appending:  # the radius suggested for the first rows stays
             radius_hint = attrs.get("suggested_radius", lsh.bucket_width / WIDTH_PER_RADIUS)
         meta = write_dataset_attrs(
-            txn.root, attrs, n=n_total, per_group=per_group, d=plan.d, seed=seed,
-            chunk_rows=chunk_rows,
+            txn.root, attrs, blocks=blocks, per_group=per_group, d=plan.d, seed=seed,
             group_names=group_names, lsh=lsh, layout=layout, suggested_radius=radius_hint,
             source=source, tuning=tuning, scale=None if appending else scaling.attrs(),
             feature_names=None if appending else plan.feature_columns,

@@ -12,7 +12,7 @@ import numpy as np
 from fairpipe.cluster import LEAF_BATCH_POINTS
 from fairpipe.flows.dask_map import dask_client, gather
 from fairpipe.storage.leaf_rows import split_by_leaf_group
-from fairpipe.storage.rows import n_features
+from fairpipe.storage.rows import RowBlocks, n_features
 
 
 def leaf_groups(n_leaves: int, n_alive: int) -> np.ndarray:
@@ -27,18 +27,16 @@ def _pick(parts: dict, g: int):
     return parts.get(g)
 
 
-def shuffle_by_leaf(session, n_rows, chunk_rows, seed, n_leaves, leaves_wanted, solve, args,
+def shuffle_by_leaf(session, blocks: RowBlocks, seed, n_leaves, leaves_wanted, solve, args,
                     rows=None) -> list:  # fmt: skip
     """Run ``solve(leaves, *args, d, *parts)`` on Dask for every leaf group of ``leaves_wanted``
-    (sorted): one job per row chunk splits its live rows (or only ``rows``) by leaf group, one job
+    (sorted): one job per block of rows splits its live rows (or only ``rows``) by leaf group, one job
     per leaf group gathers its parts (a shuffle: each worker holds only what passes through it).
     Returns the jobs' results, in group order."""
     d = n_features(session)
-    edges = leaf_groups(n_leaves, n_rows)
+    edges = leaf_groups(n_leaves, blocks.n)
     group_of = np.searchsorted(edges, leaves_wanted, side="right") - 1
-    chunks = [(a, min(a + chunk_rows, n_rows)) for a in range(0, n_rows, chunk_rows)]
-    if rows is not None:  # only the chunks holding rows of interest
-        chunks = [(a, b) for a, b in chunks if ((rows >= a) & (rows < b)).any()]
+    chunks = blocks.ranges(rows)  # (only the blocks holding rows of interest, given rows)
     with dask_client() as client:
         split = [
             client.submit(split_by_leaf_group, session, a, b, seed, n_leaves, edges, rows,

@@ -155,7 +155,7 @@ class ForgetOptions:
 # Ids per part. A part of random ids rewrites most index segments and row chunks whatever its
 # size (at 1M rows the index alone is ~12 s a part), so a backlog goes faster in fewer, larger
 # parts: 50,000 ids made a backfill of 100,000 ids at 1M cost about one fresh build
-# (docs/benchmarks.md), while a part still commits within about half a minute there.
+# (docs/measurements/forgetting.md), while a part still commits within about half a minute there.
 BATCH_SIZE = 50_000
 
 

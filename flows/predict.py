@@ -6,9 +6,8 @@ import numpy as np
 
 from fairpipe.cluster import DCKMeans, nearest
 from fairpipe.errors import FairpipeInputError
-from fairpipe.storage.arrays import read_rows_at
 from fairpipe.storage.models import read_model, require_model
-from fairpipe.storage.rows import scale_points
+from fairpipe.storage.rows import read_alive_at, read_points_at, scale_points
 from fairpipe.storage.store import FairpipeStore
 from fairpipe.validation import check_points
 
@@ -42,7 +41,7 @@ def rows_of_ids(store: FairpipeStore, ids, n: int) -> np.ndarray:
     if not known.all():
         first = int(ids[np.argmin(known)])
         raise FairpipeInputError(UNKNOWN_ID.format(id=first, url=store.url))
-    alive = read_rows_at(session, "alive", found)
+    alive = read_alive_at(session, found)
     if not alive.all():
         raise FairpipeInputError(FORGOTTEN_ID.format(id=int(ids[np.argmin(alive)]), url=store.url))
     return found
@@ -62,11 +61,13 @@ def predict_store(store_url: str, *, query_rows=None, queries=None, query_ids=No
         for r in rows:
             if not 0 <= r < n:
                 raise FairpipeInputError(BAD_ROW.format(row=int(r), url=store.url, last=n - 1))
-        alive = store.read("alive")
-        for r in rows:
-            if not alive[r]:
-                raise FairpipeInputError(DEAD_ROW.format(row=int(r), url=store.url))
-        X = np.stack([store.read("points", slice(int(r), int(r) + 1))[0] for r in rows])
+        session = store.readonly_session()
+        alive = read_alive_at(session, rows)
+        if not alive.all():
+            raise FairpipeInputError(
+                DEAD_ROW.format(row=int(rows[np.argmin(alive)]), url=store.url)
+            )
+        X = read_points_at(session, rows)
     else:
         Q = np.asarray(queries)
         X = check_points(

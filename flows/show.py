@@ -12,9 +12,16 @@ from __future__ import annotations
 import numpy as np
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.storage.arrays import read_rows_at
 from fairpipe.storage.receipts import read_receipts, receipts_of_rows
-from fairpipe.storage.rows import StoredIds, feature_names, scale_method, unscale_points
+from fairpipe.storage.rows import (
+    StoredIds,
+    feature_names,
+    read_alive_at,
+    read_groups_at,
+    read_points_at,
+    scale_method,
+    unscale_points,
+)
 from fairpipe.storage.store import FairpipeStore
 
 UNKNOWN_IDS = "Id {id} is not in the store {url}{more}."
@@ -39,13 +46,13 @@ def show_rows(store_url: str, ids: np.ndarray) -> dict:
     order = np.argsort(found, kind="stable")  # each chunk read once, in row order
     rows = found[order]
     alive = np.empty(rows.size, bool)
-    alive[order] = read_rows_at(session, "alive", rows)
+    alive[order] = read_alive_at(session, rows)
     live_rows = found[alive]
     names = list(attrs.get("group_names") or ["all"])
-    points = read_rows_at(session, "points", live_rows) if live_rows.size else None
+    points = read_points_at(session, live_rows) if live_rows.size else None
     if points is not None:
         points = unscale_points(attrs, points)  # in the source's units, as the user gave them
-    groups = read_rows_at(session, "groups", live_rows) if live_rows.size else None
+    groups = read_groups_at(session, live_rows) if live_rows.size else None
     gone = found[~alive]
     receipts = read_receipts(session) if gone.size else []
     which = receipts_of_rows(session, gone)

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from fairpipe.storage.arrays import read_array
 from fairpipe.storage.erasure import retention_of
 from fairpipe.storage.queue import (
     abandoned,
@@ -19,6 +18,7 @@ from fairpipe.storage.queue import (
     unrecognised,
 )
 from fairpipe.storage.receipts import read_receipts
+from fairpipe.storage.rows import read_alive, read_ids
 from fairpipe.storage.store import FairpipeStore
 from fairpipe.storage.summary import has_summary, read_summary_ids
 
@@ -51,7 +51,7 @@ def store_status(url: str) -> dict:
         artifacts["model"] = {"exists": False, "current": False}
     if has_summary(session):
         ids = read_summary_ids(session)
-        alive_ids = read_array(session, "ids")[read_array(session, "alive")]
+        alive_ids = read_ids(session)[read_alive(session)]
         # Current: every summary element is a live row.
         artifacts["summary"] = {"exists": True, "current": bool(np.isin(ids, alive_ids).all())}
     else:

@@ -26,9 +26,9 @@ from fairpipe.flows.leaf_shuffle import shuffle_by_leaf
 from fairpipe.flows.options import SummarizeOptions
 from fairpipe.flows.private import flow, task
 from fairpipe.flows.task_runner import default_task_runner, run_flow
-from fairpipe.storage.arrays import read_array, read_rows_at
 from fairpipe.storage.leaf_rows import gather_parts
 from fairpipe.storage.lineage import options_record, record
+from fairpipe.storage.rows import RowBlocks, read_alive, read_groups, read_ids, read_points_at
 from fairpipe.storage.store import FairpipeStore
 from fairpipe.storage.summary import (
     summary_store_attrs,
@@ -92,7 +92,7 @@ def check_request(store_url: str, o: SummarizeOptions, session=None):
     if params.k > n_alive:
         what = f"elements of the store {store.url}"
         raise FairpipeInputError(K_TOO_LARGE.format(name="k", k=params.k, n=n_alive, what=what))
-    alive, groups = read_array(session, "alive"), read_array(session, "groups")
+    alive, groups = read_alive(session), read_groups(session)
     check_bounds(
         params.k, params.lower, params.upper,
         np.bincount(groups[alive], minlength=len(names)), names,
@@ -133,7 +133,7 @@ def reference_utilities(session, root: NodeOutput, params: SummaryParams, groups
             for c in np.flatnonzero(short > 0)
         ]).astype(np.int64)  # fmt: skip
         extra.sort()
-        pool_X = np.vstack([E, read_rows_at(session, "points", extra)])
+        pool_X = np.vstack([E, read_points_at(session, extra)])
         pool_groups = np.concatenate([pool_groups, groups[extra].astype(np.int64)])
     values = []
     for _ in range(REFERENCE_DRAWS):
@@ -156,12 +156,11 @@ def reference_utilities(session, root: NodeOutput, params: SummaryParams, groups
 
 
 @task(name="summarize-leaves", cache_policy=NO_CACHE)
-def summarize_leaves_task(session, n_rows, chunk_rows, params, n_leaves, leaves,
+def summarize_leaves_task(session, blocks: RowBlocks, params, n_leaves, leaves,
                           rows=None) -> dict:  # fmt: skip
     results = shuffle_by_leaf(
-        session, n_rows, chunk_rows, int(params.seed), n_leaves, leaves, summarize_leaf_group,
-        (params,), rows,
-    )  # fmt: skip
+        session, blocks, int(params.seed), n_leaves, leaves, summarize_leaf_group, (params,), rows
+    )
     return dict(pair for part in results for pair in part)
 
 
@@ -181,7 +180,7 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         t0 = time.perf_counter()
         fork = txn.fork()
         leaves = summarize_leaves_task(
-            fork, int(attrs["n"]), int(attrs["chunk_rows"]), params, n_leaves, np.arange(n_leaves)
+            fork, RowBlocks.of(attrs), params, n_leaves, np.arange(n_leaves)
         )
         txn.merge([fork])  # read only
         timings["leaves"] = time.perf_counter() - t0
@@ -190,14 +189,14 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         tree.refresh(np.arange(n_leaves), leaves)
         timings["parents"] = time.perf_counter() - t0
         root = tree.root
-        lookup = IdLookup(read_array(txn.session, "ids"))
+        lookup = IdLookup(read_ids(txn.session))
         figures = root_figures(root, params, names, lambda ids: groups[lookup.rows(ids)[0]])
         arrays = summary_arrays(tree.in_order(), params, np.asarray(figures["ids"]))
         summary = {k: v for k, v in figures.items() if k != "ids"}
         store_attrs = summary_store_attrs(params, o.fanout, o.height)
         write_summary(txn.root, {**store_attrs, "group_names": names, **summary}, arrays)
         t0 = time.perf_counter()
-        alive = read_array(txn.session, "alive")
+        alive = read_alive(txn.session)
         reference = reference_utilities(txn.session, root, params, groups, alive, lookup)
         timings["reference"] = time.perf_counter() - t0
         record(txn, "summarize", options_record(o), rows={"n_alive": n_alive},

@@ -13,21 +13,21 @@ from __future__ import annotations
 import numpy as np
 from prefect.cache_policies import NO_CACHE
 
-from fairpipe.cluster import DCKMeans, QKMeans
+from fairpipe.cluster import QKMeans, refresh_levels
 from fairpipe.flows.dask_map import on_cluster
-from fairpipe.flows.fit import (
-    fit_q_task,
-    refresh_tree,
-    refresh_tree_task,
-    solve_leaf_group,
-    solve_leaves_task,
-)
+from fairpipe.flows.fit import fit_q_task, solve_leaf_group, solve_leaves_task
 from fairpipe.flows.private import task
 from fairpipe.flows.summarize import summarize_leaf_group, summarize_leaves_task
-from fairpipe.storage.arrays import read_array
 from fairpipe.storage.leaf_rows import reached_leaves, read_leaf_rows
-from fairpipe.storage.models import model_params, read_model, write_model, write_tree_nodes
-from fairpipe.storage.rows import n_features, read_all_live
+from fairpipe.storage.models import StoredLevels, model_params, read_model, write_model
+from fairpipe.storage.rows import (
+    RowBlocks,
+    n_features,
+    read_alive,
+    read_all_live,
+    read_groups,
+    read_ids,
+)
 from fairpipe.storage.summary import (
     has_summary,
     stored_summary_tree,
@@ -44,31 +44,25 @@ from fairpipe.validation import IdLookup
 LOCAL_LEAF_ROWS = 200_000
 
 
-def update_dc(txn, all_ids, alive_after, rows, n_rows, chunk_rows, local_rows) -> dict:
+def update_dc(txn, all_ids, alive_after, rows, blocks: RowBlocks, local_rows) -> dict:
     """Recompute the DC-k-means leaves holding ``rows`` (from the live rows after the batch),
-    then their ancestors; writes only the changed nodes."""
-    model = read_model(txn.session, "dc")
-    assert isinstance(model, DCKMeans)
-    params = model.get_params()
-    n_leaves, seed = model.n_leaves_, int(params["seed"])
-    k, T = int(params["n_clusters"]), int(params["max_iter"])
+    then their ancestors, in the store's tree: a refresh reads the children it needs and writes
+    the nodes it recomputes, nothing else (:class:`~fairpipe.storage.models.StoredLevels`)."""
+    params = model_params(txn.session, "dc")
+    n_leaves = int(params["fanout"]) ** int(params["height"])
+    seed, k, T = int(params["seed"]), int(params["n_clusters"]), int(params["max_iter"])
     leaves, leaf_rows = reached_leaves(all_ids, alive_after, rows, seed, n_leaves)
-    local = leaf_rows.size <= local_rows
-    if local:
+    if leaf_rows.size <= local_rows:
         # Same functions as the Dask path (so the same bits), without its round trips.
-        d = int(model.n_features_in_)
-        parts = read_leaf_rows(txn.session, leaf_rows, chunk_rows, n_rows, seed, n_leaves, d)
+        d = n_features(txn.session)
+        parts = read_leaf_rows(txn.session, leaf_rows, blocks, seed, n_leaves, d)
         got, c, m = solve_leaf_group(leaves, k, T, seed, d, parts)
     else:
         fork = txn.fork()
-        got, c, m = solve_leaves_task(fork, n_rows, chunk_rows, params, leaves, leaf_rows)
+        got, c, m = solve_leaves_task(fork, blocks, params, leaves, leaf_rows)
         txn.merge([fork])  # read only
-    # Leaves left with no live row at all get no part: the tree empties them.
-    if local:
-        model, changed = refresh_tree(model, leaves, got, c, m)
-    else:
-        model, changed = refresh_tree_task.submit(model, leaves, got, c, m).result()
-    write_tree_nodes(txn.root, model.changed_nodes(changed))
+    # Leaves left with no live row at all get no part: the refresh empties them.
+    changed = refresh_levels(params, StoredLevels(txn.root), leaves, got, c, m)
     return {
         "leaves_recomputed": int(leaves.size),
         "nodes_recomputed": int(sum(n.size for n in changed)),
@@ -105,7 +99,7 @@ def refit_q(txn) -> dict:
     return {"retrained": True}
 
 
-def update_summary_tree(txn, all_ids, alive_after, rows, n_rows, chunk_rows, local_rows) -> dict:
+def update_summary_tree(txn, all_ids, alive_after, rows, blocks: RowBlocks, local_rows) -> dict:
     """Recompute the summary nodes the changed ``rows`` reach: their leaves from the live points
     after the batch (in this process when they hold at most ``local_rows`` rows, else on Dask),
     then those leaves' ancestors. Call once the batch is written (groups and alive)."""
@@ -116,17 +110,17 @@ def update_summary_tree(txn, all_ids, alive_after, rows, n_rows, chunk_rows, loc
     d = n_features(txn.session)
     leaves, leaf_rows = reached_leaves(all_ids, alive_after, rows, params.seed, n_leaves)
     if leaf_rows.size <= local_rows:  # the same functions as the Dask path, without round trips
-        parts = read_leaf_rows(txn.session, leaf_rows, chunk_rows, n_rows, params.seed, n_leaves, d)
+        parts = read_leaf_rows(txn.session, leaf_rows, blocks, params.seed, n_leaves, d)
         got = dict(summarize_leaf_group(leaves, params, d, parts))
     else:
         fork = txn.fork()
-        got = summarize_leaves_task(fork, n_rows, chunk_rows, params, n_leaves, leaves, leaf_rows)
+        got = summarize_leaves_task(fork, blocks, params, n_leaves, leaves, leaf_rows)
         txn.merge([fork])  # read only
     lookup = IdLookup(all_ids)
     tree = stored_summary_tree(txn.session, lookup, d, params, fanout, height)
     changed = tree.refresh(leaves, got)
     update_summary(txn.root, tree, changed)
-    groups = read_array(txn.session, "groups")
+    groups = read_groups(txn.session)
     names = list(a["group_names"])
     figures = root_figures(tree.root, params, names, lambda ids: groups[lookup.rows(ids)[0]])
     write_root(
@@ -140,23 +134,20 @@ def update_summary_tree(txn, all_ids, alive_after, rows, n_rows, chunk_rows, loc
     }
 
 
-def update_after_append(txn, base: int, n_total: int, chunk_rows: int) -> dict:
-    """Bring the store's model and summary up to date with the rows [base, n_total) just
+def update_after_append(txn, base: int, blocks: RowBlocks) -> dict:
+    """Bring the store's model and summary up to date with the rows [base, blocks.n) just
     appended (in the same transaction): the leaves they fall in and their ancestors."""
     kind = txn.root.attrs.get("model")
     summary = has_summary(txn.session)
     if kind is None and not summary:
         return {}
-    all_ids = read_array(txn.session, "ids")
-    alive = read_array(txn.session, "alive")
-    rows = np.arange(base, n_total, dtype=np.int64)
+    all_ids, alive = read_ids(txn.session), read_alive(txn.session)
+    rows = np.arange(base, blocks.n, dtype=np.int64)
     out: dict = {}
     if kind == "dc":
-        out.update(update_dc(txn, all_ids, alive, rows, n_total, chunk_rows, LOCAL_LEAF_ROWS))
+        out.update(update_dc(txn, all_ids, alive, rows, blocks, LOCAL_LEAF_ROWS))
     elif kind == "q":
         out.update(refit_q(txn))
     if summary:
-        out.update(
-            update_summary_tree(txn, all_ids, alive, rows, n_total, chunk_rows, LOCAL_LEAF_ROWS)
-        )
+        out.update(update_summary_tree(txn, all_ids, alive, rows, blocks, LOCAL_LEAF_ROWS))
     return out

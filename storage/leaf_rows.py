@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairpipe.storage.rows import read_live_rows
+from fairpipe.storage.rows import RowBlocks, read_live_rows
 from fairpipe.tree import leaf_of
 
 
@@ -43,13 +43,12 @@ def reached_leaves(all_ids, alive_after, rows, seed: int, n_leaves: int):
     return leaves, np.flatnonzero(alive_after & np.isin(leaf_all, leaves))
 
 
-def read_leaf_rows(session, rows: np.ndarray, chunk_rows: int, n_rows: int, seed: int,
-                   n_leaves: int, d: int):  # fmt: skip
-    """(X, ids, leaf, groups) of the stored ``rows`` read in this process, chunk by chunk: the
+def read_leaf_rows(session, rows: np.ndarray, blocks: RowBlocks, seed: int, n_leaves: int, d: int):
+    """(X, ids, leaf, groups) of the stored ``rows`` read in this process, block by block: the
     local twin of the shuffle, for a few leaves."""
+    one_group = np.zeros(1, np.int64)
     parts = [
-        split_by_leaf_group(session, int(a), min(int(a) + chunk_rows, n_rows), seed, n_leaves,
-                            np.zeros(1, np.int64), rows).get(0)
-        for a in np.unique(rows // chunk_rows) * chunk_rows
-    ]  # fmt: skip
+        split_by_leaf_group(session, a, b, seed, n_leaves, one_group, rows).get(0)
+        for a, b in blocks.ranges(rows)
+    ]
     return gather_parts(d, parts)

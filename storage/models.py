@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairpipe.cluster import Q_STATE, DCKMeans, QKMeans, tree_array_names
+from fairpipe.cluster import Q_STATE, DCKMeans, QKMeans, level_arrays, tree_array_names
 from fairpipe.errors import FairpipeInputError
 from fairpipe.storage.arrays import open_array, open_group, read_array, replace_array, zarr_checked
 from fairpipe.storage.names import renamed
@@ -64,13 +64,37 @@ def write_model(root, model: DCKMeans | QKMeans) -> None:
     root.attrs["model"] = kind
 
 
-def write_tree_nodes(root, changed: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-    """Overwrite the nodes a batch recomputed in the stored DC tree: ``changed`` maps each of
-    the tree's arrays to (nodes, their rows) (:meth:`DCKMeans.changed_nodes`)."""
-    for name, (nodes, values) in changed.items():
-        arr = open_array(root, f"{GROUP['dc']}/{name}", mode="r+")
-        with zarr_checked(arr, (nodes,)):  # a node's chunk is read, then written
-            arr[nodes] = values
+class StoredLevels:
+    """The stored DC-k-means tree as a node store (:class:`fairpipe.tree.NodeStore`): a refresh
+    (:func:`fairpipe.cluster.refresh_levels`) reads the children it needs and writes the nodes it
+    recomputes, each level's arrays named as the estimator names them
+    (:func:`fairpipe.cluster.level_arrays`); nothing else of the tree is read. ``root``: the root
+    group of a writable session (a transaction's)."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def _arrays(self, level: int):
+        return [open_array(self.root, f"{GROUP['dc']}/{name}", mode="r+")
+                for name in level_arrays(level)]  # fmt: skip
+
+    def read(self, level: int, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out = []
+        for arr in self._arrays(level):
+            sel = (np.asarray(nodes, np.int64),) + (slice(None),) * (arr.ndim - 1)
+            with zarr_checked(arr, sel):
+                out.append(np.asarray(arr.get_orthogonal_selection(sel)))
+        return out[0], out[1]
+
+    def write(self, level: int, nodes: np.ndarray, batch: tuple[np.ndarray, np.ndarray]) -> None:
+        for arr, values in zip(self._arrays(level), batch):
+            with zarr_checked(arr, (nodes,)):  # a node's chunk is read, then written
+                arr[np.asarray(nodes, np.int64)] = values
+
+    def empty(self, level: int, nodes: np.ndarray) -> None:
+        for arr in self._arrays(level):
+            with zarr_checked(arr, (nodes,)):
+                arr[np.asarray(nodes, np.int64)] = 0.0
 
 
 def require_model(attrs: dict, url: str) -> str:

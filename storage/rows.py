@@ -28,6 +28,7 @@ group -1, ``alive`` false, and it leaves every bucket (:mod:`fairpipe.storage.se
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -91,8 +92,9 @@ def write_points(session, start: int, X: np.ndarray, sketches: list[str]) -> Non
             write_rows(session, "sketch_residual", start, residual)
 
 
-def create_layout(root, d: int, lsh: E2LSH, chunk_rows: int) -> None:
+def create_layout(root, d: int, lsh: E2LSH, blocks: RowBlocks) -> None:
     """The empty arrays of a new store, and its hash functions."""
+    chunk_rows = blocks.size
     # Points in chunks of POINT_BLOCK rows (dividing chunk_rows, so a writer of chunk_rows rows
     # owns whole chunks): a query reads the few it needs. (Zarr sharding with smaller inner
     # chunks was measured 10x slower to read whole, at about 0.65 ms per inner chunk.) Stored
@@ -134,15 +136,45 @@ def grow(root, n_total: int) -> None:
         root[ID_RANGES].resize((-(-n_total // root["ids"].chunks[0]), 2))
 
 
-def row_chunks(base: int, n_total: int, chunk_rows: int) -> list[tuple[int, int]]:
-    """Row ranges of new rows [base, n_total), relative to ``base``, aligned to the store's row
-    chunks so that no two writers share a Zarr chunk."""
-    edges = list(range(base, n_total, chunk_rows))
-    if base % chunk_rows:
-        first = (base // chunk_rows + 1) * chunk_rows
-        edges = [base, *range(first, n_total, chunk_rows)]
-    edges.append(n_total)
-    return [(a - base, b - base) for a, b in zip(edges[:-1], edges[1:])]
+@dataclass(frozen=True)
+class RowBlocks:
+    """A dataset's rows [0, ``n``) in blocks of ``size`` rows (the store's ``chunk_rows``): the
+    unit one writer owns (no two writers share a Zarr chunk) and one Dask job reads. Flows hand
+    it around; only this module does its arithmetic."""
+
+    n: int
+    size: int
+
+    @classmethod
+    def of(cls, attrs: dict) -> RowBlocks:
+        """The blocks of a store's rows (its root attributes)."""
+        return cls(int(attrs["n"]), int(attrs["chunk_rows"]))
+
+    @classmethod
+    def new(cls, d: int, size: int | None = None) -> RowBlocks:
+        """An empty dataset's blocks: ``size`` rows each (``ingest --chunk-rows``) or about
+        16 MB of points (:func:`choose_chunk_rows`)."""
+        return cls(0, int(size) if size else choose_chunk_rows(d))
+
+    def grown(self, n: int) -> RowBlocks:
+        """The blocks once the rows reach ``n``."""
+        return replace(self, n=int(n))
+
+    def ranges(self, rows: np.ndarray | None = None) -> list[tuple[int, int]]:
+        """The blocks' row ranges [a, b); with ``rows``, only those holding one of them."""
+        if rows is None:
+            starts = range(0, self.n, self.size)
+        else:
+            starts = (np.unique(np.asarray(rows, np.int64) // self.size) * self.size).tolist()
+        return [(int(a), min(int(a) + self.size, self.n)) for a in starts]
+
+    def since(self, base: int) -> list[tuple[int, int]]:
+        """Row ranges of the rows [base, n) added since ``base``, relative to ``base``, cut at
+        the blocks' edges."""
+        first = -(-base // self.size) * self.size
+        edges = [base, *range(first if first > base else base + self.size, self.n, self.size)]
+        edges = [e for e in edges if e < self.n] + [self.n]
+        return [(a - base, b - base) for a, b in zip(edges[:-1], edges[1:])]
 
 
 def write_new_rows(session, start: int, ids, groups) -> None:
@@ -249,8 +281,8 @@ def erase_rows(session, root, rows: np.ndarray) -> None:
         root.attrs[LIVE_PER_GROUP] = {"rows": int(before["n"]), "counts": per_group.tolist()}
 
 
-def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: int, seed: int,
-                        chunk_rows: int, group_names: list[str], lsh: E2LSH, layout: dict,
+def write_dataset_attrs(root, before: dict, *, blocks: RowBlocks, per_group: list[int], d: int,
+                        seed: int, group_names: list[str], lsh: E2LSH, layout: dict,
                         suggested_radius: float, source: str,
                         tuning: dict | None = None, scale: dict | None = None,
                         feature_names: list[str] | None = None) -> dict:  # fmt: skip
@@ -261,12 +293,12 @@ def write_dataset_attrs(root, before: dict, *, n: int, per_group: list[int], d: 
     ``feature_names``: a new store's feature columns (a table's), None to keep the store's."""
     meta = {
         "fairpipe_format": FORMAT,
-        "n": n,
+        "n": blocks.n,
         "n_alive": sum(per_group),
-        LIVE_PER_GROUP: {"rows": n, "counts": per_group},
+        LIVE_PER_GROUP: {"rows": blocks.n, "counts": per_group},
         "d": d,
         "seed": seed,
-        "chunk_rows": chunk_rows,
+        "chunk_rows": blocks.size,
         "group_names": group_names,
         "lsh": {**lsh_attrs(lsh, layout), **(tuning or {})},
         "suggested_radius": suggested_radius,
@@ -330,6 +362,36 @@ def unscale_points(attrs: dict, X: np.ndarray) -> np.ndarray:
 # -- reading rows ---------------------------------------------------------------------------------
 def n_features(session) -> int:
     return int(read_array(session, "points", slice(0, 1)).shape[1])
+
+
+def read_ids(session) -> np.ndarray:
+    """Every row's id (int64; forgotten rows keep theirs)."""
+    return read_array(session, "ids")
+
+
+def read_alive(session) -> np.ndarray:
+    """Whether each row is live (bool)."""
+    return read_array(session, "alive")
+
+
+def read_groups(session) -> np.ndarray:
+    """Every row's group code (int32; -1 for a forgotten row)."""
+    return read_array(session, "groups")
+
+
+def read_points_at(session, rows: np.ndarray) -> np.ndarray:
+    """The stored points of ``rows`` (in any order), reading only the chunks holding them."""
+    return read_rows_at(session, "points", rows)
+
+
+def read_alive_at(session, rows: np.ndarray) -> np.ndarray:
+    """Whether each of ``rows`` is live, reading only the chunks holding them."""
+    return read_rows_at(session, "alive", rows)
+
+
+def read_groups_at(session, rows: np.ndarray) -> np.ndarray:
+    """The group codes of ``rows``, reading only the chunks holding them."""
+    return read_rows_at(session, "groups", rows)
 
 
 def read_live_rows(session, a: int, b: int, rows: np.ndarray | None = None):

@@ -337,7 +337,7 @@ def _remove_rows(session, layer: str, bits: int, rows: np.ndarray, keys: np.ndar
 
     ``exact``: the store's keys have the exact definition, so a row that is not in the bucket
     its recomputed key names is an error. A store made before it (float32 keys) may have keys
-    that depend on where a row sat in a BLAS block (docs/architecture.md, Determinism): there a
+    that depend on where a row sat in a BLAS block (docs/design/determinism.md): there a
     table where a row is not found has its removed rows' stored keys read from the table's
     segments instead (a scan of one table, rare: a cell within a float32 rounding of an
     integer), so the row leaves the bucket it is in."""

@@ -4,6 +4,7 @@ belong to other projects on the package index), and the command working from it 
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,9 +14,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_wheel_installs_only_fairpipe_and_its_command_runs_from_it(tmp_path):
+    # Built from a copy (the links fairpipe/storage and fairpipe/flows kept as links): setuptools
+    # builds in the source folder, and would leave its build/ in the checkout.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("fairpipe", "storage", "flows"):
+        shutil.copytree(REPO / name, source / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "wheel"),
-         str(REPO)],
+         str(source)],
         check=True, capture_output=True, cwd=tmp_path,
     )  # fmt: skip
     (wheel,) = (tmp_path / "wheel").glob("fairpipe-*.whl")

@@ -8,7 +8,8 @@
   :func:`solve_leaves` (the leaves' results, from their rows), then
   :meth:`DCKMeans.from_leaves` (a fit) or :meth:`DCKMeans.refresh_leaves` (a batch): the tree
   assembled by :func:`fairpipe.tree.refresh` over :class:`LevelArrays` with the
-  :class:`ParentRule` (:func:`solve_parents`).
+  :class:`ParentRule` (:func:`solve_parents`); :func:`refresh_levels` runs the same over any node
+  store (a store's levels, named by :func:`level_arrays`).
 - :func:`expected_failed_checks`: the scikit-learn estimator checks a model cannot pass, and why.
 - The batched compiled kernels: :func:`solve_batch`, :func:`nearest`, :func:`kmeans_plus_plus`,
   :func:`cluster_sums`.
@@ -28,7 +29,9 @@ from fairpipe.cluster._dc_kmeans import (
     DCKMeans,
     LevelArrays,
     ParentRule,
+    level_arrays,
     node_keys,
+    refresh_levels,
     solve_leaves,
     solve_parents,
     tree_array_names,
@@ -41,6 +44,6 @@ __all__ = [
     "MAX_N_INIT",
     "LEAF_BATCH_POINTS", "Q_STATE", "BatchResult", "DCKMeans", "QKMeans", "choose_model",
     "cluster_sums", "expected_failed_checks", "kmeans_plus_plus", "n_trials", "nearest", "node_keys", "quantise",
-    "LevelArrays", "ParentRule", "solve_batch", "solve_leaves", "solve_parents", "tree_array_names",
+    "LevelArrays", "ParentRule", "level_arrays", "refresh_levels", "solve_batch", "solve_leaves", "solve_parents", "tree_array_names",
     "tree_arrays",
 ]  # fmt: skip

@@ -42,7 +42,7 @@ import numpy as np
 from fairpipe.base import DeletionReport, rows_from_arrays
 from fairpipe.cluster._batched_kmeans import KMeansParameters, nearest, solve_batch
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
-from fairpipe.tree import check_tree, leaf_of, level_key, nodes_per_level, refresh
+from fairpipe.tree import NodeStore, check_tree, leaf_of, level_key, nodes_per_level, refresh
 from fairpipe.validation import check_estimator_points, check_points_and_ids
 
 # Points per kernel call when solving leaves (bounds memory, not results: see _batched_kmeans).
@@ -159,14 +159,35 @@ def tree_arrays(centroids: list[np.ndarray], masses: list[np.ndarray]) -> dict[s
     """A tree's levels as ``to_arrays`` names them: ``level_<j>/centroids`` and ``/masses``."""
     out = {}
     for level, (c, m) in enumerate(zip(centroids, masses)):
-        out[level_key(level, "centroids")] = np.asarray(c, dtype=np.float64)
-        out[level_key(level, "masses")] = np.asarray(m, dtype=np.float64)
+        names = level_arrays(level)
+        out[names[0]] = np.asarray(c, dtype=np.float64)
+        out[names[1]] = np.asarray(m, dtype=np.float64)
     return out
+
+
+def level_arrays(level: int) -> tuple[str, str]:
+    """The names of one level's arrays, as :func:`tree_arrays` gives them: (centroids, masses)."""
+    return level_key(level, "centroids"), level_key(level, "masses")
 
 
 def tree_array_names(height: int) -> list[str]:
     """The names :func:`tree_arrays` gives a tree of ``height``, level by level."""
-    return [level_key(j, name) for j in range(int(height) + 1) for name in ("centroids", "masses")]
+    return [name for j in range(int(height) + 1) for name in level_arrays(j)]
+
+
+def refresh_levels(
+    params: dict, levels: NodeStore, leaves, solved, centroids, masses
+) -> list[np.ndarray]:
+    """Bring the DC-k-means tree of parameters ``params`` that ``levels`` holds (a node store:
+    :class:`LevelArrays` in memory, or a store's levels) up to date after the leaves ``leaves``
+    changed: ``solved`` the leaves holding a live row (sorted), their ``centroids`` and
+    ``masses`` (:func:`solve_leaves`); the other leaves of ``leaves`` become empty, then only
+    their ancestors are recomputed (:func:`fairpipe.tree.refresh`, with :class:`ParentRule`).
+    Returns the nodes recomputed, per level."""
+    rule = ParentRule(int(params["fanout"]), int(params["n_clusters"]), int(params["max_iter"]),
+                      int(params["n_init"]), int(params["seed"]))  # fmt: skip
+    return refresh(int(params["fanout"]), int(params["height"]), leaves, solved,
+                   (centroids, masses), rule, levels)  # fmt: skip
 
 
 @dataclass(kw_only=True, repr=False, eq=False)
@@ -301,22 +322,8 @@ class DCKMeans(KMeansParameters):
         of ``leaves`` become empty. Then only their ancestors are recomputed
         (:func:`fairpipe.tree.refresh`). Returns the nodes recomputed, per level."""
         self._check_fitted()
-        rule = ParentRule(int(self.fanout), int(self.n_clusters), int(self.max_iter),
-                          int(self.n_init), int(self.seed))  # fmt: skip
         tree = LevelArrays(self.centroids_by_level_, self.masses_by_level_)
-        return refresh(int(self.fanout), int(self.height), leaves, solved, (centroids, masses),
-                       rule, tree)  # fmt: skip
-
-    def changed_nodes(self, changed: list[np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """The nodes ``changed`` (per level, as :meth:`refresh_leaves` returns them) as
-        :meth:`to_arrays` names their arrays: name -> (nodes, their rows); for a store that
-        writes only what a batch changed."""
-        out = {}
-        for level, nodes in enumerate(changed):
-            if nodes.size:
-                out[level_key(level, "centroids")] = (nodes, self.centroids_by_level_[level][nodes])
-                out[level_key(level, "masses")] = (nodes, self.masses_by_level_[level][nodes])
-        return out
+        return refresh_levels(self.get_params(), tree, leaves, solved, centroids, masses)
 
     def _live_rows(self, leaves: np.ndarray) -> np.ndarray:
         """Rows of these (sorted, distinct) leaves that are still alive, from a by-leaf index."""

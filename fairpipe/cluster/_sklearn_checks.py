@@ -1,7 +1,7 @@
 """scikit-learn's estimator checks and the k-means models: the checks each model cannot pass,
 with the reason, kept in this one place. The tests hand them to
 ``sklearn.utils.estimator_checks.check_estimator(model, expected_failed_checks=...)``, and
-docs/api.md lists them.
+docs/reference/api.md lists them.
 
 ``check_estimator`` runs its clustering checks only on subclasses of scikit-learn's
 ``ClusterMixin``. fairpipe's estimators do not inherit from scikit-learn's classes (importing

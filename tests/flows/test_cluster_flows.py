@@ -180,7 +180,7 @@ def test_crash_mid_forget_leaves_the_last_commit_and_a_rerun_finishes(
     def boom(*args, **kwargs):
         raise RuntimeError("injected crash after the rows were erased and the index rebuilt")
 
-    monkeypatch.setattr(fairpipe.flows.update, "write_tree_nodes", boom)
+    monkeypatch.setattr(fairpipe.flows.update, "refresh_levels", boom)
     with pytest.raises(Exception, match="injected crash"):
         run_forget(str(path), [ids[5]], n_workers=1, processes=False)
     st = FairpipeStore.open(str(path))

@@ -146,11 +146,11 @@ def test_the_random_reference_is_drawn_within_the_bounds_and_measured_on_other_p
     params = SummaryParams(k=6, lower=(1, 1, 2), upper=(3, 3, 2), seed=4)
     read = []
 
-    def read_rows_at(session, name, rows):
+    def read_points_at(session, rows):
         read.append(rows.tolist())
         return X[rows]
 
-    monkeypatch.setattr(summarize, "read_rows_at", read_rows_at)
+    monkeypatch.setattr(summarize, "read_points_at", read_points_at)
     got = summarize.reference_utilities(None, root, params, groups, alive, IdLookup(np.arange(300)))
     assert read == [[298, 299]] and "unconstrained" not in got  # no candidates here
     # By hand: the same generator, the same pool (evaluation rows, then the group's top-up).
