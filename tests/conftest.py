@@ -23,7 +23,7 @@ SCENARIOS = (
     "tests/cli/test_privacy.py",
     "tests/cli/test_server.py",
     "tests/cli/test_early_server.py",
-    "tests/flows/test_queue.py::test_sigkilled_drains",
+    "tests/flows/test_drains.py::test_sigkilled_drains",
     "tests/flows/test_audit_flow.py",
     "tests/test_packaging.py",
 )

@@ -1,12 +1,14 @@
-"""Every shell example of README.md and docs/commands.md runs as written.
+"""Every shell example of README.md and the command pages docs/reference/commands-*.md runs as
+written.
 
-The convention (stated at the top of docs/commands.md): a ```console block is a session, each
+The convention (stated in docs/guide/first-hour.md): a ```console block is a session, each
 line starting with ``$ `` a command (a line ending in ``\\`` continues it; ``#`` starts a
 comment) and the lines after it what it prints; a ```sh block holds commands only; a ```text
-block (a synopsis, or output alone) does not run. The blocks of one page run in order, in one
-folder that starts empty (later examples use the stores that earlier ones made), beside
-``../shared/data`` as the repository is: the data sets the examples read are there, the rest
-they make themselves or come built in (``digits``, ``gaussian``).
+block (a synopsis, or output alone) does not run. The blocks of one page (or of the command
+pages, one page after another) run in order, in one folder that starts empty (later examples
+use the stores that earlier ones made), beside ``../shared/data`` as the repository is: the
+data sets the examples read are there, the rest they make themselves or come built in
+(``digits``, ``gaussian``).
 
 A command runs as written: ``fairpipe`` commands in this process (typer's runner: the program's
 own code, without a Python start and imports per command), anything else in a shell with the
@@ -33,7 +35,20 @@ from typer.testing import CliRunner
 from tests.conftest import SHARED_DATA
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "docs/commands.md")
+# The command pages, in the order their examples run: one after another, in one folder (later
+# pages use the stores and files that earlier ones made).
+COMMAND_PAGES = (
+    "docs/reference/commands-shared.md",
+    "docs/reference/commands-data.md",
+    "docs/reference/commands-models.md",
+    "docs/reference/commands-forgetting.md",
+    "docs/reference/commands-inspect.md",
+    "docs/reference/commands-tools.md",
+    "docs/reference/commands-errors.md",
+)
+# What the test runs, each in its own folder: a page, or the command pages as one.
+PAGES = {"README.md": ("README.md",), "docs/reference": COMMAND_PAGES}
+DOCS = tuple(PAGES)
 RUN_FENCES = {"console", "sh", "bash"}
 
 # The examples that do not run here, each with its reason (the command as the page writes it).
@@ -87,6 +102,12 @@ class Example:
 
 
 def examples(doc: str) -> list[Example]:
+    """The commands of the ```console and ```sh blocks of the page, or of the pages ``doc`` names
+    in ``PAGES`` one after another, in order, with their output."""
+    return [example for page in PAGES.get(doc, (doc,)) for example in page_examples(page)]
+
+
+def page_examples(doc: str) -> list[Example]:
     """The commands of the page's ```console and ```sh blocks, in order, with their output."""
     found: list[Example] = []
     fence: str | None = None
@@ -192,37 +213,40 @@ def test_the_pages_have_runnable_examples_and_the_skipped_ones_exist():
     every command NOT_RUN names is still on a page."""
     commands = {shown(e.command) for doc in DOCS for e in examples(doc)}
     assert set(NOT_RUN) <= commands, set(NOT_RUN) - commands
-    assert len(examples("README.md")) >= 6 and len(examples("docs/commands.md")) >= 40
+    assert len(examples("README.md")) >= 6 and len(examples("docs/reference")) >= 40
 
 
 def rewrite(doc: str, folder: Path) -> int:
-    """Run the page's examples as the test does (in ``folder``, empty, beside ``shared``) and
-    write what each prints under it, in place of what the page shows. The examples NOT_RUN keep
-    their output. Returns the number of examples rewritten.
+    """Run the page's examples (or those of the pages ``doc`` names in ``PAGES``) as the test does
+    (in ``folder``, empty, beside ``shared``) and write what each prints under it, in place of
+    what the page shows. The examples NOT_RUN keep their output. Returns the number of examples
+    rewritten.
 
-    ``python -m tests.test_docs_examples docs/commands.md`` (with ``fairpipe server start``
+    ``python -m tests.test_docs_examples docs/reference`` (with ``fairpipe server start``
     running, or a Prefect server per command)."""
     cwd, env = page_folder(folder)
     os.chdir(cwd)
-    lines = (REPO / doc).read_text().splitlines()
-    replaced: list[tuple[int, int, list[str]]] = []
+    pages = {page: (REPO / page).read_text().splitlines() for page in PAGES.get(doc, (doc,))}
+    replaced: dict[str, list[tuple[int, int, list[str]]]] = {page: [] for page in pages}
     for example in examples(doc):
         if shown(example.command) in NOT_RUN:
             continue
         code, printed = run(example, cwd, env)
         if not example.output:
             continue  # an example shown without output keeps none
+        lines = pages[example.doc]
         first = example.line  # the line after the command (its continuations included)
         while lines[first - 1].rstrip().endswith("\\"):
             first += 1
         indent = " " * (len(lines[example.line - 1]) - len(lines[example.line - 1].lstrip()))
         new = [indent + line.rstrip() for line in printed.rstrip("\n").splitlines()]
-        replaced.append((first, first + len(example.output), new))
-        print(f"{doc}:{example.line}: exit {code}: {example.command}", file=sys.stderr)
-    for start, stop, new in reversed(replaced):
-        lines[start:stop] = new
-    (REPO / doc).write_text("\n".join(lines) + "\n")
-    return len(replaced)
+        replaced[example.doc].append((first, first + len(example.output), new))
+        print(f"{example.doc}:{example.line}: exit {code}: {example.command}", file=sys.stderr)
+    for page, lines in pages.items():
+        for start, stop, new in reversed(replaced[page]):
+            lines[start:stop] = new
+        (REPO / page).write_text("\n".join(lines) + "\n")
+    return sum(map(len, replaced.values()))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ moments of an ingest and of a drain; after each, a rerun ends in the state of a 
 never interrupted, and nothing of the command is left running.
 
 The malformed queue objects, corrupt chunks, bad input and identifiers outside the store have
-tests of their own beside the code they exercise (tests/flows/test_queue.py,
+tests of their own beside the code they exercise (tests/storage/test_queue.py,
 tests/storage/test_integrity.py, tests/cli/, tests/storage/test_store_files.py);
 benchmarks/bench_hostile.py runs many more random faults than fit in a test run.
 """

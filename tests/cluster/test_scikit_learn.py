@@ -188,12 +188,13 @@ def test_parameters_round_trip_and_clone_for_every_estimator(make):
 
 
 def test_docs_api_lists_exactly_the_expected_failures_with_their_reasons():
-    """docs/api.md's table of the checks the models cannot pass is the one place's content."""
+    """docs/reference/api.md's table of the checks the models cannot pass is the one place's
+    content."""
     from pathlib import Path
 
     from fairpipe.cluster._sklearn_checks import EXPECTED_FAILED_CHECKS
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "api.md").read_text()
     rows = {
         tuple(cell.replace("`", "").strip() for cell in cells)
         for line in map(str.strip, text.splitlines())
