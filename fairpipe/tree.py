@@ -60,6 +60,15 @@ def check_tree(fanout, height, owner: str, needs_root_above_leaves: bool = False
     return leaves
 
 
+def gather_parts(d: int, given) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One leaf group's parts from every chunk job, concatenated: (X, ids, leaf, groups)."""
+    parts = [p for p in given if p is not None]
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return np.zeros((0, d), np.float32), z, z, z.astype(np.int32)
+    return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))  # type: ignore[return-value]
+
+
 def nodes_per_level(fanout: int, height: int) -> list[int]:
     """Number of nodes at each level, leaves first."""
     return [fanout ** (height - level) for level in range(height + 1)]

@@ -21,14 +21,13 @@ import time
 import numpy as np
 from prefect.cache_policies import NO_CACHE
 
-from fairpipe.cluster import DCKMeans, QKMeans, choose_model, nearest, solve_leaves
+from fairpipe.cluster import DCKMeans, QKMeans, choose_model, nearest, solve_leaf_group
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
 from fairpipe.flows.dask_map import dask_map, on_cluster
 from fairpipe.flows.leaf_shuffle import shuffle_by_leaf
 from fairpipe.flows.options import FitOptions
 from fairpipe.flows.private import flow, task
 from fairpipe.flows.task_runner import default_task_runner, run_flow
-from fairpipe.storage.leaf_rows import gather_parts
 from fairpipe.storage.lineage import record
 from fairpipe.storage.models import write_model
 from fairpipe.storage.rows import RowBlocks, n_features, read_all_live, read_live_rows
@@ -59,13 +58,6 @@ def check_q_size(n_alive: int, d: int, url: str) -> None:
 
 
 # -- Dask jobs ------------------------------------------------------------------------------------
-def solve_leaf_group(leaves, k, max_iter, seed, d, *given):
-    """A leaf group's job: gather its rows from the chunk jobs' parts and solve its leaves."""
-    X, ids, leaf, _ = gather_parts(d, given)
-    mine = np.isin(leaf, leaves)
-    return leaves, *solve_leaves(X[mine], ids[mine], leaf[mine], leaves, k, max_iter, seed)
-
-
 def solve_leaves_on_dask(session, blocks: RowBlocks, params: dict, leaves, rows=None):
     """Solve ``leaves`` (sorted) with a shuffle by leaf group; returns (leaves, centroids,
     masses) in ``leaves`` order (leaves left without a live row are missing)."""

@@ -26,7 +26,6 @@ from fairpipe.flows.leaf_shuffle import shuffle_by_leaf
 from fairpipe.flows.options import SummarizeOptions
 from fairpipe.flows.private import flow, task
 from fairpipe.flows.task_runner import default_task_runner, run_flow
-from fairpipe.storage.leaf_rows import gather_parts
 from fairpipe.storage.lineage import options_record, record
 from fairpipe.storage.rows import RowBlocks, read_alive, read_groups, read_ids, read_points_at
 from fairpipe.storage.store import FairpipeStore
@@ -46,7 +45,7 @@ from fairpipe.summary import (
     random_feasible_rows,
     resolve_bounds,
     root_figures,
-    summarize_leaves,
+    summarize_leaf_group,
     summary_arrays,
 )
 from fairpipe.validation import IdLookup
@@ -68,16 +67,6 @@ def summary_params(o: SummarizeOptions, names: list[str]) -> SummaryParams:
 
 
 # -- the tree -------------------------------------------------------------------------------------
-def summarize_leaf_group(leaves, params: SummaryParams, d, *given) -> list[tuple[int, NodeOutput]]:
-    """A leaf group's job: gather its rows from the chunk jobs' parts and summarize its leaves."""
-    X, ids, leaf, groups = gather_parts(d, given)
-    mine = np.isin(leaf, leaves)
-    out = summarize_leaves(
-        X[mine], ids[mine], groups[mine].astype(np.int64), leaf[mine], leaves, params
-    )
-    return list(zip(leaves.tolist(), out))
-
-
 def check_request(store_url: str, o: SummarizeOptions, session=None):
     """Every option checked against the store (at ``session``, default its tip), before anything
     is written: (store, its attrs, group names, params, groups of every row). The flow checks

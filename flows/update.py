@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 from prefect.cache_policies import NO_CACHE
 
-from fairpipe.cluster import QKMeans, refresh_levels
+from fairpipe.cluster import QKMeans, refresh_levels, solve_leaf_group
 from fairpipe.flows.dask_map import on_cluster
-from fairpipe.flows.fit import fit_q_task, solve_leaf_group, solve_leaves_task
+from fairpipe.flows.fit import fit_q_task, solve_leaves_task
 from fairpipe.flows.private import task
-from fairpipe.flows.summarize import summarize_leaf_group, summarize_leaves_task
+from fairpipe.flows.summarize import summarize_leaves_task
 from fairpipe.storage.leaf_rows import reached_leaves, read_leaf_rows
 from fairpipe.storage.models import StoredLevels, model_params, read_model, write_model
 from fairpipe.storage.rows import (
@@ -35,7 +35,7 @@ from fairpipe.storage.summary import (
     update_summary,
     write_root,
 )
-from fairpipe.summary import root_figures
+from fairpipe.summary import root_figures, summarize_leaf_group
 from fairpipe.validation import IdLookup
 
 # Up to this many rows in the leaves a batch reaches, the leaves and their ancestors are solved

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairpipe.storage.rows import RowBlocks, read_live_rows
-from fairpipe.tree import leaf_of
+from fairpipe.tree import gather_parts, leaf_of
 
 
 def split_by_leaf_group(session, a: int, b: int, seed: int, n_leaves: int, edges: np.ndarray,
@@ -24,15 +24,6 @@ def split_by_leaf_group(session, a: int, b: int, seed: int, n_leaves: int, edges
         int(g): (X[group == g], ids[group == g], leaf[group == g], groups[group == g])
         for g in np.unique(group)
     }
-
-
-def gather_parts(d: int, given) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One leaf group's parts from every chunk job, concatenated: (X, ids, leaf, groups)."""
-    parts = [p for p in given if p is not None]
-    if not parts:
-        z = np.zeros(0, np.int64)
-        return np.zeros((0, d), np.float32), z, z, z.astype(np.int32)
-    return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))  # type: ignore[return-value]
 
 
 def reached_leaves(all_ids, alive_after, rows, seed: int, n_leaves: int):

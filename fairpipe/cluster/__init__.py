@@ -32,6 +32,7 @@ from fairpipe.cluster._dc_kmeans import (
     level_arrays,
     node_keys,
     refresh_levels,
+    solve_leaf_group,
     solve_leaves,
     solve_parents,
     tree_array_names,
@@ -44,6 +45,6 @@ __all__ = [
     "MAX_N_INIT",
     "LEAF_BATCH_POINTS", "Q_STATE", "BatchResult", "DCKMeans", "QKMeans", "choose_model",
     "cluster_sums", "expected_failed_checks", "kmeans_plus_plus", "n_trials", "nearest", "node_keys", "quantise",
-    "LevelArrays", "ParentRule", "level_arrays", "refresh_levels", "solve_batch", "solve_leaves", "solve_parents", "tree_array_names",
+    "LevelArrays", "ParentRule", "level_arrays", "refresh_levels", "solve_batch", "solve_leaf_group", "solve_leaves", "solve_parents", "tree_array_names",
     "tree_arrays",
 ]  # fmt: skip

@@ -42,7 +42,15 @@ import numpy as np
 from fairpipe.base import DeletionReport, rows_from_arrays
 from fairpipe.cluster._batched_kmeans import KMeansParameters, nearest, solve_batch
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
-from fairpipe.tree import NodeStore, check_tree, leaf_of, level_key, nodes_per_level, refresh
+from fairpipe.tree import (
+    NodeStore,
+    check_tree,
+    gather_parts,
+    leaf_of,
+    level_key,
+    nodes_per_level,
+    refresh,
+)
 from fairpipe.validation import check_estimator_points, check_points_and_ids
 
 # Points per kernel call when solving leaves (bounds memory, not results: see _batched_kmeans).
@@ -110,6 +118,13 @@ def solve_parents(child_centroids, child_masses, nodes, level, fanout, n_cluster
     best = loss.argmin(axis=0)  # ties: the lowest restart
     pick = best * nodes.shape[0] + np.arange(nodes.shape[0])
     return res.centroids[pick], res.masses[pick]
+
+
+def solve_leaf_group(leaves, k, max_iter, seed, d, *given):
+    """A leaf group's job: gather its rows from the chunk jobs' parts and solve its leaves."""
+    X, ids, leaf, _ = gather_parts(d, given)
+    mine = np.isin(leaf, leaves)
+    return leaves, *solve_leaves(X[mine], ids[mine], leaf[mine], leaves, k, max_iter, seed)
 
 
 @dataclass

@@ -40,6 +40,7 @@ from fairpipe.summary._fair_summary import (
     padded,
     root_figures,
     solve_node,
+    summarize_leaf_group,
     summarize_leaves,
     summary_arrays,
 )
@@ -51,5 +52,5 @@ __all__ = [
     "check_bounds", "check_groups", "fair_greedy", "fair_stream", "level_arrays",
     "load_bounds_file", "MergeRule", "SummaryTree", "merge_children", "merge_many", "msm_stream",
     "nodes_from_arrays", "padded", "random_feasible_rows", "random_subset", "resolve_bounds",
-    "root_figures", "solve_node", "stream_kernel", "summarize_leaves", "summary_arrays",
+    "root_figures", "solve_node", "stream_kernel", "summarize_leaf_group", "summarize_leaves", "summary_arrays",
 ]  # fmt: skip

@@ -56,7 +56,7 @@ from fairpipe.hashing import stable_hash
 from fairpipe.parallel import thread_pool
 from fairpipe.summary._fair_streaming import bound_error, check_bounds, check_groups, stream_kernel
 from fairpipe.summary._utilities import UTILITIES, Utility
-from fairpipe.tree import check_tree, leaf_of, level_key, nodes_per_level, refresh
+from fairpipe.tree import check_tree, gather_parts, leaf_of, level_key, nodes_per_level, refresh
 from fairpipe.validation import check_points_and_ids
 
 RULES = ("swap", "ck")
@@ -211,6 +211,16 @@ def summarize_leaves(X, ids, groups, leaf, leaves, params: SummaryParams) -> lis
     if leaves.shape[0] > 1 and ids.shape[0] > _ROWS_PER_THREAD:
         return list(thread_pool().map(one, range(leaves.shape[0])))  # the kernels release the GIL
     return [one(j) for j in range(leaves.shape[0])]
+
+
+def summarize_leaf_group(leaves, params: SummaryParams, d, *given) -> list[tuple[int, NodeOutput]]:
+    """A leaf group's job: gather its rows from the chunk jobs' parts and summarize its leaves."""
+    X, ids, leaf, groups = gather_parts(d, given)
+    mine = np.isin(leaf, leaves)
+    out = summarize_leaves(
+        X[mine], ids[mine], groups[mine].astype(np.int64), leaf[mine], leaves, params
+    )
+    return list(zip(leaves.tolist(), out))
 
 
 Levels = list[MutableMapping[int, NodeOutput]]
