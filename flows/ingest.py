@@ -66,10 +66,10 @@ from fairpipe.storage.rows import (
 )
 from fairpipe.storage.segments import (
     buckets_per_table,
-    create_index,
     drop_arrays,
     even_blocks,
     index_tables,
+    make_room,
     table_blocks,
     write_bucket_counts,
     write_segment_lengths,
@@ -212,8 +212,9 @@ def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
     store's root attributes (None for a new store). Returns (the index layout for the ``lsh``
     attribute, segments written)."""
     plan = plan_layers(attrs, staging.base, staging.n_total, n_alive)
-    if plan.target not in plan.sources:
-        create_index(txn.root, n_tables, plan.target)  # a new store's, or a new delta
+    make_room(
+        txn.root, n_tables, plan.target, plan.sources
+    )  # a new store's, a new delta, or merged into
     if not _by_jobs(plan, staging.n_total, n_tables):
         # A small delta: built here, in one pass over the tables (a task and its jobs cost
         # about 0.3-0.5 s before any work; this takes about 0.1 s per million entries).

@@ -76,6 +76,16 @@ def create_array(root, name: str, *, compressors: Any = "auto", **kwargs):
     return root.create_array(name, compressors=checksummed(compressors), **kwargs)
 
 
+def set_shape(root, name: str, shape: tuple[int, ...]) -> None:
+    """Set array ``name``'s shape, its metadata only: no chunk is read or deleted. Growing makes
+    room for chunks about to be written; shrinking is for an array with no chunk outside the new
+    shape (zarr's own resize lists every chunk of the old shape to delete those outside: for an
+    array whose shape was room to write in, that list never ends)."""
+    arr = open_array(root, name, mode="r+")
+    if tuple(arr.shape) != tuple(shape):
+        on_zarr_loop(arr.async_array.resize(tuple(shape), delete_outside_chunks=False))
+
+
 def replace_array(root, name: str, values: np.ndarray) -> None:
     """Write ``values`` as array ``name`` of an open group, replacing any array there."""
     if name in root:

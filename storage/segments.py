@@ -3,7 +3,10 @@ entries of the layers it merges, read back checked, and patched to remove rows.
 
 - ``lsh/segments`` int32 (L, 2**segment_bits, S): each table's buckets cut into segments by a
   hash of their key (:mod:`fairpipe.neighbors._segments`), one segment per (table, segment) row,
-  in chunks of ``SEGMENT_CHUNK`` entries; ``lsh/segment_lengths`` int32 (L, 2**segment_bits):
+  in chunks of ``SEGMENT_CHUNK`` entries, S the longest segment rounded up to whole chunks (the
+  array's shape is its real extent: reading all of it reads every segment, zero-padded; while a
+  layer is written its shape is room for any segment, :func:`make_room`, and the segments'
+  lengths fit it again, :func:`write_segment_lengths`); ``lsh/segment_lengths`` int32 (L, 2**segment_bits):
   the used length of each; ``lsh/bucket_counts`` int64 (L,). A delta layer has the same arrays
   under its own names (:func:`fairpipe.storage.layers.layer_arrays`). A deletion rewrites the segments it
   changes; a query reads one segment per table. Nothing is stored per (row, table) beyond the
@@ -34,6 +37,7 @@ from fairpipe.storage.arrays import (
     read_arrays,
     read_many,
     read_rows_at,
+    set_shape,
     zarr_checked,
 )
 from fairpipe.storage.damage import DamagedPartError
@@ -65,8 +69,8 @@ def table_blocks(n_tables: int, n_rows: int) -> list[tuple[int, int]]:
 
 def create_index(root, n_tables: int, layer: str = MAIN) -> None:
     """An empty segment array for ``layer``, replacing any there (a new main layer drops every
-    delta and any format 1 arrays too). Its shape is the largest any store needs; only the
-    chunks written exist."""
+    delta and any format 1 arrays too). Its shape is room for any segment until the layer's
+    lengths are written (:func:`write_segment_lengths`); only the chunks written exist."""
     names = list(layer_arrays(layer))
     if layer == MAIN:
         names += [name for name in root["lsh"].array_keys() if name.startswith("delta")]
@@ -102,11 +106,25 @@ def write_bucket_counts(root, counts: np.ndarray, layer: str = MAIN) -> None:
 
 def write_segment_lengths(root, lengths: np.ndarray, layer: str = MAIN) -> None:
     """The used length of every segment of ``layer`` (replacing the array: the segment count
-    may change)."""
-    name = layer_arrays(layer)[1]
+    may change), and the segments' shape fitted to them: (tables, segments, the longest rounded
+    up to whole chunks). No chunk lies beyond it: a segment's chunks past its length are
+    deleted as it shrinks."""
+    segments, name = layer_arrays(layer)[:2]
     drop_arrays(root, [name])
     create_array(root, f"lsh/{name}", shape=lengths.shape, chunks=lengths.shape,
                  dtype="int32", fill_value=0)[...] = lengths  # fmt: skip
+    width = _padded(int(np.max(lengths, initial=0)))
+    set_shape(root, f"lsh/{segments}", (*lengths.shape, width))
+
+
+def make_room(root, n_tables: int, layer: str, sources: tuple) -> None:
+    """Make ``layer``'s segments ready to be written: a new array (:func:`create_index`) where
+    the layer is not among the ``sources`` it is built from, else the existing one's shape made
+    room for any segment (its lengths fit it again once written)."""
+    if layer not in sources:
+        create_index(root, n_tables, layer)
+    else:
+        set_shape(root, f"lsh/{layer_arrays(layer)[0]}", (n_tables, MAX_SEGMENTS, SEGMENT_CAPACITY))
 
 
 def read_lengths(session, layer: str, sel=slice(None)) -> np.ndarray | None:

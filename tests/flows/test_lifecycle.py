@@ -354,6 +354,7 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
     assert res["segments_written"] == LSH["n_tables"]
     run_forget(str(store), [ids[801], ids[825]], **THREADS)  # rows of both deltas
     assert_same_artifacts(store, fresh_build(tmp_path, store, "", False))
+    assert_every_array_is_its_real_extent(store)
     ingest(tmp_path, store, "b3", X[830:845], ids[830:845], labels[830:845])
     assert deltas() == [("delta_800", 800, 2)]  # 10 <= 15, then 20 <= 25: both merged
     lsh_group = open_group(FairpipeStore.open(str(store)).readonly_session())["lsh"]
@@ -369,6 +370,34 @@ def test_appends_fill_the_deltas_until_one_rebuilds(prefect_server, tmp_path, mo
     assert not [name for name in lsh_group.array_keys() if name.startswith("delta")]
     (tmp_path / "later").mkdir()
     assert_same_artifacts(store, fresh_build(tmp_path / "later", store, "", False))
+    assert_every_array_is_its_real_extent(store)
+
+
+def assert_every_array_is_its_real_extent(store) -> None:
+    """Every array of the store read whole, as a user inspecting it with zarr would: each
+    layer's segments are (tables, segments, the longest rounded up to whole chunks), zeros after
+    each segment's length (what they hold is compared with a fresh build elsewhere)."""
+    import zarr
+
+    from fairpipe.storage.layers import layer_arrays
+
+    session = FairpipeStore.open(str(store)).readonly_session()
+    root = zarr.open_group(session.store, mode="r")
+    for name, node in root.members(max_depth=None):
+        if isinstance(node, zarr.Array):
+            assert node.nbytes < 1 << 30, (name, node.shape)
+            node[...]  # noqa: B018 (a read of the whole array)
+    layers = ["main"] + [
+        d[0] for d in FairpipeStore.open(str(store)).attrs()["lsh"].get("deltas", [])
+    ]
+    for layer in layers:
+        segments, lengths = (root[f"lsh/{n}"] for n in layer_arrays(layer)[:2])
+        used = lengths[...]
+        chunk = segments.chunks[2]
+        assert segments.shape == (*used.shape, -(-int(used.max()) // chunk) * chunk)
+        values = segments[...]
+        for t, p in zip(*np.nonzero(used)):
+            assert not values[t, p, used[t, p] :].any(), (layer, t, p)
 
 
 def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, tmp_path):
@@ -417,3 +446,4 @@ def test_a_store_with_the_older_single_delta_is_read_and_merged(prefect_server, 
     assert not {"delta", "delta_lengths", "delta_bucket_counts"} & set(lsh_group.array_keys())
     (tmp_path / "later").mkdir()
     assert_same_artifacts(store, fresh_build(tmp_path / "later", store, "", False))
+    assert_every_array_is_its_real_extent(store)
