@@ -73,10 +73,13 @@ class StoredLevels:
 
     def __init__(self, root):
         self.root = root
+        self._opened: dict[int, list] = {}  # each level's arrays, opened once
 
     def _arrays(self, level: int):
-        return [open_array(self.root, f"{GROUP['dc']}/{name}", mode="r+")
-                for name in level_arrays(level)]  # fmt: skip
+        if level not in self._opened:
+            self._opened[level] = [open_array(self.root, f"{GROUP['dc']}/{name}", mode="r+")
+                                   for name in level_arrays(level)]  # fmt: skip
+        return self._opened[level]
 
     def read(self, level: int, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out = []
