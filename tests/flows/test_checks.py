@@ -34,7 +34,7 @@ def test_the_checks_import_neither_prefect_nor_dask(digits_store):
     import subprocess
 
     code = (
-        "import sys; from flows import checks; s = sys.argv[1]; checks.check_fit(s, 3, 'dc'); "
+        "import sys; from fairpipe.flows import checks; s = sys.argv[1]; checks.check_fit(s, 3, 'dc'); "
         "checks.check_summarize(s, 5, 0.0, None, None); checks.check_forget(s, [1]); "
         "checks.small_forget(s, [1]); "
         "print(sorted(m for m in ('prefect', 'distributed', 'dask') if m in sys.modules))"

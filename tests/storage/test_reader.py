@@ -272,7 +272,7 @@ def test_a_cold_query_loads_neither_zarr_nor_the_icechunk_package(store):
     path, _, _ = store
     code = (
         "import json, sys, numpy as np\n"
-        "from storage import open_reader\n"
+        "from fairpipe.storage import open_reader\n"
         f"r = open_reader({str(path)!r})\n"
         "lazy = r.sample(query_rows=[0, 2700], radius=1.5, n_samples=5, seed=1)\n"
         "loaded = sorted(m for m in ('zarr', 'icechunk') if m in sys.modules)\n"
