@@ -46,6 +46,14 @@ def leaf_of(ids: np.ndarray, seed: int, n_leaves: int) -> np.ndarray:
     return (stable_hash(int(seed), ids, salt=LEAF_SALT) % np.uint64(n_leaves)).astype(np.int64)
 
 
+def reached_leaves(all_ids, alive_after, rows, seed: int, n_leaves: int):
+    """(the leaves holding the deleted ``rows`` (sorted), the live rows left in them): what a
+    deletion batch makes a tree recompute."""
+    leaf_all = leaf_of(all_ids, seed, n_leaves)
+    leaves = np.unique(leaf_all[rows])
+    return leaves, np.flatnonzero(alive_after & np.isin(leaf_all, leaves))
+
+
 def check_tree(fanout, height, owner: str, needs_root_above_leaves: bool = False) -> int:
     """Validate the tree's shape (``height`` >= 1 when ``needs_root_above_leaves``, else >= 0);
     returns its number of leaves."""

@@ -49,7 +49,7 @@ from fairpipe.flows.task_runner import default_task_runner, run_flow, start_clus
 from fairpipe.flows.update import update_after_append
 from fairpipe.neighbors import E2LSH, WIDTH_PER_RADIUS
 from fairpipe.storage.formats import upgrade_format1
-from fairpipe.storage.layers import MAIN, layer_arrays, layer_bits, load_lsh, plan_layers
+from fairpipe.storage.layers import MAIN, layer_bits, load_lsh, plan_layers
 from fairpipe.storage.lineage import options_record, record
 from fairpipe.storage.lock import StoreBusyError
 from fairpipe.storage.rows import (
@@ -66,13 +66,9 @@ from fairpipe.storage.rows import (
 )
 from fairpipe.storage.segments import (
     buckets_per_table,
-    drop_arrays,
-    even_blocks,
-    index_tables,
-    make_room,
+    build_tables_here,
+    index_staged_rows,
     table_blocks,
-    write_bucket_counts,
-    write_segment_lengths,
 )
 from fairpipe.storage.staging import Staging
 from fairpipe.storage.store import CREATED_MEANWHILE, FairpipeStore
@@ -204,48 +200,21 @@ def _by_jobs(plan, n_total: int, n_tables: int) -> bool:
 
 def index_new_rows(txn, staging: Staging, n_tables: int, n_alive: int,
                    attrs: dict | None) -> tuple[dict, int]:  # fmt: skip
-    """Put the staged new rows in the index (merged into ``txn``), where
-    :func:`fairpipe.storage.layers.plan_layers` says: a new store's main layer; a new delta layer (merged
-    with the newest ones it outgrows); or a rebuild of the main layer from every layer, with
-    the segment count the live rows call for, and no delta. A layer of up to LOCAL_ENTRIES
-    entries is built here, larger ones by Dask jobs over blocks of tables. ``attrs``: the
-    store's root attributes (None for a new store). Returns (the index layout for the ``lsh``
-    attribute, segments written)."""
-    plan = plan_layers(attrs, staging.base, staging.n_total, n_alive)
-    make_room(
-        txn.root, n_tables, plan.target, plan.sources
-    )  # a new store's, a new delta, or merged into
-    if not _by_jobs(plan, staging.n_total, n_tables):
-        # A small delta: built here, in one pass over the tables (a task and its jobs cost
-        # about 0.3-0.5 s before any work; this takes about 0.1 s per million entries).
-        # Its tables split in FLOW_THREADS blocks built at once (the kernels release the GIL;
-        # a table's chunks are its own, so the blocks write disjoint objects).
-        def build(block: tuple[int, int]) -> dict:
-            return index_tables(txn.session, staging, *block, plan.bits, plan.sources,
-                                plan.target)  # fmt: skip
+    """Put the staged new rows in the index (:func:`fairpipe.storage.segments.index_staged_rows`):
+    a layer of up to LOCAL_ENTRIES entries built here on FLOW_THREADS threads (a task and its
+    jobs cost about 0.3-0.5 s before any work; this takes about 0.1 s per million entries),
+    larger ones and a rebuild of the main layer by Dask jobs over blocks of tables. Returns (the
+    index layout for the ``lsh`` attribute, segments written)."""
 
-        blocks = even_blocks(n_tables, FLOW_THREADS)
-        with ThreadPoolExecutor(
-            max_workers=len(blocks), thread_name_prefix="fairpipe-index"
-        ) as pool:
-            results = [(None, built) for built in pool.map(build, blocks)]
-    else:
-        results = build_index_task(txn.fork(), staging, n_tables, staging.n_total - plan.start,
-                                   plan.bits, plan.sources, plan.target)  # fmt: skip
-        txn.merge([fork for fork, _ in results])
-    lengths = np.zeros((n_tables, 1 << plan.bits), dtype=np.int32)
-    counts = np.zeros(n_tables, dtype=np.int64)
-    for _, part in results:
-        for t, (v, c) in part.items():
-            lengths[t], counts[t] = v, c
-    write_segment_lengths(txn.root, lengths, plan.target)
-    write_bucket_counts(txn.root, counts, plan.target)
-    for layer in plan.dropped:
-        drop_arrays(txn.root, layer_arrays(layer))
-    return plan.layout(), n_tables << plan.bits
+    def build(plan) -> list:
+        if not _by_jobs(plan, staging.n_total, n_tables):
+            return build_tables_here(txn.session, staging, n_tables, plan, FLOW_THREADS)
+        return build_index_task(txn.fork(), staging, n_tables, staging.n_total - plan.start,
+                                plan.bits, plan.sources, plan.target)  # fmt: skip
+
+    return index_staged_rows(txn, staging, n_tables, n_alive, attrs, build)
 
 
-# -- the flow -------------------------------------------------------------------------------------
 @flow(name="fairpipe-ingest", log_prints=False, task_runner=default_task_runner())
 def ingest_flow(source: str, store_url: str, options: IngestOptions | None = None) -> dict:
     """Ingest ``source`` into the store at ``store_url`` and rebuild its LSH index: one commit."""

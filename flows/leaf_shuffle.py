@@ -11,8 +11,7 @@ import numpy as np
 
 from fairpipe.cluster import LEAF_BATCH_POINTS
 from fairpipe.flows.dask_map import dask_client, gather
-from fairpipe.storage.leaf_rows import split_by_leaf_group
-from fairpipe.storage.rows import RowBlocks, n_features
+from fairpipe.storage.rows import RowBlocks, n_features, split_by_leaf_group
 
 
 def leaf_groups(n_leaves: int, n_alive: int) -> np.ndarray:

@@ -18,7 +18,6 @@ from fairpipe.flows.dask_map import on_cluster
 from fairpipe.flows.fit import fit_q_task, solve_leaves_task
 from fairpipe.flows.private import task
 from fairpipe.flows.summarize import summarize_leaves_task
-from fairpipe.storage.leaf_rows import reached_leaves, read_leaf_rows
 from fairpipe.storage.models import StoredLevels, model_params, read_model, write_model
 from fairpipe.storage.rows import (
     RowBlocks,
@@ -27,6 +26,7 @@ from fairpipe.storage.rows import (
     read_all_live,
     read_groups,
     read_ids,
+    read_leaf_rows,
 )
 from fairpipe.storage.summary import (
     has_summary,
@@ -36,6 +36,7 @@ from fairpipe.storage.summary import (
     write_root,
 )
 from fairpipe.summary import root_figures, summarize_leaf_group
+from fairpipe.tree import reached_leaves
 from fairpipe.validation import IdLookup
 
 # Up to this many rows in the leaves a batch reaches, the leaves and their ancestors are solved

@@ -1,6 +1,7 @@
 """The rows of a dataset in the store: their points, sketches, ids, groups and liveness, written,
-erased and read; and the dataset's root attributes (its parameters, feature names, scaling,
-live rows per group).
+erased and read (also by leaf: a block's live rows split by leaf group for the Dask shuffle, or
+the rows of a few leaves read here); their blocks (:class:`RowBlocks`); and the dataset's root
+attributes (its parameters, feature names, scaling, live rows per group).
 
 Layout (store format 2):
 
@@ -45,6 +46,7 @@ from fairpipe.storage.arrays import (
 from fairpipe.storage.layers import lsh_attrs
 from fairpipe.storage.store import FORMAT
 from fairpipe.storage.writes import rewrite_rows_at, write_rows
+from fairpipe.tree import gather_parts, leaf_of
 from fairpipe.validation import IdLookup
 
 TARGET_CHUNK_BYTES = 16 << 20
@@ -404,6 +406,32 @@ def read_live_rows(session, a: int, b: int, rows: np.ndarray | None = None):
         return np.zeros((0, n_features(session)), np.float32), ids[:0], np.zeros(0, np.int32)
     X = read_array(session, "points", slice(a, b))[keep]
     return X, ids[keep], read_array(session, "groups", slice(a, b))[keep]
+
+
+def split_by_leaf_group(session, a: int, b: int, seed: int, n_leaves: int, edges: np.ndarray,
+                        rows=None) -> dict:  # fmt: skip
+    """Live rows of [a, b) (or only ``rows`` of it) split by leaf group:
+    {group: (X, ids, leaf, groups)}."""
+    X, ids, groups = read_live_rows(session, a, b, rows)
+    if ids.size == 0:
+        return {}
+    leaf = leaf_of(ids, seed, n_leaves)
+    group = np.searchsorted(edges, leaf, side="right") - 1
+    return {
+        int(g): (X[group == g], ids[group == g], leaf[group == g], groups[group == g])
+        for g in np.unique(group)
+    }
+
+
+def read_leaf_rows(session, rows: np.ndarray, blocks: RowBlocks, seed: int, n_leaves: int, d: int):
+    """(X, ids, leaf, groups) of the stored ``rows`` read in this process, block by block: the
+    local twin of the shuffle, for a few leaves."""
+    one_group = np.zeros(1, np.int64)
+    parts = [
+        split_by_leaf_group(session, a, b, seed, n_leaves, one_group, rows).get(0)
+        for a, b in blocks.ranges(rows)
+    ]
+    return gather_parts(d, parts)
 
 
 def read_all_live(session):

@@ -41,7 +41,14 @@ from fairpipe.storage.arrays import (
     zarr_checked,
 )
 from fairpipe.storage.damage import DamagedPartError
-from fairpipe.storage.layers import MAIN, SEGMENT_CHUNK, key_projection, layer_arrays, layer_starts
+from fairpipe.storage.layers import (
+    MAIN,
+    SEGMENT_CHUNK,
+    key_projection,
+    layer_arrays,
+    layer_starts,
+    plan_layers,
+)
 from fairpipe.storage.staging import Staging
 from fairpipe.storage.writes import write_chunks
 
@@ -290,6 +297,45 @@ def index_tables(session, staging: Staging, t0: int, t1: int, bits: int, sources
     if group:
         flush()
     return out
+
+
+def index_staged_rows(txn, staging: Staging, n_tables: int, n_alive: int, attrs: dict | None,
+                      build) -> tuple[dict, int]:  # fmt: skip
+    """Put the staged new rows in the index, where :func:`fairpipe.storage.layers.plan_layers`
+    says: a new store's main layer; a new delta layer (merged with the newest ones it
+    outgrows); or a rebuild of the main layer from every layer, with the segment count the live
+    rows call for, and no delta. ``build(plan)`` builds the layer's tables and returns
+    [(a fork to merge into ``txn`` or None, {table: (segment lengths, buckets)})]: here
+    (:func:`build_tables_here`) or by the caller's jobs over blocks of tables
+    (:func:`index_tables` each). ``attrs``: the store's root attributes (None for a new store).
+    Returns (the index layout for the ``lsh`` attribute, segments written)."""
+    plan = plan_layers(attrs, staging.base, staging.n_total, n_alive)
+    make_room(txn.root, n_tables, plan.target, plan.sources)
+    results = build(plan)
+    txn.merge([fork for fork, _ in results if fork is not None])
+    lengths = np.zeros((n_tables, 1 << plan.bits), dtype=np.int32)
+    counts = np.zeros(n_tables, dtype=np.int64)
+    for _, part in results:
+        for t, (v, c) in part.items():
+            lengths[t], counts[t] = v, c
+    write_segment_lengths(txn.root, lengths, plan.target)
+    write_bucket_counts(txn.root, counts, plan.target)
+    for layer in plan.dropped:
+        drop_arrays(txn.root, layer_arrays(layer))
+    return plan.layout(), n_tables << plan.bits
+
+
+def build_tables_here(session, staging: Staging, n_tables: int, plan, threads: int) -> list:
+    """A layer's tables built in this process, in ``threads`` blocks at once (the kernels
+    release the GIL; a table's chunks are its own, so the blocks write disjoint objects)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(block: tuple[int, int]) -> dict:
+        return index_tables(session, staging, *block, plan.bits, plan.sources, plan.target)
+
+    blocks = even_blocks(n_tables, threads)
+    with ThreadPoolExecutor(max_workers=len(blocks), thread_name_prefix="fairpipe-index") as pool:
+        return [(None, built) for built in pool.map(one, blocks)]
 
 
 def update_index(session, root, attrs: dict, rows: np.ndarray, keys: np.ndarray) -> int:

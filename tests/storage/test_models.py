@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 from fairpipe.cluster import DCKMeans, refresh_levels, solve_leaves
-from fairpipe.storage.leaf_rows import reached_leaves
 from fairpipe.storage.models import StoredLevels, read_model, write_model
 from fairpipe.storage.store import FairpipeStore
-from fairpipe.tree import leaf_of
+from fairpipe.tree import leaf_of, reached_leaves
 
 PARAMS = dict(n_clusters=3, fanout=3, height=2, max_iter=10, n_init=2, seed=7)
 
