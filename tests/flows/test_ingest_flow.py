@@ -293,3 +293,23 @@ def test_a_chunk_job_returns_bad_input_rather_than_raising_it_on_the_worker(tmp_
     assert all(isinstance(r[1], BadInput) for r in results)
     with pytest.raises(FairpipeInputError, match="^Row 9 of x.npy holds a NaN value in column 1"):
         raise_bad_input(results)
+
+
+def test_a_first_ingest_that_fails_after_making_the_store_leaves_nothing(
+    prefect_server, tmp_path, monkeypatch
+):
+    """The folders of the path it made, its repository, its staging: all removed; the error
+    reaches the caller."""
+    import os
+
+    import fairpipe.flows.ingest
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fairpipe.flows.ingest, "index_new_rows", fail)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32))
+    with pytest.raises(OSError, match="No space left"):
+        run_ingest(str(tmp_path / "x.npy"), str(tmp_path / "a" / "b" / "c"),
+                   IngestOptions(n_hashes=3, n_tables=4), n_workers=1, processes=False)  # fmt: skip
+    assert sorted(os.listdir(tmp_path)) == ["x.npy"]

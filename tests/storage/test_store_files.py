@@ -176,26 +176,6 @@ def test_a_crashed_transactions_objects_are_removed_by_the_next_commit(store, tm
     assert store.repo.list_branches() == {"main"}
 
 
-def test_a_first_ingest_that_fails_after_making_the_store_leaves_nothing(
-    prefect_server, tmp_path, monkeypatch
-):
-    """The folders of the path it made, its repository, its staging: all removed; the error
-    reaches the caller."""
-    import fairpipe.flows.ingest
-    from fairpipe.flows.ingest import run_ingest
-    from fairpipe.flows.options import IngestOptions
-
-    def fail(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(fairpipe.flows.ingest, "index_new_rows", fail)
-    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(300, 4)).astype(np.float32))
-    with pytest.raises(OSError, match="No space left"):
-        run_ingest(str(tmp_path / "x.npy"), str(tmp_path / "a" / "b" / "c"),
-                   IngestOptions(n_hashes=3, n_tables=4), n_workers=1, processes=False)  # fmt: skip
-    assert sorted(os.listdir(tmp_path)) == ["x.npy"]
-
-
 def test_a_folder_holding_only_a_lock_note_becomes_a_store(tmp_path):
     """A holder note left where no repository was made (a store removed by hand) is stale."""
     (tmp_path / "s").mkdir()
