@@ -173,9 +173,9 @@ class RowBlocks:
     def since(self, base: int) -> list[tuple[int, int]]:
         """Row ranges of the rows [base, n) added since ``base``, relative to ``base``, cut at
         the blocks' edges."""
-        first = -(-base // self.size) * self.size
-        edges = [base, *range(first if first > base else base + self.size, self.n, self.size)]
-        edges = [e for e in edges if e < self.n] + [self.n]
+        if base >= self.n:
+            return []
+        edges = [base, *range((base // self.size + 1) * self.size, self.n, self.size), self.n]
         return [(a - base, b - base) for a, b in zip(edges[:-1], edges[1:])]
 
 
@@ -363,7 +363,8 @@ def unscale_points(attrs: dict, X: np.ndarray) -> np.ndarray:
 
 # -- reading rows ---------------------------------------------------------------------------------
 def n_features(session) -> int:
-    return int(read_array(session, "points", slice(0, 1)).shape[1])
+    """The points' dimension, from the array's metadata (no chunk is read)."""
+    return int(open_array(session, "points").shape[1])
 
 
 def read_ids(session) -> np.ndarray:
