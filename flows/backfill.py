@@ -30,17 +30,16 @@ import numpy as np
 
 from fairpipe.cluster import DCKMeans
 from fairpipe.datasets import read_ids
-from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.flows.forget import drain
 from fairpipe.flows.options import BackfillOptions, ForgetOptions
 from fairpipe.flows.private import flow
 from fairpipe.flows.task_runner import default_task_runner, run_flow
+from fairpipe.settings import BACKFILL, check_settings
 from fairpipe.storage import rows as stored_rows
 from fairpipe.storage.erasure import erase_due
 from fairpipe.storage.lineage import operation
 from fairpipe.storage.models import read_model
 from fairpipe.storage.queue import (
-    MAX_REQUEST_IDS,
     Request,
     file_request,
     has_queue,
@@ -52,19 +51,6 @@ from fairpipe.storage.store import FairpipeStore
 from fairpipe.storage.summary import has_summary, summary_tree
 from fairpipe.tree import leaf_of
 from fairpipe.validation import IdLookup
-
-BATCH_TOO_LARGE = (
-    "The 'batch_size' parameter of backfill must be at most {limit:,} (the ids one deletion "
-    "request holds). Got {got} instead."
-)
-
-
-def check_batch_size(batch_size) -> int:
-    """A positive number of ids that one deletion request can hold."""
-    check_positive_int(batch_size, "batch_size", "backfill")
-    if batch_size > MAX_REQUEST_IDS:
-        raise FairpipeInputError(BATCH_TOO_LARGE.format(limit=MAX_REQUEST_IDS, got=batch_size))
-    return int(batch_size)
 
 
 def backlog_key(unique_ids: np.ndarray, batch_size: int, plan_inputs) -> str:
@@ -118,7 +104,7 @@ def plan_parts(all_ids: np.ndarray, unique_ids: np.ndarray, batch_size: int,
 def backfill_flow(store_url: str, ids_file: str, options: BackfillOptions | None = None) -> dict:
     """Forget every id of ``ids_file``: file the backlog's parts not yet filed, then drain."""
     o = options or BackfillOptions()
-    check_batch_size(o.batch_size)
+    check_settings("backfill", BACKFILL, o)
     t_start = time.perf_counter()
     store = FairpipeStore.open(store_url)
     store.require_data()

@@ -22,12 +22,13 @@ import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.cluster import DCKMeans, QKMeans, choose_model, nearest, solve_leaf_group
-from fairpipe.errors import K_TOO_LARGE, FairpipeInputError, check_one_of
+from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
 from fairpipe.flows.dask_map import dask_map, on_cluster
 from fairpipe.flows.leaf_shuffle import shuffle_by_leaf
 from fairpipe.flows.options import FitOptions
 from fairpipe.flows.private import flow, task
 from fairpipe.flows.task_runner import default_task_runner, run_flow
+from fairpipe.settings import MODEL
 from fairpipe.storage.lineage import record
 from fairpipe.storage.models import write_model
 from fairpipe.storage.rows import RowBlocks, n_features, read_all_live, read_live_rows
@@ -129,7 +130,7 @@ def fit_q_task(session, params: dict) -> QKMeans:
 def check_request(store_url: str, o: FitOptions, attrs: dict | None = None):
     """The store and the model kind, every option checked before anything is read or written
     (against ``attrs``, default the tip's: the flow checks again inside the writer lock)."""
-    model = check_one_of(o.model, ("dc", "q", "auto"), "model", "fit")
+    model = MODEL.check(o.model, "fit")
     store = FairpipeStore.open(store_url)
     tip = store.require_data()
     attrs = tip if attrs is None else attrs

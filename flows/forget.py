@@ -32,15 +32,16 @@ import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import NO_IDS
-from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int, note_outcome
+from fairpipe.errors import FairpipeInputError, note_outcome
 from fairpipe.flows import update
 from fairpipe.flows.checks import ALL_UNKNOWN
 from fairpipe.flows.dask_map import dask_map
 from fairpipe.flows.jobs import remove_job
-from fairpipe.flows.options import UNAPPLIED, ForgetOptions
+from fairpipe.flows.options import ForgetOptions
 from fairpipe.flows.private import flow, task
 from fairpipe.flows.task_runner import default_task_runner, run_flow, start_cluster_early
 from fairpipe.flows.update import forget_q_task, update_dc, update_summary_tree
+from fairpipe.settings import FORGET, check_settings
 from fairpipe.storage.erasure import erase_due
 from fairpipe.storage.formats import upgrade_format1
 from fairpipe.storage.layers import layer_bits, load_lsh
@@ -112,8 +113,7 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
     """File ``ids`` as a deletion request (if given), then drain the store's queue: one commit
     per batch. Ids none of which the store holds are an error, and nothing is filed."""
     o = options or ForgetOptions()
-    check_positive_int(o.max_batch, "max_batch", "forget")
-    check_one_of(o.unapplied, UNAPPLIED, "unapplied", "forget")
+    check_settings("forget", FORGET, o)
     t_start = time.perf_counter()
     store = FairpipeStore.open(store_url)
     store.require_data()

@@ -24,7 +24,6 @@ import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import (
-    SCALE_CHOICES,
     SourcePlan,
     chunk_plan,
     is_url,
@@ -32,12 +31,6 @@ from fairpipe.datasets import (
     read_source_rows,
     remap_groups,
     rows_plan,
-)
-from fairpipe.errors import (
-    check_one_of,
-    check_open_unit,
-    check_positive_float,
-    check_positive_int,
 )
 from fairpipe.flows.checks import check_append
 from fairpipe.flows.dask_map import cluster_running, dask_client, dask_map, gather
@@ -48,6 +41,7 @@ from fairpipe.flows.private import flow, task
 from fairpipe.flows.task_runner import default_task_runner, run_flow, start_cluster_early
 from fairpipe.flows.update import update_after_append
 from fairpipe.neighbors import E2LSH, WIDTH_PER_RADIUS
+from fairpipe.settings import INDEX, check_settings
 from fairpipe.storage.formats import upgrade_format1
 from fairpipe.storage.layers import MAIN, layer_bits, load_lsh, plan_layers
 from fairpipe.storage.lineage import options_record, record
@@ -221,21 +215,8 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     options = options or IngestOptions()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
-    if options.n_hashes is not None:
-        check_positive_int(options.n_hashes, "n_hashes", "ingest")
-    if options.n_tables is not None:
-        check_positive_int(options.n_tables, "n_tables", "ingest")
-    if options.bucket_width is not None:
-        check_positive_float(options.bucket_width, "bucket_width", "ingest")
-    if options.radius is not None:
-        check_positive_float(options.radius, "radius", "ingest")
-    if options.recall is not None:
-        check_open_unit(options.recall, "recall", "ingest")
+    check_settings("ingest", INDEX, options)  # (a deployment's options: the command checked)
     check_recall_options(options.n_hashes, options.n_tables, options.bucket_width, options.recall)
-    if options.chunk_rows is not None:
-        check_positive_int(options.chunk_rows, "chunk_rows", "ingest")
-    if options.scale is not None:
-        check_one_of(options.scale, SCALE_CHOICES, "scale", "ingest")
     # A folder that is not a store fails before the source is read; a new store is created only
     # once the source has been planned, so a bad source leaves nothing behind.
     store = FairpipeStore.open_existing(store_url)  # raises for a folder that is not a store

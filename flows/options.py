@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import InitVar, dataclass, field
 
+from fairpipe import settings as S
 from fairpipe.flows.renamed import take_old_names
 from fairpipe.old_names import OLD_OPTIONS
 
@@ -15,7 +16,8 @@ PRIVATE = {"private": True}
 
 
 # -- ingest -----------------------------------------------------------------------------------------
-DEFAULTS = {"seed": 0, "scale": "auto"}
+# The defaults of a new store (None in the options: the store's own when appending).
+DEFAULTS = {"seed": S.SEED.default, "scale": "auto"}
 
 
 @dataclass
@@ -47,7 +49,7 @@ class IngestOptions:
         return DEFAULTS.get(name) if value is None else value
 
     gaussian: dict = field(default_factory=dict)
-    lock_timeout: float = 0.0
+    lock_timeout: float = S.LOCK_TIMEOUT.default
     # The caller found no store at the URL when it started (a command line meaning to create
     # one): a store found there now was made by another command meanwhile, which is a busy
     # store (exit 3), not one to append to.
@@ -68,16 +70,16 @@ class FitOptions:
     """The fit flow's parameters: :class:`DCKMeans`' and :class:`QKMeans`' own names and
     defaults (the command line's flags in kebab-case), with ``model`` choosing between them."""
 
-    n_clusters: int = 8
-    model: str = "dc"  # dc | q | auto
-    fanout: int = 8
-    height: int = 1
-    max_iter: int = 10
-    n_init: int | None = None  # restarts: DC, of each internal node (10); Q, whole runs (1)
-    seed: int = 0
-    epsilon: float = 0.05
-    balance: float = 0.2
-    lock_timeout: float = 0.0
+    n_clusters: int = S.N_CLUSTERS.default
+    model: str = S.MODEL.default  # dc | q | auto
+    fanout: int = S.FANOUT.default
+    height: int = S.HEIGHT.default
+    max_iter: int = S.MAX_ITER.default
+    n_init: int | None = S.N_INIT.default  # None: each model's own (S.DC_N_INIT, S.Q_N_INIT)
+    seed: int = S.SEED.default
+    epsilon: float = S.EPSILON.default
+    balance: float = S.BALANCE.default
+    lock_timeout: float = S.LOCK_TIMEOUT.default
     # The old names (fairpipe.flows.renamed), accepted for one release.
     k: InitVar[int | None] = None
     width: InitVar[int | None] = None
@@ -92,7 +94,7 @@ class FitOptions:
         """The parameters of :class:`DCKMeans`."""
         return dict(
             n_clusters=self.n_clusters, fanout=self.fanout, height=self.height,
-            max_iter=self.max_iter, n_init=10 if self.n_init is None else self.n_init,
+            max_iter=self.max_iter, n_init=S.DC_N_INIT.default if self.n_init is None else self.n_init,
             seed=self.seed,
         )  # fmt: skip
 
@@ -100,7 +102,7 @@ class FitOptions:
         """The parameters of :class:`QKMeans`."""
         return dict(
             n_clusters=self.n_clusters, epsilon=self.epsilon, balance=self.balance,
-            max_iter=self.max_iter, n_init=1 if self.n_init is None else self.n_init,
+            max_iter=self.max_iter, n_init=S.Q_N_INIT.default if self.n_init is None else self.n_init,
             seed=self.seed,
         )  # fmt: skip
 
@@ -112,19 +114,19 @@ class SummarizeOptions:
     command line's flags in kebab-case); ``lower``/``upper`` as fractions of k, or
     ``bounds_file``."""
 
-    k: int = 10
-    lower: float | None = None  # fraction of k, for every group
-    upper: float | None = None
-    bounds_file: str | None = None  # per group name, counts
-    utility: str = "exemplar"
-    rule: str = "swap"
-    factor: float = 2.0
-    eval_size: int = 2048
-    gamma: float | None = None
-    fanout: int = 8
-    height: int = 1
-    seed: int = 0
-    lock_timeout: float = 0.0
+    k: int = S.SUMMARY_K.default
+    lower: float | None = S.LOWER.default  # fraction of k, for every group
+    upper: float | None = S.UPPER.default
+    bounds_file: str | None = S.BOUNDS_FILE.default  # per group name, counts
+    utility: str = S.UTILITY.default
+    rule: str = S.RULE.default
+    factor: float = S.FACTOR.default
+    eval_size: int = S.EVAL_SIZE.default
+    gamma: float | None = S.GAMMA.default
+    fanout: int = S.FANOUT.default
+    height: int = S.SUMMARY_HEIGHT.default
+    seed: int = S.SEED.default
+    lock_timeout: float = S.LOCK_TIMEOUT.default
     # The old name of ``fanout`` (fairpipe.flows.renamed), accepted for one release.
     width: InitVar[int | None] = None
 
@@ -133,51 +135,42 @@ class SummarizeOptions:
 
 
 # -- forget and backfill ----------------------------------------------------------------------------
-MAX_BATCH = 10_000
-UNAPPLIED = ("withdraw", "keep")
 
 
 @dataclass
 class ForgetOptions:
-    lock_timeout: float = 0.0
+    lock_timeout: float = S.LOCK_TIMEOUT.default
     # What becomes of the request ``ids`` make when the drain cannot apply it (the store busy,
     # a full disk, damage, an interrupt): withdrawn, or kept filed for the next drain. Either
     # way the error says which.
-    unapplied: str = "withdraw"
+    unapplied: str = S.UNAPPLIED_REQUEST.default
     # Drop every earlier snapshot and the objects only they used now, whatever the store's
     # erasure_retention (fairpipe.storage.erasure): time travel before this drain is lost.
-    purge_history: bool = False
-    max_batch: int = MAX_BATCH  # ids per batch (a larger request is a batch of its own)
+    purge_history: bool = S.PURGE_HISTORY.default
+    max_batch: int = S.MAX_BATCH.default  # ids per batch (a larger request is a batch of its own)
     # Kept in the receipt of the request ``ids`` make; never in Prefect's records (PRIVATE).
-    reason: str = field(default="", metadata=PRIVATE)
-
-
-# Ids per part. A part of random ids rewrites most index segments and row chunks whatever its
-# size (at 1M rows the index alone is ~12 s a part), so a backlog goes faster in fewer, larger
-# parts: 50,000 ids made a backfill of 100,000 ids at 1M cost about one fresh build
-# (docs/measurements/forgetting.md), while a part still commits within about half a minute there.
-BATCH_SIZE = 50_000
+    reason: str = field(default=S.REASON.default, metadata=PRIVATE)
 
 
 @dataclass
 class BackfillOptions:
-    batch_size: int = BATCH_SIZE  # ids per part (one request, one commit)
+    batch_size: int = S.BATCH_SIZE.default  # ids per part (one request, one commit)
     # Kept in every part's receipt; never in Prefect's records (PRIVATE).
-    reason: str = field(default="backfill", metadata=PRIVATE)
-    lock_timeout: float = 0.0
+    reason: str = field(default=S.BACKFILL_REASON.default, metadata=PRIVATE)
+    lock_timeout: float = S.LOCK_TIMEOUT.default
     progress: bool = False  # a progress bar with ETA on stderr (the command line sets it)
 
 
 # -- rerank -----------------------------------------------------------------------------------------
 @dataclass
 class RerankOptions:
-    algorithm: str = "detconstsort"
-    k: int = 10
-    desired: str = "population"  # a JSON file, or "population": each list's own distribution
-    list_column: str = "list"
-    score_column: str = "score"
-    group_column: str = "group"
-    smoothing: float = 0.0  # Skew's zero-count smoothing (0: -inf, the paper's definition)
+    algorithm: str = S.ALGORITHM.default
+    k: int = S.RERANK_K.default
+    desired: str = S.DESIRED.default  # a JSON file, or "population": each list's own distribution
+    list_column: str = S.LIST_COLUMN.default
+    score_column: str = S.SCORE_COLUMN.default
+    group_column: str = S.GROUP_COLUMN.default
+    smoothing: float = S.SMOOTHING.default  # Skew's zero-count smoothing (0: -inf, the paper's)
     partitions: int | None = None  # force Dask with this many tasks (tests); None: by size
 
 

@@ -33,12 +33,12 @@ from fairpipe.flows.task_runner import default_task_runner, run_flow
 from fairpipe.ranking import (
     METRICS,
     CandidateLists,
-    check_rerank_options,
     mean_over_lists,
     metrics_table,
     read_candidates,
     rerank_lists,
 )
+from fairpipe.settings import RERANK, check_settings
 
 LISTS_PER_TASK = 50_000
 LOCAL_LISTS = 200_000  # up to this many lists, the flow process re-ranks them itself
@@ -47,7 +47,7 @@ PRECHECK_BYTES = 64 << 20  # smaller files are checked before the flow (and its 
 
 def prepare(path: str, o: RerankOptions) -> CandidateLists:
     """Check the options and read and check the table; nothing is written."""
-    check_rerank_options(o.algorithm, o.k, o.smoothing)
+    check_settings("rerank", RERANK, o)
     lists = read_candidates(path, o.desired, o.list_column, o.score_column, o.group_column)
     return lists
 

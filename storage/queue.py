@@ -41,6 +41,7 @@ import numpy as np
 
 from fairpipe.errors import FairpipeInputError
 from fairpipe.jsontext import JSONTextError, parse_json
+from fairpipe.settings import MAX_REQUEST_IDS
 from fairpipe.storage.paths import own_folder
 from fairpipe.storage.urls import object_store, parse_store_url
 
@@ -52,7 +53,6 @@ NO_QUEUE = (
 )
 # What a request object may hold. A request is filed by request-deletion, forget --ids or a
 # backfill part (50,000 ids by default); a larger backlog is a backfill's many parts.
-MAX_REQUEST_IDS = 1_000_000
 MAX_REASON_CHARS = 10_000
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # 1M ids of 19 digits and a separator, and the reason
 TOO_MANY_IDS = (

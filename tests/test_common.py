@@ -111,7 +111,7 @@ SPECS = [
         bad=[
             ({"n_hashes": 0}, "'n_hashes' parameter of E2LSH must be a positive integer"),
             ({"bucket_width": -1.0}, "'bucket_width' parameter of E2LSH must be a positive float"),
-            ({"n_tables": 70000}, "'n_tables' parameter of E2LSH must be at most 65535"),
+            ({"n_tables": 70000}, "'n_tables' parameter of E2LSH must be an integer from 1 to 65535"),
             ({"seed": 1.5}, "'seed' parameter of E2LSH must be an integer"),
         ],
         needs_fit=["hash", "to_arrays"],
@@ -122,7 +122,7 @@ SPECS = [
         compare=compare_fair_nn,
         behave=sample_ids,
         bad=[
-            ({"n_tables": 0}, "'n_tables' parameter of E2LSH must be a positive integer"),
+            ({"n_tables": 0}, "'n_tables' parameter of E2LSH must be an integer from 1 to 65535"),
             ({"bucket_width": 0.0}, "'bucket_width' parameter of E2LSH must be a positive float"),
         ],
         needs_fit=["sample", "neighbourhood", "delete", "to_arrays"],

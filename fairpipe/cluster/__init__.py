@@ -16,7 +16,6 @@
 """
 
 from fairpipe.cluster._batched_kmeans import (
-    MAX_N_INIT,
     BatchResult,
     cluster_sums,
     kmeans_plus_plus,
@@ -40,6 +39,7 @@ from fairpipe.cluster._dc_kmeans import (
 )
 from fairpipe.cluster._q_kmeans import Q_STATE, QKMeans, choose_model, quantise
 from fairpipe.cluster._sklearn_checks import expected_failed_checks
+from fairpipe.settings import MAX_N_INIT
 
 __all__ = [
     "MAX_N_INIT",

@@ -27,15 +27,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import ClassVar
 
 import numpy as np
 
 from fairpipe.base import BaseEstimator
-from fairpipe.errors import check_int_range, check_positive_int, check_seed
 from fairpipe.hashing import seed_key
 from fairpipe.parallel import THREADS, compiled, splitmix64_one, thread_pool
-
-MAX_N_INIT = 1000
+from fairpipe.settings import (
+    DC_N_INIT,
+    MAX_ITER,
+    N_CLUSTERS,
+    SEED,
+    Setting,
+    check_settings,
+)
 
 _S11 = np.uint64(11)
 _TO_UNIT = 1.0 / 9007199254740992.0
@@ -366,10 +372,10 @@ class KMeansParameters(BaseEstimator):
 
     _estimator_type = "clusterer"
 
-    n_clusters: int = 8
-    max_iter: int = 10
-    n_init: int = 10
-    seed: int = 0
+    n_clusters: int = N_CLUSTERS.default
+    max_iter: int = MAX_ITER.default
+    n_init: int = DC_N_INIT.default
+    seed: int = SEED.default
 
     # scikit-learn's KMeans attributes, over the rows the model holds (forgotten rows: label -1)
     @property
@@ -399,10 +405,9 @@ class KMeansParameters(BaseEstimator):
         """:meth:`fit`, then each row's nearest centroid."""
         return self.fit(X, ids=ids).predict(X)  # type: ignore[attr-defined]
 
+    _settings: ClassVar[
+        tuple[Setting, ...]
+    ] = ()  # every parameter's declaration (fairpipe.settings)
+
     def _check_kmeans_params(self) -> None:
-        owner = type(self).__name__
-        for name in ("n_clusters", "max_iter"):
-            check_positive_int(getattr(self, name), name, owner)
-        # Restarts are run as one batch (their centroids side by side): a bounded count.
-        check_int_range(self.n_init, "n_init", owner, 1, MAX_N_INIT)
-        check_seed(self.seed, "seed", owner)
+        check_settings(type(self).__name__, self._settings, self)

@@ -42,6 +42,7 @@ import numpy as np
 from fairpipe.base import DeletionReport, rows_from_arrays
 from fairpipe.cluster._batched_kmeans import KMeansParameters, nearest, solve_batch
 from fairpipe.errors import K_TOO_LARGE, FairpipeInputError
+from fairpipe.settings import DC_KMEANS, FANOUT, HEIGHT
 from fairpipe.tree import (
     NodeStore,
     check_tree,
@@ -224,9 +225,10 @@ class DCKMeans(KMeansParameters):
     """
 
     _fitted_attribute = "centroids_by_level_"
+    _settings = DC_KMEANS
 
-    fanout: int = 8
-    height: int = 1
+    fanout: int = FANOUT.default
+    height: int = HEIGHT.default
 
     # -- fitting -------------------------------------------------------------------------------
     def _check_params(self) -> int:

@@ -49,10 +49,9 @@ from fairpipe.cluster._batched_kmeans import (
 from fairpipe.errors import (
     K_TOO_LARGE,
     FairpipeInputError,
-    check_open_unit,
-    check_positive_float,
     check_positive_int,
 )
+from fairpipe.settings import BALANCE, EPSILON, Q_KMEANS, Q_N_INIT
 from fairpipe.validation import check_estimator_points, check_points_and_ids
 
 # Arrays of a fitted model's state (per run, padded to the longest run; see QKMeans.to_arrays).
@@ -105,15 +104,14 @@ class QKMeans(KMeansParameters):
     """
 
     _fitted_attribute = "centroids_"
+    _settings = Q_KMEANS
 
-    epsilon: float = 0.05
-    balance: float = 0.2
-    n_init: int = 1
+    epsilon: float = EPSILON.default
+    balance: float = BALANCE.default
+    n_init: int = Q_N_INIT.default
 
     def _check_params(self) -> None:
         self._check_kmeans_params()
-        check_positive_float(self.epsilon, "epsilon", "QKMeans")
-        check_open_unit(self.balance, "balance", "QKMeans")
 
     def fit(self, X: np.ndarray, y=None, *, ids: np.ndarray | None = None) -> QKMeans:
         """Train on the rows of ``X`` (``ids``: one per row, default the row numbers; ``y`` is

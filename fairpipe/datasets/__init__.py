@@ -31,8 +31,6 @@ from fairpipe.datasets._loaders import (
 )
 from fairpipe.datasets._remote import is_url, object_store, s3_endpoint
 from fairpipe.datasets._scaling import (
-    SCALE_CHOICES,
-    SCALE_METHODS,
     SCALE_SAMPLE,
     apply_scaler,
     fit_scaler,
@@ -55,6 +53,7 @@ from fairpipe.datasets._sources import (
     plan_source,
     rows_plan,
 )
+from fairpipe.settings import SCALE_CHOICES, SCALE_METHODS
 
 __all__ = [
     "object_store", "s3_endpoint",

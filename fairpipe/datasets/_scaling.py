@@ -25,11 +25,9 @@ import numpy as np
 
 from fairpipe.errors import FairpipeInputError
 
-SCALE_METHODS = ("none", "standard", "robust")
 # ``auto``: ``standard`` for a table (CSV, Parquet), whose columns have units of their own;
 # ``none`` for a .npy matrix and the built-in data sets (one unit: pixels, embeddings, or
 # standardised already).
-SCALE_CHOICES = ("auto", *SCALE_METHODS)
 TABLE_KINDS = ("csv", "parquet")
 SCALE_SAMPLE = 20_000
 # Spreads (standard deviations) of a source ingested unscaled that differ by more than this

@@ -26,9 +26,7 @@ from fairpipe.neighbors._bucket_width import (
     width_sample_rows,
 )
 from fairpipe.neighbors._degree_sampling import (
-    MODES,
     PATHS,
-    SAMPLERS,
     QueryStats,
     sample_query,
 )
@@ -56,7 +54,7 @@ from fairpipe.neighbors._fair_nn import (
     query_generator,
 )
 from fairpipe.neighbors._key_directory import KeyDirectory
-from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, MAX_TABLES, ROW_BLOCK, check_projection_size
+from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, ROW_BLOCK, check_projection_size
 from fairpipe.neighbors._pack import warm_index_kernels
 from fairpipe.neighbors._parameters import (
     DEFAULT_RECALL,
@@ -103,6 +101,7 @@ from fairpipe.neighbors._sketch import (
     sketch_levels,
     sketch_points,
 )
+from fairpipe.settings import MAX_TABLES, MODES, SAMPLERS
 
 __all__ = [
     "MAX_SAMPLES", "MAX_TABLES", "check_projection_size", "unique_inverse_ints", "warm_index_kernels",

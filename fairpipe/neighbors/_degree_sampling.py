@@ -50,9 +50,7 @@ from fairpipe.neighbors._query_buckets import (
     squared,
 )
 
-SAMPLERS = ("exact", "approx", "uniform", "weighted", "rank")
 PATHS = ("auto", "lazy", "flat", "enumerate")
-MODES = ("buckets", "approximate", "exact")
 
 
 @dataclass

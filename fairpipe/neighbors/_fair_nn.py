@@ -35,9 +35,7 @@ from fairpipe.errors import (
 )
 from fairpipe.neighbors._bucket_index import BucketIndex, remove_rows
 from fairpipe.neighbors._degree_sampling import (
-    MODES,
     PATHS,
-    SAMPLERS,
     SHORT_EMPTY,
     QueryStats,
     sample_query,
@@ -45,6 +43,7 @@ from fairpipe.neighbors._degree_sampling import (
 from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, LSHParameters
 from fairpipe.neighbors._query_buckets import neighbourhood
 from fairpipe.neighbors._rank_sampling import RankState
+from fairpipe.settings import MAX_SAMPLES, MODES, SAMPLERS
 from fairpipe.validation import check_points, check_points_and_ids
 
 NEEDS_ROWS = "FairNN.from_arrays needs the rows: the array {name!r} is missing."
@@ -52,7 +51,6 @@ INDEX_ARRAYS = ("bucket_keys", "bucket_starts", "members")
 BAD_ROW = "Query row {row} is out of range: the index holds rows 0..{last}."
 DEAD_ROW = "Query row {row} (id {id}) has been deleted; it cannot be used as a query."
 # Samples one call returns at most (an int64 id each: 800 MB), over all its queries.
-MAX_SAMPLES = 100_000_000
 TOO_MANY_SAMPLES = (
     "{owner} is asked for {n} samples{detail}; at most 100000000 (an 8-byte id each) can be "
     "returned by one call."

@@ -34,9 +34,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairpipe.base import BaseEstimator
-from fairpipe.errors import FairpipeInputError, check_positive_float, check_positive_int, check_seed
+from fairpipe.errors import FairpipeInputError, check_positive_int
 from fairpipe.hashing import splitmix64
 from fairpipe.neighbors import _segments
+from fairpipe.settings import (
+    E2LSH_SETTINGS,
+    PROJECTION,
+    SEED,
+    check_settings,
+)
 from fairpipe.validation import check_points
 
 ROW_BLOCK = 256
@@ -48,9 +54,7 @@ COMPILED_FOLD_ROWS = 20_000
 THREAD_ROWS = 2048
 TABLE_SHIFT = np.uint64(48)
 HASH_MASK = np.uint64((1 << 48) - 1)
-MAX_TABLES = (1 << 16) - 1
 MULT_LOW, MULT_HIGH = 1 << 26, 1 << 27
-TOO_MANY_TABLES = "The 'n_tables' parameter of E2LSH must be at most {limit}. Got {value}."
 # The projections are a (d, n_tables * n_hashes) float64 matrix: at most 1 GiB of it.
 MAX_PROJECTION_VALUES = 1 << 27
 TOO_LARGE_PROJECTIONS = (
@@ -67,8 +71,6 @@ def check_projection_size(d: int, n_hashes: int, n_tables: int) -> None:
 
 
 LSH_ARRAYS = ("projections", "offsets", "multipliers")
-PROJECTIONS = ("exact", "float32")
-BAD_PROJECTION = "The 'projection' parameter of E2LSH must be one of {choices}. Got {value!r}."
 U32, U64 = 2.0**-24, 2.0**-53  # unit roundoffs (float32, float64)
 NEAR_ENTRIES = 1 << 20  # products of near cells summed at once (8 MB of float64)
 CELL_CLAMP = 2.0**62  # |cell| above it is clamped (exact projection)
@@ -79,22 +81,14 @@ class LSHParameters(BaseEstimator):
     """The parameters of E2LSH hash functions, shared by :class:`E2LSH` and ``FairNN`` (which
     draws its hash functions with them)."""
 
-    n_hashes: int = 15
-    n_tables: int = 100
-    bucket_width: float = 4.0
-    seed: int = 0
-    projection: str = "exact"  # how a cell is defined (module docstring); stores keep theirs
+    n_hashes: int = E2LSH_SETTINGS[0].default
+    n_tables: int = E2LSH_SETTINGS[1].default
+    bucket_width: float = E2LSH_SETTINGS[2].default
+    seed: int = SEED.default
+    projection: str = PROJECTION.default  # how a cell is defined (module docstring)
 
     def _check_params(self) -> None:
-        check_positive_int(self.n_hashes, "n_hashes", "E2LSH")
-        n_tables = check_positive_int(self.n_tables, "n_tables", "E2LSH")
-        check_positive_float(self.bucket_width, "bucket_width", "E2LSH")
-        check_seed(self.seed, "seed", "E2LSH")
-        if n_tables > MAX_TABLES:
-            raise FairpipeInputError(TOO_MANY_TABLES.format(limit=MAX_TABLES, value=n_tables))
-        if self.projection not in PROJECTIONS:
-            raise FairpipeInputError(BAD_PROJECTION.format(choices=PROJECTIONS,
-                                                           value=self.projection))  # fmt: skip
+        check_settings("E2LSH", E2LSH_SETTINGS, self)
 
 
 @dataclass(kw_only=True, repr=False, eq=False)

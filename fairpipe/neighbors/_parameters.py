@@ -93,7 +93,8 @@ from fairpipe.neighbors._bucket_width import (
     suggested_radius,
     width_sample_rows,
 )
-from fairpipe.neighbors._lsh import MAX_PROJECTION_VALUES, MAX_TABLES, check_projection_size
+from fairpipe.neighbors._lsh import MAX_PROJECTION_VALUES, check_projection_size
+from fairpipe.settings import MAX_TABLES
 from fairpipe.validation import check_points
 
 DEFAULT_RECALL = 0.95

@@ -7,7 +7,6 @@ from fairpipe.ranking._candidates import (
     METRICS,
     CandidateLists,
     candidate_columns,
-    check_rerank_options,
     check_table_ahead,
     load_desired_file,
     mean_over_lists,
@@ -29,7 +28,7 @@ from fairpipe.ranking._reranking import ALGORITHMS, TOL, check_desired, check_li
 __all__ = [
     "candidate_columns", "check_table_ahead",
     "ALGORITHMS", "METRICS", "TOL", "CandidateLists", "check_desired", "check_lists",
-    "check_rerank_options", "infeasible_index", "load_desired_file", "mean_over_lists",
+    "infeasible_index", "load_desired_file", "mean_over_lists",
     "metrics_table", "ndcg", "ndkl", "prefix_counts", "ranking_metrics", "read_candidates",
     "read_table", "rerank", "rerank_lists", "skew",
 ]  # fmt: skip

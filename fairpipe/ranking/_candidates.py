@@ -18,12 +18,10 @@ import numpy as np
 
 from fairpipe.errors import (
     FairpipeInputError,
-    check_one_of,
-    check_positive_int,
     plain,
 )
 from fairpipe.ranking._metrics import ndcg, ranking_metrics
-from fairpipe.ranking._reranking import ALGORITHMS, check_desired, rerank
+from fairpipe.ranking._reranking import check_desired, rerank
 from fairpipe.tables import (
     check_flat_columns,
     count_lines,
@@ -51,9 +49,6 @@ DESIRED_NOT_IN_DATA = (
 BAD_DESIRED = (
     "The desired distribution file {path} must hold a JSON object mapping each group to its "
     "share; {problem}."
-)
-BAD_SMOOTHING = (
-    "The 'smoothing' parameter of rerank must be a non-negative number. Got {value} instead."
 )
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
 
@@ -117,14 +112,6 @@ class CandidateLists:
     codes: np.ndarray  # int64 (rows,) group codes
     names: list[str]
     p: np.ndarray  # (lists, groups)
-
-
-def check_rerank_options(algorithm: str, k, smoothing) -> None:
-    check_one_of(algorithm, ALGORITHMS, "algorithm", "rerank")
-    check_positive_int(k, "k", "rerank")
-    if not (isinstance(smoothing, (int, float)) and not isinstance(smoothing, bool)
-            and smoothing >= 0):  # fmt: skip
-        raise FairpipeInputError(BAD_SMOOTHING.format(value=plain(smoothing)))
 
 
 def check_table_ahead(path: str, flat: dict[str, tuple[str, str]]) -> None:

@@ -48,8 +48,8 @@ import numpy as np
 
 from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
 from fairpipe.parallel import THREADS, compiled, thread_pool
+from fairpipe.settings import ALGORITHMS
 
-ALGORITHMS = ("detgreedy", "detcons", "detrelaxed", "detconstsort")
 TOL = 1e-9
 _WORK_PER_THREAD = 200_000  # candidates below which one thread re-ranks the whole batch
 

@@ -11,6 +11,7 @@ streaming submodular maximisation (El Halabi et al., NeurIPS 2020).
 - :func:`resolve_bounds`: bounds given as fractions of k or as a JSON file, as counts.
 """
 
+from fairpipe.settings import RULES, UTILITIES
 from fairpipe.summary._bounds import bounds_from_fractions, load_bounds_file, resolve_bounds
 from fairpipe.summary._fair_streaming import (
     SelectionResult,
@@ -26,7 +27,6 @@ from fairpipe.summary._fair_streaming import (
 )
 from fairpipe.summary._fair_summary import (
     EVAL_SALT,
-    RULES,
     STREAM_SALT,
     FairSummary,
     MergeRule,
@@ -44,7 +44,7 @@ from fairpipe.summary._fair_summary import (
     summarize_leaves,
     summary_arrays,
 )
-from fairpipe.summary._utilities import UTILITIES, Utility
+from fairpipe.summary._utilities import Utility
 
 __all__ = [
     "EVAL_SALT", "RULES", "STREAM_SALT", "UTILITIES", "FairSummary", "NodeOutput",

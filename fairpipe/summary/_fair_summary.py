@@ -46,21 +46,28 @@ from fairpipe.base import BaseEstimator, DeletionReport, rows_from_arrays
 from fairpipe.errors import (
     K_TOO_LARGE,
     FairpipeInputError,
-    check_int_range,
-    check_one_of,
-    check_positive_float,
-    check_positive_int,
     check_seed,
 )
 from fairpipe.hashing import stable_hash
 from fairpipe.parallel import thread_pool
+from fairpipe.settings import (
+    EVAL_SIZE,
+    FACTOR,
+    FANOUT,
+    GAMMA,
+    RULE,
+    SEED,
+    SUMMARY_HEIGHT,
+    SUMMARY_K,
+    SUMMARY_NODE,
+    UTILITY,
+    check_settings,
+)
 from fairpipe.summary._fair_streaming import bound_error, check_bounds, check_groups, stream_kernel
-from fairpipe.summary._utilities import UTILITIES, Utility
+from fairpipe.summary._utilities import Utility
 from fairpipe.tree import check_tree, gather_parts, leaf_of, level_key, nodes_per_level, refresh
 from fairpipe.validation import check_points_and_ids
 
-RULES = ("swap", "ck")
-MAX_EVAL_SIZE = 1 << 16
 STREAM_SALT, EVAL_SALT = 0x5C, 0xE5
 _ROWS_PER_THREAD = 20_000  # below this, one thread solves all the leaves asked for
 NEEDS_ROWS = "FairSummary.from_arrays needs the rows: the array {name!r} is missing."
@@ -73,22 +80,15 @@ class SummaryParams:
     k: int
     lower: tuple[int, ...]
     upper: tuple[int, ...]
-    utility: str = "exemplar"
-    gamma: float | None = None
-    eval_size: int = 2048
-    rule: str = "swap"
-    factor: float = 2.0
-    seed: int = 0
+    utility: str = UTILITY.default
+    gamma: float | None = GAMMA.default
+    eval_size: int = EVAL_SIZE.default
+    rule: str = RULE.default
+    factor: float = FACTOR.default
+    seed: int = SEED.default
 
     def check(self, owner: str = "FairSummary") -> SummaryParams:
-        check_positive_int(self.k, "k", owner)
-        check_one_of(self.utility, UTILITIES, "utility", owner)
-        check_one_of(self.rule, RULES, "rule", owner)
-        # Each node keeps eval_size points (padded arrays of leaves x eval_size): bounded.
-        check_int_range(self.eval_size, "eval_size", owner, 1, MAX_EVAL_SIZE)
-        check_positive_float(self.factor, "factor", owner)
-        if self.gamma is not None:
-            check_positive_float(self.gamma, "gamma", owner)
+        check_settings(owner, SUMMARY_NODE, self)
         check_bounds(self.k, self.lower, self.upper)
         return self
 
@@ -377,17 +377,17 @@ class FairSummary(BaseEstimator):
 
     _fitted_attribute = "nodes_"
 
-    k: int = 10
+    k: int = SUMMARY_K.default
     lower: tuple | list = ()
     upper: tuple | list = ()
-    utility: str = "exemplar"
-    fanout: int = 8
-    height: int = 1
-    eval_size: int = 2048
-    rule: str = "swap"
-    factor: float = 2.0
-    gamma: float | None = None
-    seed: int = 0
+    utility: str = UTILITY.default
+    fanout: int = FANOUT.default
+    height: int = SUMMARY_HEIGHT.default
+    eval_size: int = EVAL_SIZE.default
+    rule: str = RULE.default
+    factor: float = FACTOR.default
+    gamma: float | None = GAMMA.default
+    seed: int = SEED.default
 
     def _check_params(self) -> tuple[SummaryParams, int]:
         """The node parameters and the number of leaves, validated."""

@@ -28,8 +28,8 @@ import numpy as np
 
 from fairpipe.errors import check_one_of, check_positive_float
 from fairpipe.parallel import compiled
+from fairpipe.settings import UTILITIES
 
-UTILITIES = ("exemplar", "facility")
 EXEMPLAR, FACILITY = 0, 1
 
 

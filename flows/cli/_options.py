@@ -24,6 +24,7 @@ from fairpipe.errors import (
     check_seed,
 )
 from fairpipe.number_text import DECIMAL_RULE, INTEGER_RULE, flaw, read_decimal, read_integer
+from fairpipe.settings import Setting
 from fairpipe.validation import load_npy
 
 Store = Annotated[
@@ -117,6 +118,16 @@ def choice(*values: str) -> dict:
     library checks the value (its one-line error names the parameter and the choices, before
     anything starts), not click, whose usage error would take several lines."""
     return {"metavar": "[" + "|".join(values) + "]"}
+
+
+def setting_option(setting: Setting) -> Any:
+    """The annotation of a setting's flag (:mod:`fairpipe.settings`): its type, flag and help, its
+    choices, and its default as ``--help`` shows it."""
+    kind = setting.kind if setting.default is not None else setting.kind | None
+    choices = choice(*setting.rule.choices) if setting.rule and setting.rule.choices else {}
+    shown = True if setting.shown is None else setting.shown
+    option = typer.Option(setting.flag, help=setting.help, show_default=shown, **choices)
+    return Annotated[kind, option]  # type: ignore[valid-type]
 
 
 MISSING_QUERY_FILE = "Query file {path!r} does not exist."
@@ -254,7 +265,7 @@ def typed_numbers(annotation: Any, owner: str) -> Any:
 # The parameters naming a file (or a folder) a command reads, and how messages name them.
 INPUT_OPTIONS = {"source": "SOURCE", "candidates": "CANDIDATES", "ids_file": "--ids-file",
                  "groups_file": "--groups-file", "query_file": "--query-file",
-                 "bounds": "--bounds", "model": "--model", "dataset": "--dataset",
+                 "bounds_file": "--bounds", "model": "--model", "dataset": "--dataset",
                  "data_dir": "--data-dir"}  # fmt: skip
 SPECIAL_FILE = "{flag} {path} is {kind}, not a regular file: {why}. Give a regular file{folder}."
 OUTPUT_OPTIONS = {"out": "--out", "plot": "--plot"}

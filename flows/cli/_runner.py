@@ -33,7 +33,7 @@ import os
 import re
 import sys
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +56,7 @@ from fairpipe.flows.cli._options import (
     check_store,
     check_workers,
     owner_of,
+    setting_option,
     typed_numbers,
 )
 from fairpipe.flows.cli._output import (
@@ -69,6 +70,7 @@ from fairpipe.flows.cli._output import (
 from fairpipe.flows.cli._quiet import loud_libraries
 from fairpipe.flows.prefect_server import deliver_records, launch_early, stop_early
 from fairpipe.old_names import OLD_FLAGS
+from fairpipe.settings import Setting, check_settings
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 CORRUPT_STORE = 4
@@ -158,7 +160,8 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             render: Callable[[dict], None] | None = None,
             read_only: bool = False,
             check: Callable[..., None] | None = None,
-            name: str | None = None) -> Callable[[F], F]:  # fmt: skip
+            name: str | None = None,
+            settings: Sequence[Setting] = ()) -> Callable[[F], F]:  # fmt: skip
     """A command: run under the one exception handler (see the module's docstring), with the
     ``shared`` options (and ``--verbose``) added after its own and given to it as
     ``shared: Shared``; the dict it returns is printed as one JSON object (``--json``) or by
@@ -171,6 +174,10 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
     ``parameter_flags`` maps a library parameter that a bad-input message may name (``'fanout'``)
     to the flag of this command that sets it (``--tree-width``); the message then names the flag.
 
+    ``settings`` (:mod:`fairpipe.settings`) are the command's flags, each from its one
+    declaration (flag, type, default, help) and checked by its rule before anything starts; the
+    command receives them as keyword arguments (``**settings``).
+
     ``check`` is called with the command's own options before anything starts (the early Prefect
     server, a cluster, a flow), as the shared options are checked (:func:`check_shared`).
 
@@ -180,18 +187,22 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
     still work for one release, hidden from ``--help``; one given together with its new flag is
     bad input (:func:`merge_renamed`).
     """
-    flags = dict(parameter_flags or {})
+    flags = {**{s.name: s.flag for s in settings}, **(parameter_flags or {})}
     shared = (*shared, "verbose")
+    declared = [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY,
+                                  annotation=setting_option(s), default=s.default)
+                for s in settings]  # fmt: skip
 
     def decorate(fn: F) -> F:
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
-               if p.name != "shared"]  # fmt: skip
+               if p.name != "shared" and p.kind is not inspect.Parameter.VAR_KEYWORD]  # fmt: skip
+        owner = owner_of(name or fn.__name__)
         added = [
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                               default=default)
             for name, (annotation, default) in SHARED_OPTIONS.items() if name in shared
         ]  # fmt: skip
-        by_name = {p.name: p for p in own}
+        by_name = {p.name: p for p in own + declared}
         old_flags = OLD_FLAGS.get(name or fn.__name__, {})
         hidden = [_old_flag_parameter(flag, by_name[new]) for flag, new in old_flags.items()]
         if hidden:  # typer hands the command its context: which options the command line gave
@@ -209,6 +220,7 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
                     merge_renamed(kwargs, old_flags, context)
                     options = check_shared(options, name or fn.__name__, kwargs,
                                            writes=set(WRITES_STORES) <= set(shared))  # fmt: skip
+                    check_settings(owner, settings, kwargs, by_flag=True)
                     if check is not None:
                         check(**kwargs)
                     if "dask_address" in shared:  # runs a flow: its Prefect server starts now,
@@ -221,9 +233,8 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
             if PROGRAM.running and (read_only or "dask_address" in shared):
                 end_now()  # its result is out, and so are its flow's records
 
-        every = own + added + hidden
-        every = [p.replace(annotation=typed_numbers(p.annotation, owner_of(name or fn.__name__)))
-                 for p in every]  # fmt: skip
+        every = own + declared + added + hidden
+        every = [p.replace(annotation=typed_numbers(p.annotation, owner)) for p in every]
         run.__signature__ = inspect.Signature(every)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in every}
         return cast(F, run)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from fairpipe.errors import check_int_range
 from fairpipe.flows.cli._options import Store
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
 from fairpipe.flows.options import BackfillOptions
+from fairpipe.settings import BACKFILL
 
 
 def _render(r: dict) -> None:
@@ -35,9 +35,6 @@ def _render(r: dict) -> None:
 
 
 def _check(**o) -> None:
-    from fairpipe.storage.queue import MAX_REQUEST_IDS  # what one request (a part) may hold
-
-    check_int_range(o["batch_size"], "--batch-size", "fairpipe backfill", 1, MAX_REQUEST_IDS)
     from fairpipe.datasets import read_ids
     from fairpipe.flows.checks import existing_store
 
@@ -46,7 +43,7 @@ def _check(**o) -> None:
     read_ids(path=o["ids_file"])
 
 
-@command({"batch_size": "--batch-size"}, shared=WRITES_STORES, render=_render, check=_check)
+@command(shared=WRITES_STORES, render=_render, check=_check, settings=BACKFILL)
 def backfill(
     store: Store,
     ids_file: Annotated[
@@ -58,14 +55,9 @@ def backfill(
             show_default=False,
         ),
     ],
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", help="Ids per batch (one request and one commit).")
-    ] = BackfillOptions.batch_size,
-    reason: Annotated[
-        str, typer.Option("--reason", help="Kept in every receipt.")
-    ] = BackfillOptions.reason,
     *,
     shared: Shared,
+    **settings: Any,
 ) -> dict:
     """Forget a large backlog of ids in batches; rerun with the same file to resume.
 
@@ -76,7 +68,6 @@ def backfill(
     """
     from fairpipe.flows.backfill import run_backfill
 
-    options = BackfillOptions(batch_size=batch_size, reason=reason,
-                              lock_timeout=shared.lock_timeout,
+    options = BackfillOptions(**settings, lock_timeout=shared.lock_timeout,
                               progress=not shared.as_json)  # fmt: skip
     return run_backfill(store, ids_file, options, **shared.cluster)

@@ -3,15 +3,14 @@ the rows, the index and the models: one commit per batch."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Any
 
-import typer
-
-from fairpipe.errors import FairpipeInputError, check_one_of
-from fairpipe.flows.cli._options import Ids, IdsFile, Store, check_options, choice
+from fairpipe.errors import FairpipeInputError
+from fairpipe.flows.cli._options import Ids, IdsFile, Store
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
-from fairpipe.flows.options import UNAPPLIED, ForgetOptions
+from fairpipe.flows.options import ForgetOptions
+from fairpipe.settings import FORGET
 
 ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
 
@@ -54,8 +53,6 @@ def _render(r: dict) -> None:
 
 
 def _check(**o) -> None:
-    check_options("fairpipe forget", max_batch=("positive", o["max_batch"]))
-    check_one_of(o["unapplied"], UNAPPLIED, "--unapplied", "fairpipe forget")
     from fairpipe.datasets import read_ids
     from fairpipe.flows.checks import check_forget
 
@@ -72,41 +69,9 @@ def _check(**o) -> None:
     check_forget(o["store"], ids)
 
 
-@command(shared=WRITES_STORES, render=_render, check=_check)
+@command(shared=WRITES_STORES, render=_render, check=_check, settings=FORGET)
 def forget(
-    store: Store,
-    ids: Ids = None,
-    ids_file: IdsFile = None,
-    max_batch: Annotated[
-        int, typer.Option("--max-batch", help="Ids per batch (one commit each), at most.")
-    ] = ForgetOptions.max_batch,
-    reason: Annotated[
-        str,
-        typer.Option(
-            "--reason", help="Kept in the receipt of the --ids request.", show_default="none"
-        ),
-    ] = ForgetOptions.reason,
-    unapplied: Annotated[
-        str,
-        typer.Option(
-            "--unapplied",
-            help="What becomes of the --ids request if this command cannot apply it (the store "
-            "busy, a full disk, damage, an interrupt): withdraw it, or keep it filed for the "
-            "next drain. The error says which.",
-            **choice(*UNAPPLIED),
-        ),
-    ] = ForgetOptions.unapplied,
-    purge_history: Annotated[
-        bool,
-        typer.Option(
-            "--purge-history",
-            help="Drop every earlier snapshot (they still hold the erased rows) and delete the "
-            "objects only they used now, whatever the store's erasure_retention.",
-            show_default="off",
-        ),
-    ] = ForgetOptions.purge_history,
-    *,
-    shared: Shared,
+    store: Store, ids: Ids = None, ids_file: IdsFile = None, *, shared: Shared, **settings: Any
 ) -> dict:
     """Forget ids (a new deletion request), then drain every pending request in batches: erase
     the rows, drop them from the index, update the model and the summary.
@@ -119,15 +84,10 @@ def forget(
       fairpipe forget --store digits.store
     """
     from fairpipe.datasets import read_ids
+    from fairpipe.flows.checks import small_forget
     from fairpipe.flows.forget import run_forget
 
-    if ids is not None and ids_file is not None:
-        raise FairpipeInputError(ONE_SOURCE)
     wanted = None if ids is None and ids_file is None else read_ids(text=ids, path=ids_file)
-    options = ForgetOptions(lock_timeout=shared.lock_timeout, purge_history=purge_history,
-                            max_batch=max_batch, reason=reason, unapplied=unapplied)  # fmt: skip
-    from fairpipe.flows.checks import small_forget
-
+    options = ForgetOptions(**settings, lock_timeout=shared.lock_timeout)
     processes = not small_forget(store, wanted)
-    result = run_forget(store, wanted, options, **shared.cluster, processes=processes)
-    return result
+    return run_forget(store, wanted, options, **shared.cluster, processes=processes)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
-from fairpipe.errors import check_int_range, check_one_of, check_open_unit
-from fairpipe.flows.cli._options import Store, check_options, choice
+from fairpipe.flows.cli._options import Store, check_options
 from fairpipe.flows.cli._output import diagnostics_console, result_console
 from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
 from fairpipe.flows.options import IngestOptions
+from fairpipe.settings import INDEX
 
 # A source file up to this size (and any .npy, whose plan reads its header and the ids and
 # groups files only) is planned before the flow starts, so that its errors come before anything
@@ -21,16 +21,6 @@ from fairpipe.flows.options import IngestOptions
 # read and checked as well (a NaN named before the flow starts rather than by a chunk job).
 PLAN_AHEAD_BYTES = 64 << 20
 CHECK_AHEAD_BYTES = 16 << 20
-# Rows per chunk at most (the default is at most 65,536): a chunk is read into memory whole.
-MAX_CHUNK_ROWS = 1 << 20
-# E2LSH's parameters that its error messages name, and their flags.
-FLAGS = {
-    "n_hashes": "--n-hashes",
-    "n_tables": "--n-tables",
-    "bucket_width": "--bucket-width",
-    "scale": "--scale",
-}
-# The old flags, hidden aliases for one release.
 
 
 def _render(r: dict) -> None:
@@ -62,26 +52,15 @@ def _render(r: dict) -> None:
 
 def _check(**o) -> None:
     check_options(
-        "fairpipe ingest", seed=("seed", o["seed"]), n_hashes=("positive", o["n_hashes"]),
-        n_tables=("positive", o["n_tables"]), bucket_width=("positive_float", o["bucket_width"]),
-        radius=("positive_float", o["radius"]),
-        chunk_rows=("positive", o["chunk_rows"]), gaussian_n=("positive", o["gaussian_n"]),
+        "fairpipe ingest", gaussian_n=("positive", o["gaussian_n"]),
         gaussian_d=("positive", o["gaussian_d"]),
         gaussian_clusters=("positive", o["gaussian_clusters"]),
         gaussian_groups=("positive", o["gaussian_groups"]),
     )  # fmt: skip
     from fairpipe.flows.parameters import check_recall_options
-    from fairpipe.neighbors import MAX_TABLES, check_projection_size
+    from fairpipe.neighbors import check_projection_size
 
-    if o["recall"] is not None:
-        check_open_unit(o["recall"], "--recall", "fairpipe ingest")
     check_recall_options(o["n_hashes"], o["n_tables"], o["bucket_width"], o["recall"])
-    if o["scale"] is not None:
-        from fairpipe.datasets import SCALE_CHOICES
-
-        check_one_of(o["scale"], SCALE_CHOICES, "--scale", "fairpipe ingest")
-    check_int_range(o["n_tables"] or 1, "--n-tables", "fairpipe ingest", 1, MAX_TABLES)
-    check_int_range(o["chunk_rows"] or 1, "--chunk-rows", "fairpipe ingest", 1, MAX_CHUNK_ROWS)
     from fairpipe.datasets import check_source_options
 
     check_source_options(o["source"], o["group_column"], o["id_column"], o["groups_file"],
@@ -176,7 +155,7 @@ def _new_local_store(store: str) -> bool:
     return local is not None and not local.exists()
 
 
-@command(FLAGS, shared=WRITES_STORES, render=_render, check=_check)
+@command(shared=WRITES_STORES, render=_render, check=_check, settings=INDEX)
 def ingest(
     source: Annotated[
         str,
@@ -191,14 +170,6 @@ def ingest(
         ),
     ],
     store: Store,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            "--seed",
-            help="Seed of the hash functions and leaves; an append keeps the store's.",
-            show_default="0",
-        ),
-    ] = None,
     group_column: Annotated[
         str | None,
         typer.Option(
@@ -231,60 +202,6 @@ def ingest(
             show_default="row numbers",
         ),
     ] = None,
-    radius: Annotated[
-        float | None,
-        typer.Option(
-            "--radius",
-            help="The query radius r the LSH parameters are chosen for, and the default radius "
-            "of sample.",
-            show_default="a new store: the median nearest-neighbour distance of a sample",
-        ),
-    ] = None,
-    recall: Annotated[
-        float | None,
-        typer.Option(
-            "--recall",
-            help="The probability, in (0, 1), that a point at distance r is in a query's "
-            "buckets; --n-hashes, --n-tables and --bucket-width are chosen for it at the "
-            "least expected cost (not with all three given).",
-            show_default="a new store: 0.95",
-        ),
-    ] = None,
-    n_hashes: Annotated[
-        int | None,
-        typer.Option(
-            "--n-hashes", help="Hash functions per table.", show_default="chosen for --recall"
-        ),
-    ] = None,
-    n_tables: Annotated[
-        int | None,
-        typer.Option("--n-tables", help="Hash tables.", show_default="chosen for --recall"),
-    ] = None,
-    bucket_width: Annotated[
-        float | None,
-        typer.Option(
-            "--bucket-width",
-            help="Bucket width of the hash functions.",
-            show_default="chosen for --recall",
-        ),
-    ] = None,
-    scale: Annotated[
-        str | None,
-        typer.Option(
-            "--scale",
-            help="How each feature column is scaled before it is stored: standard (minus its "
-            "mean, over its standard deviation), robust (minus its median, over its "
-            "interquartile range), none; auto is standard for a CSV or Parquet table (columns "
-            "in units of their own) and none for a .npy matrix or a built-in data set. Appends "
-            "and queries given by value are scaled with the store's parameters.",
-            show_default="auto (a new store); the store's (an append)",
-            **choice("auto", "none", "standard", "robust"),
-        ),
-    ] = None,
-    chunk_rows: Annotated[
-        int | None,
-        typer.Option("--chunk-rows", help="Rows per chunk.", show_default="about 16 MB of points"),
-    ] = None,
     gaussian_n: Annotated[int, typer.Option("--gaussian-n", help="gaussian: points.")] = 20000,
     gaussian_d: Annotated[int, typer.Option("--gaussian-d", help="gaussian: dimensions.")] = 16,
     gaussian_clusters: Annotated[
@@ -295,6 +212,7 @@ def ingest(
     ] = 4,
     *,
     shared: Shared,
+    **settings: Any,
 ) -> dict:
     """Ingest SOURCE into a store and build its LSH bucket index (one commit); ingesting into
     an existing store appends.
@@ -306,7 +224,8 @@ def ingest(
     """
     from fairpipe.flows.ingest import run_ingest
 
-    options = ingest_options(locals(), shared.lock_timeout, shared.store_absent)
+    given = {**locals(), **settings}
+    options = ingest_options(given, shared.lock_timeout, shared.store_absent)
     result = run_ingest(source, store, options, **shared.cluster)
     for warning in result["warnings"]:
         diagnostics_console().print(f"warning: {warning}")

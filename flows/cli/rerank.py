@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from fairpipe.flows.cli._options import check_options, choice
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import RUNS_FLOWS, Shared, command
 from fairpipe.flows.options import RerankOptions
+from fairpipe.settings import RERANK
 
-ALGORITHMS = ("detgreedy", "detcons", "detrelaxed", "detconstsort")  # fairpipe.ranking's
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
 
 
@@ -37,8 +36,6 @@ def _render(r: dict) -> None:
 
 
 def _check(**o) -> None:
-    check_options("fairpipe rerank", k=("positive", o["k"]),
-                  smoothing=("non_negative_float", o["smoothing"]))  # fmt: skip
     from fairpipe.flows.outputs import TABLE_KINDS, check_output_file
     from fairpipe.ranking import (
         candidate_columns,
@@ -53,7 +50,7 @@ def _check(**o) -> None:
     check_table_ahead(o["candidates"], columns)
 
 
-@command(shared=RUNS_FLOWS, render=_render, check=_check)
+@command(shared=RUNS_FLOWS, render=_render, check=_check, settings=RERANK)
 def rerank(
     candidates: Annotated[
         str,
@@ -69,43 +66,9 @@ def rerank(
             "--out", help="Output .csv or .parquet (metrics beside it).", show_default=False
         ),
     ],
-    algorithm: Annotated[
-        str,
-        typer.Option(
-            "--algorithm",
-            help="The re-ranker (Geyik et al. 2019): detgreedy, detcons, detrelaxed or "
-            "detconstsort.",
-            **choice(*ALGORITHMS),
-        ),
-    ] = RerankOptions.algorithm,
-    k: Annotated[
-        int, typer.Option("--k", help="Top-k of each list (a shorter list keeps all).")
-    ] = RerankOptions.k,
-    desired: Annotated[
-        str,
-        typer.Option(
-            "--desired",
-            help='A JSON file {"group": share, ...} summing to 1, or "population": each '
-            "list's own group distribution.",
-        ),
-    ] = RerankOptions.desired,
-    list_column: Annotated[
-        str, typer.Option("--list-column", help="The column naming each row's list.")
-    ] = RerankOptions.list_column,
-    score_column: Annotated[
-        str, typer.Option("--score-column", help="The column of scores (higher first).")
-    ] = RerankOptions.score_column,
-    group_column: Annotated[
-        str, typer.Option("--group-column", help="The column of group labels.")
-    ] = RerankOptions.group_column,
-    smoothing: Annotated[
-        float,
-        typer.Option(
-            "--smoothing", help="Skew of a group absent from the top k: -inf at 0 (the paper)."
-        ),
-    ] = RerankOptions.smoothing,
     *,
     shared: Shared,
+    **settings: Any,
 ) -> dict:
     """Re-rank every list toward a desired group distribution; metrics before and after.
 
@@ -116,9 +79,4 @@ def rerank(
     """
     from fairpipe.flows.rerank import run_rerank
 
-    options = RerankOptions(
-        algorithm=algorithm, k=k, desired=desired, list_column=list_column,
-        score_column=score_column, group_column=group_column, smoothing=smoothing,
-    )  # fmt: skip
-    result = run_rerank(candidates, out, options, **shared.cluster)
-    return result
+    return run_rerank(candidates, out, RerankOptions(**settings), **shared.cluster)

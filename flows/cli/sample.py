@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Any
 
-import typer
-
-from fairpipe.errors import FairpipeInputError, check_int_range
+from fairpipe.errors import FairpipeInputError
 from fairpipe.flows.cli._options import (
     QueryFile,
     QueryId,
     QueryRow,
-    Seed,
     Store,
     check_options,
-    choice,
     read_query_file,
 )
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
+from fairpipe.settings import SAMPLE
 from fairpipe.validation import check_ids
 
 ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
@@ -37,11 +34,6 @@ RECALL = (
     "expected recall {recall:.3f} at r={radius:.4g}: a point within r is among the points the "
     "samples come from, M(q), with probability at least {recall:.3f}"
 )
-# FairNN.sample's parameters that its error messages name, and their flags.
-FLAGS = {"sampler": "--sampler", "n_samples": "--n-samples", "mode": "--mode", "radius": "--radius"}
-# The old flags, hidden aliases for one release.
-SAMPLERS = ("exact", "approx", "uniform", "weighted", "rank")  # fairpipe.neighbors' SAMPLERS
-MODES = ("buckets", "approximate", "exact")
 
 
 SHORT = {
@@ -101,65 +93,20 @@ def small_line(i: int, q: dict, radius: float, excluded: bool) -> str | None:
 
 
 def _check(**o) -> None:
-    from fairpipe.neighbors import MAX_SAMPLES
-
-    check_int_range(o["n_samples"], "--n-samples", "fairpipe sample", 1, MAX_SAMPLES)
     if o["query_id"] is not None:
         check_ids([o["query_id"]], "--query-id", lambda i: "given to --query-id")
-    check_options(
-        "fairpipe sample", query_row=("count", o["query_row"]),
-        radius=("positive_float", o["radius"]), c=("positive_float", o["c"]),
-        seed=("seed", o["seed"]),
-    )  # fmt: skip
+    check_options("fairpipe sample", query_row=("count", o["query_row"]))
 
 
-@command(FLAGS, render=_render, read_only=True, check=_check)
+@command(render=_render, read_only=True, check=_check, settings=SAMPLE)
 def sample(
     store: Store,
     query_id: QueryId = None,
     query_row: QueryRow = None,
     query_file: QueryFile = None,
-    radius: Annotated[
-        float | None,
-        typer.Option(
-            "--radius", help="Neighbourhood radius.", show_default="the store's suggested radius"
-        ),
-    ] = None,
-    n_samples: Annotated[int, typer.Option("--n-samples", help="Samples per query.")] = 10,
-    sampler: Annotated[
-        str,
-        typer.Option(
-            "--sampler",
-            help="How a neighbour is drawn: exact or approx (uniform over the neighbourhood; "
-            "approx may give up on a draw), rank (uniform, repeated queries drawing "
-            "independent samples), or the biased uniform and weighted baselines.",
-            **choice(*SAMPLERS),
-        ),
-    ] = "exact",
-    mode: Annotated[
-        str,
-        typer.Option(
-            "--mode",
-            help="Which points are neighbours: buckets (every bucket-mate), approximate "
-            "(within c * radius), exact (within radius).",
-            **choice(*MODES),
-        ),
-    ] = "exact",
-    c: Annotated[
-        float, typer.Option("--c", help="Approximation factor of the approximate mode.")
-    ] = 2.0,
-    seed: Seed = 0,
-    include_query: Annotated[
-        bool,
-        typer.Option(
-            "--include-query",
-            help="Let a query by --query-id or --query-row draw its own row (left out by "
-            "default: its neighbourhood is the other points near it). Not with --query-file.",
-            show_default="off",
-        ),
-    ] = False,
     *,
     shared: Shared,
+    **settings: Any,
 ) -> dict:
     """Draw uniformly random near neighbours of a query (N_SAMPLES of them).
 
@@ -174,10 +121,7 @@ def sample(
 
     if sum(x is not None for x in (query_id, query_row, query_file)) != 1:
         raise FairpipeInputError(ONE_QUERY)
-    if include_query and query_file is not None:
+    if settings["include_query"] and query_file is not None:
         raise FairpipeInputError(INCLUDE_QUERY_FILE)
-    result = sample_store(store, query_ids=query_id, query_rows=query_row,
-                          queries=read_query_file(query_file), radius=radius, n_samples=n_samples,
-                          sampler=sampler, mode=mode, seed=seed, c=c,
-                          include_query=include_query)  # fmt: skip
-    return result
+    return sample_store(store, query_ids=query_id, query_rows=query_row,
+                        queries=read_query_file(query_file), **settings)  # fmt: skip

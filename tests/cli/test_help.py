@@ -79,8 +79,8 @@ def test_every_example_parses_as_written(path):
 def test_the_choices_shown_are_the_librarys():
     from fairpipe.datasets import SCALE_CHOICES
     from fairpipe.flows import audit, cli
-    from fairpipe.neighbors._degree_sampling import MODES, SAMPLERS
-    from fairpipe.ranking._reranking import ALGORITHMS
+    from fairpipe.neighbors import MODES, SAMPLERS
+    from fairpipe.ranking import ALGORITHMS
     from fairpipe.summary import RULES, UTILITIES
 
     shown = {

@@ -202,7 +202,7 @@ def test_build_table_leaves_out_dead_rows():
     "params, match",
     [
         ({"n_hashes": 0}, "'n_hashes' parameter of E2LSH must be a positive integer"),
-        ({"n_tables": -3}, "'n_tables' parameter of E2LSH must be a positive integer"),
+        ({"n_tables": -3}, "'n_tables' parameter of E2LSH must be an integer from 1 to 65535"),
         ({"bucket_width": 0.0}, "'bucket_width' parameter of E2LSH must be a positive float"),
         ({"bucket_width": float("nan")}, "'bucket_width' parameter of E2LSH must be a positive"),
     ],

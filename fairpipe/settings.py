@@ -1,0 +1,308 @@
+"""Every setting fairpipe takes, each declared once: its name, type, default, constraint, help
+and flag, in the manner of scikit-learn's ``_parameter_constraints``.
+
+Everything else is derived from these declarations:
+
+- the estimators' defaults and their parameter checks (:func:`check_settings`);
+- the command line's flags, their help and defaults, and the check of the values given to them,
+  made before anything starts (``fairpipe.flows.cli._runner.command``'s ``settings``);
+- the flows' options' defaults (:mod:`fairpipe.flows.options`), and so the deployments'
+  parameters and the store's attributes, which the flows write from their options.
+
+Checks that relate several settings (a tree's fanout and height, the bounds of a summary
+against its k) stay with the code that owns them (:func:`fairpipe.tree.check_tree`). Old names
+are listed in :mod:`fairpipe.old_names`. This module imports nothing heavier than
+:mod:`fairpipe.errors`: the command line reads it before anything starts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fairpipe.errors import (
+    check_fraction,
+    check_int_range,
+    check_non_negative_float,
+    check_non_negative_int,
+    check_one_of,
+    check_open_unit,
+    check_positive_float,
+    check_positive_int,
+    check_seed,
+)
+
+
+# -- constraints -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """A constraint: ``check(value, name, owner)`` returns the value or raises the documented
+    error naming ``name`` (a parameter, or a flag starting with ``--``) of ``owner``."""
+
+    check: Callable[[Any, str, str], Any]
+    choices: tuple[str, ...] = ()  # the values a choice takes (the help lists them)
+
+
+POSITIVE = Rule(check_positive_int)
+COUNT = Rule(check_non_negative_int)
+POSITIVE_FLOAT = Rule(check_positive_float)
+NON_NEGATIVE_FLOAT = Rule(check_non_negative_float)
+OPEN_UNIT = Rule(check_open_unit)
+FRACTION = Rule(check_fraction)
+SEED_RULE = Rule(check_seed)
+SECONDS = Rule(lambda value, name, owner: check_non_negative_float(value, name, owner, True))
+
+
+def between(low: int, high: int | None = None) -> Rule:
+    """An integer from ``low`` to ``high`` (no upper limit: None)."""
+    return Rule(lambda value, name, owner: check_int_range(value, name, owner, low, high))
+
+
+def one_of(*choices: str) -> Rule:
+    return Rule(lambda value, name, owner: check_one_of(value, choices, name, owner), choices)
+
+
+# -- a setting -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    """One setting. ``default`` None means "not given" (its meaning, ``shown``, is said by the
+    help): such a value is not checked. ``rule`` None: any value of ``kind``."""
+
+    name: str
+    kind: type
+    default: Any
+    rule: Rule | None
+    help: str
+    shown: str | None = None  # the default as --help shows it, where the value does not say
+    flag: str = ""  # default: --name in kebab-case
+
+    def __post_init__(self) -> None:
+        if not self.flag:
+            object.__setattr__(self, "flag", "--" + self.name.replace("_", "-"))
+
+    def check(self, value: Any, owner: str, by_flag: bool = False) -> Any:
+        """``value`` checked by the rule; messages name the flag (``by_flag``) or the name."""
+        if self.rule is None or (value is None and self.default is None):
+            return value
+        return self.rule.check(value, self.flag if by_flag else self.name, owner)
+
+    def helped(self, help: str) -> Setting:
+        """The same setting with the help of one command (the rest unchanged)."""
+        return replace(self, help=help)
+
+
+def check_settings(owner: str, settings: Iterable[Setting], values: Mapping[str, Any] | Any,
+                   by_flag: bool = False) -> None:  # fmt: skip
+    """Check ``values`` (a mapping, or an object such as an estimator holding them as
+    attributes) by each setting, in order."""
+    for s in settings:
+        value = values[s.name] if isinstance(values, Mapping) else getattr(values, s.name)
+        s.check(value, owner, by_flag)
+
+
+# -- limits and choices, owned here (the packages re-export those their users need) --------------
+MAX_N_INIT = 1000  # k-means restarts run as one batch (their centroids side by side)
+MAX_TABLES = (1 << 16) - 1  # LSH tables: a table number is stored in 16 bits
+MAX_EVAL_SIZE = 1 << 16  # a summary node's evaluation points (padded arrays: leaves x eval_size)
+MAX_SAMPLES = 100_000_000  # samples of one query
+MAX_CHUNK_ROWS = 1 << 20  # rows per chunk: a chunk is read into memory whole
+MAX_REQUEST_IDS = 1_000_000  # ids of one deletion request
+MAX_WORKERS = 64  # local worker processes, a few hundred MB each
+MODELS = ("dc", "q", "auto")
+UTILITIES = ("exemplar", "facility")
+RULES = ("swap", "ck")
+ALGORITHMS = ("detgreedy", "detcons", "detrelaxed", "detconstsort")
+SAMPLERS = ("exact", "approx", "uniform", "weighted", "rank")
+MODES = ("buckets", "approximate", "exact")
+SCALE_METHODS = ("none", "standard", "robust")
+SCALE_CHOICES = ("auto", *SCALE_METHODS)
+UNAPPLIED = ("withdraw", "keep")
+
+# -- shared ----------------------------------------------------------------------------------------
+SEED = Setting("seed", int, 0, SEED_RULE, "Random seed: the same seed, the same result.")
+WORKERS = Setting("workers", int, 2, between(1, MAX_WORKERS),
+                  "Worker processes of the local cluster.")  # fmt: skip
+LOCK_TIMEOUT = Setting("lock_timeout", float, 0.0, SECONDS,
+                       "Seconds to wait for another writer of the store (inf: no limit).")  # fmt: skip
+
+# -- clustering: DCKMeans and QKMeans (fairpipe fit) ----------------------------------------------
+N_CLUSTERS = Setting("n_clusters", int, 8, POSITIVE, "Number of clusters.")
+MODEL = Setting(
+    "model", str, "dc", one_of(*MODELS),
+    "dc: a DC-k-means tree (deletions recompute one leaf-to-root path); q: Q-k-means (most "
+    "deletions certified without a retrain); auto: q up to 30 dimensions with at least 1,000 "
+    "live points per cluster, else dc.",
+)  # fmt: skip
+FANOUT = Setting("fanout", int, 8, between(2),
+                 "Children per node of the tree (fanout^height leaves).")  # fmt: skip
+HEIGHT = Setting("height", int, 1, POSITIVE,
+                 "dc: levels below the root (a large store: 2 or more).")  # fmt: skip
+MAX_ITER = Setting("max_iter", int, 10, POSITIVE, "Most Lloyd iterations (dc: per node).")
+N_INIT = Setting(
+    "n_init", int, None, between(1, MAX_N_INIT),
+    "Restarts, the lowest loss kept: dc, of each internal node; q, whole training runs.",
+    shown="10 for dc, 1 for q",
+)  # fmt: skip
+DC_N_INIT = replace(N_INIT, default=10, shown=None)  # DCKMeans' own default
+Q_N_INIT = replace(N_INIT, default=1, shown=None)  # QKMeans' own default
+EPSILON = Setting(
+    "epsilon", float, 0.05, POSITIVE_FLOAT,
+    "q: lattice spacing, in the data's units (larger: more certified deletions, higher loss).",
+)  # fmt: skip
+BALANCE = Setting("balance", float, 0.2, OPEN_UNIT, "q: balance correction, in (0, 1).")
+DC_KMEANS = (N_CLUSTERS, MAX_ITER, DC_N_INIT, SEED, FANOUT, HEIGHT)
+Q_KMEANS = (N_CLUSTERS, MAX_ITER, Q_N_INIT, SEED, EPSILON, BALANCE)
+FIT = (N_CLUSTERS, MODEL, FANOUT.helped("dc: children per node of the tree (fanout^height "
+                                        "leaves)."),
+       HEIGHT, MAX_ITER, N_INIT, EPSILON, BALANCE, SEED)  # fmt: skip
+
+# -- fair summaries: FairSummary (fairpipe summarize) ---------------------------------------------
+SUMMARY_K = Setting("k", int, 10, POSITIVE, "Summary size: at most k elements.")
+LOWER = Setting(
+    "lower", float, None, FRACTION,
+    "Lower bound of every group, as a fraction of k (floor(lower * k)); not with --bounds.",
+    shown="0",
+)  # fmt: skip
+UPPER = Setting(
+    "upper", float, None, FRACTION,
+    "Upper bound of every group, as a fraction of k (ceil(upper * k)); not with --bounds.",
+    shown="1",
+)  # fmt: skip
+BOUNDS_FILE = Setting(
+    "bounds_file", str, None, None,
+    'A JSON file {"group": [lower, upper], ...} of bounds in elements; not with --lower or '
+    "--upper (one of them is needed).",
+    shown="none", flag="--bounds",
+)  # fmt: skip
+UTILITY = Setting(
+    "utility", str, "exemplar", one_of(*UTILITIES),
+    "What the summary serves: exemplar, the evaluation points' squared distance to their "
+    "nearest element, lowered; facility, their similarity exp(-gamma d^2) to it, raised.",
+)  # fmt: skip
+RULE = Setting("rule", str, "swap", one_of(*RULES),
+               "swap: exchange an element for a larger gain; ck: Chakrabarti-Kale's rule (a 1/4 "
+               "bound).")  # fmt: skip
+EVAL_SIZE = Setting("eval_size", int, 2048, between(1, MAX_EVAL_SIZE),
+                    "Evaluation points per node.")  # fmt: skip
+SUMMARY_HEIGHT = Setting("height", int, 1, COUNT,
+                         "Levels below the root (0: one node streams all).")  # fmt: skip
+FACTOR = Setting("factor", float, 2.0, POSITIVE_FLOAT, "The ck rule's swap threshold.")
+GAMMA = Setting("gamma", float, None, POSITIVE_FLOAT,
+                "facility: the RBF kernel's coefficient, exp(-gamma d^2).",
+                shown="1 / d")  # fmt: skip
+SUMMARY_NODE = (SUMMARY_K, UTILITY, RULE, EVAL_SIZE, FACTOR, GAMMA, SEED)  # every node's
+SUMMARIZE = (SUMMARY_K, LOWER, UPPER, BOUNDS_FILE, UTILITY, RULE, EVAL_SIZE, FANOUT,
+             SUMMARY_HEIGHT, SEED)  # fmt: skip
+
+# -- the LSH index (fairpipe ingest) --------------------------------------------------------------
+BY_RECALL = "chosen for --recall"
+N_HASHES = Setting("n_hashes", int, None, POSITIVE, "Hash functions per table.", BY_RECALL)
+N_TABLES = Setting("n_tables", int, None, between(1, MAX_TABLES), "Hash tables.", BY_RECALL)
+BUCKET_WIDTH = Setting("bucket_width", float, None, POSITIVE_FLOAT,
+                       "Bucket width of the hash functions.", BY_RECALL)  # fmt: skip
+INDEX_RADIUS = Setting(
+    "radius", float, None, POSITIVE_FLOAT,
+    "The query radius r the LSH parameters are chosen for, and the default radius of sample.",
+    shown="a new store: the median nearest-neighbour distance of a sample",
+)  # fmt: skip
+RECALL = Setting(
+    "recall", float, None, OPEN_UNIT,
+    "The probability, in (0, 1), that a point at distance r is in a query's buckets; "
+    "--n-hashes, --n-tables and --bucket-width are chosen for it at the least expected cost "
+    "(not with all three given).",
+    shown="a new store: 0.95",
+)  # fmt: skip
+SCALE = Setting(
+    "scale", str, None, one_of(*SCALE_CHOICES),
+    "How each feature column is scaled before it is stored: standard (minus its mean, over "
+    "its standard deviation), robust (minus its median, over its interquartile range), none; "
+    "auto is standard for a CSV or Parquet table (columns in units of their own) and none for "
+    "a .npy matrix or a built-in data set. Appends and queries given by value are scaled with "
+    "the store's parameters.",
+    shown="auto (a new store); the store's (an append)",
+)  # fmt: skip
+CHUNK_ROWS = Setting("chunk_rows", int, None, between(1, MAX_CHUNK_ROWS), "Rows per chunk.",
+                     shown="about 16 MB of points")  # fmt: skip
+INGEST_SEED = Setting("seed", int, None, SEED_RULE,
+                      "Seed of the hash functions and leaves; an append keeps the store's.",
+                      shown="0")  # fmt: skip
+PROJECTIONS = ("exact", "float32")
+PROJECTION = Setting("projection", str, "exact", one_of(*PROJECTIONS),
+                     "How a cell floor((a . x + b) / w) is computed: exact, the same bits on "
+                     "every machine, batch and thread count; float32, the definition of older "
+                     "stores.")  # fmt: skip
+# E2LSH's own defaults (ingest chooses them for --recall at --radius).
+E2LSH_SETTINGS = (replace(N_HASHES, default=15), replace(N_TABLES, default=100),
+                  replace(BUCKET_WIDTH, default=4.0), SEED, PROJECTION)  # fmt: skip
+INDEX = (INGEST_SEED, INDEX_RADIUS, RECALL, N_HASHES, N_TABLES, BUCKET_WIDTH, SCALE, CHUNK_ROWS)
+
+# -- sampling (fairpipe sample) --------------------------------------------------------------------
+RADIUS = Setting("radius", float, None, POSITIVE_FLOAT, "Neighbourhood radius.",
+                 shown="the store's suggested radius")  # fmt: skip
+N_SAMPLES = Setting("n_samples", int, 10, between(1, MAX_SAMPLES), "Samples per query.")
+SAMPLER = Setting(
+    "sampler", str, "exact", one_of(*SAMPLERS),
+    "How a neighbour is drawn: exact or approx (uniform over the neighbourhood; approx may give "
+    "up on a draw), rank (uniform, repeated queries drawing independent samples), or the biased "
+    "uniform and weighted baselines.",
+)  # fmt: skip
+MODE = Setting(
+    "mode", str, "exact", one_of(*MODES),
+    "Which points are neighbours: buckets (every bucket-mate), approximate (within c * radius), "
+    "exact (within radius).",
+)  # fmt: skip
+C = Setting("c", float, 2.0, POSITIVE_FLOAT, "Approximation factor of the approximate mode.")
+INCLUDE_QUERY = Setting(
+    "include_query", bool, False, None,
+    "Let a query by --query-id or --query-row draw its own row (left out by default: its "
+    "neighbourhood is the other points near it). Not with --query-file.",
+    shown="off",
+)  # fmt: skip
+SAMPLE = (RADIUS, N_SAMPLES, SAMPLER, MODE, C, SEED, INCLUDE_QUERY)
+
+# -- forgetting (fairpipe forget, fairpipe backfill) ----------------------------------------------
+MAX_BATCH = Setting("max_batch", int, 10_000, POSITIVE,
+                    "Ids per batch (one commit each), at most.")  # fmt: skip
+REASON = Setting("reason", str, "", None, "Kept in the receipt of the --ids request.",
+                 shown="none")  # fmt: skip
+UNAPPLIED_REQUEST = Setting(
+    "unapplied", str, "withdraw", one_of(*UNAPPLIED),
+    "What becomes of the --ids request if this command cannot apply it (the store busy, a full "
+    "disk, damage, an interrupt): withdraw it, or keep it filed for the next drain. The error "
+    "says which.",
+)  # fmt: skip
+PURGE_HISTORY = Setting(
+    "purge_history", bool, False, None,
+    "Drop every earlier snapshot (they still hold the erased rows) and delete the objects only "
+    "they used now, whatever the store's erasure_retention.",
+    shown="off",
+)  # fmt: skip
+FORGET = (MAX_BATCH, REASON, UNAPPLIED_REQUEST, PURGE_HISTORY)
+# Ids per part of a backfill. A part of random ids rewrites most index segments and row chunks
+# whatever its size (at 1M rows the index alone is ~12 s a part), so a backlog goes faster in
+# fewer, larger parts: 50,000 ids made a backfill of 100,000 ids at 1M cost about one fresh
+# build (docs/measurements/forgetting.md), while a part still commits within about half a
+# minute there.
+BATCH_SIZE = Setting("batch_size", int, 50_000, between(1, MAX_REQUEST_IDS),
+                     "Ids per batch (one request and one commit).")  # fmt: skip
+BACKFILL_REASON = replace(REASON, default="backfill", help="Kept in every receipt.", shown=None)
+BACKFILL = (BATCH_SIZE, BACKFILL_REASON)
+
+# -- fair re-ranking (fairpipe rerank) ------------------------------------------------------------
+ALGORITHM = Setting(
+    "algorithm", str, "detconstsort", one_of(*ALGORITHMS),
+    "The re-ranker (Geyik et al. 2019): detgreedy, detcons, detrelaxed or detconstsort.",
+)  # fmt: skip
+RERANK_K = Setting("k", int, 10, POSITIVE, "Top-k of each list (a shorter list keeps all).")
+DESIRED = Setting(
+    "desired", str, "population", None,
+    'A JSON file {"group": share, ...} summing to 1, or "population": each list\'s own group '
+    "distribution.",
+)  # fmt: skip
+LIST_COLUMN = Setting("list_column", str, "list", None, "The column naming each row's list.")
+SCORE_COLUMN = Setting("score_column", str, "score", None,
+                       "The column of scores (higher first).")  # fmt: skip
+GROUP_COLUMN = Setting("group_column", str, "group", None, "The column of group labels.")
+SMOOTHING = Setting("smoothing", float, 0.0, NON_NEGATIVE_FLOAT,
+                    "Skew of a group absent from the top k: -inf at 0 (the paper).")  # fmt: skip
+RERANK = (ALGORITHM, RERANK_K, DESIRED, LIST_COLUMN, SCORE_COLUMN, GROUP_COLUMN, SMOOTHING)
