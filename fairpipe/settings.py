@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from fairpipe.errors import (
+    FairpipeInputError,
     check_fraction,
     check_int_range,
     check_non_negative_float,
@@ -30,6 +32,7 @@ from fairpipe.errors import (
     check_positive_float,
     check_positive_int,
     check_seed,
+    subject,
 )
 
 
@@ -40,26 +43,43 @@ class Rule:
     error naming ``name`` (a parameter, or a flag starting with ``--``) of ``owner``."""
 
     check: Callable[[Any, str, str], Any]
+    text: str  # what it asks, as the reference says it
     choices: tuple[str, ...] = ()  # the values a choice takes (the help lists them)
 
 
-POSITIVE = Rule(check_positive_int)
-COUNT = Rule(check_non_negative_int)
-POSITIVE_FLOAT = Rule(check_positive_float)
-NON_NEGATIVE_FLOAT = Rule(check_non_negative_float)
-OPEN_UNIT = Rule(check_open_unit)
-FRACTION = Rule(check_fraction)
-SEED_RULE = Rule(check_seed)
-SECONDS = Rule(lambda value, name, owner: check_non_negative_float(value, name, owner, True))
+POSITIVE = Rule(check_positive_int, "an integer >= 1")
+COUNT = Rule(check_non_negative_int, "an integer >= 0")
+POSITIVE_FLOAT = Rule(check_positive_float, "a number > 0")
+NON_NEGATIVE_FLOAT = Rule(check_non_negative_float, "a number >= 0")
+OPEN_UNIT = Rule(check_open_unit, "a number in (0, 1)")
+FRACTION = Rule(check_fraction, "a number from 0 to 1")
+SEED_RULE = Rule(check_seed, "an integer from 0 to 2^63 - 1")
+SECONDS = Rule(lambda value, name, owner: check_non_negative_float(value, name, owner, True),
+               "a number >= 0, or inf")  # fmt: skip
 
 
 def between(low: int, high: int | None = None) -> Rule:
     """An integer from ``low`` to ``high`` (no upper limit: None)."""
-    return Rule(lambda value, name, owner: check_int_range(value, name, owner, low, high))
+    text = f"an integer >= {low}" if high is None else f"an integer from {low} to {high:,}"
+    return Rule(lambda value, name, owner: check_int_range(value, name, owner, low, high), text)
+
+
+def at_least(low: float) -> Rule:
+    """A finite number >= ``low``."""
+
+    def check(value: Any, name: str, owner: str) -> float:
+        value = check_positive_float(value, name, owner)
+        if value < low:
+            where = subject(name, owner)
+            raise FairpipeInputError(f"{where} must be at least {low:g}. Got {value}.")
+        return value
+
+    return Rule(check, f"a number >= {low:g}")
 
 
 def one_of(*choices: str) -> Rule:
-    return Rule(lambda value, name, owner: check_one_of(value, choices, name, owner), choices)
+    return Rule(lambda value, name, owner: check_one_of(value, choices, name, owner),
+                "one of " + ", ".join(choices), choices)  # fmt: skip
 
 
 # -- a setting -------------------------------------------------------------------------------------
@@ -117,6 +137,9 @@ MODES = ("buckets", "approximate", "exact")
 SCALE_METHODS = ("none", "standard", "robust")
 SCALE_CHOICES = ("auto", *SCALE_METHODS)
 UNAPPLIED = ("withdraw", "keep")
+OBJECTIVES = ("loss", "probability")
+BASELINES = ("aequitas", "random")
+TRAINABLE = ("mlp",)
 
 # -- shared ----------------------------------------------------------------------------------------
 SEED = Setting("seed", int, 0, SEED_RULE, "Random seed: the same seed, the same result.")
@@ -234,7 +257,43 @@ PROJECTION = Setting("projection", str, "exact", one_of(*PROJECTIONS),
 # E2LSH's own defaults (ingest chooses them for --recall at --radius).
 E2LSH_SETTINGS = (replace(N_HASHES, default=15), replace(N_TABLES, default=100),
                   replace(BUCKET_WIDTH, default=4.0), SEED, PROJECTION)  # fmt: skip
+SOURCE_GROUPS = Setting("group_column", str, None, None,
+                        "A table's column of group labels (a .npy source: --groups-file).",
+                        shown="one group")  # fmt: skip
+SOURCE_IDS = Setting("id_column", str, None, None,
+                     "A table's column of ids (a .npy source: --ids-file).",
+                     shown="row numbers")  # fmt: skip
+GROUPS_FILE = Setting("groups_file", str, None, None,
+                      "Group labels (.npy) for a .npy source (a table: --group-column).",
+                      shown="none")  # fmt: skip
+IDS_FILE = Setting("ids_file", str, None, None,
+                   "Ids (.npy) for a .npy source (a table: --id-column).",
+                   shown="row numbers")  # fmt: skip
+# The generated data set's sizes (their upper limits, each with its reason: checked by
+# fairpipe.datasets.check_gaussian_sizes).
+GAUSSIAN = (Setting("gaussian_n", int, 20000, POSITIVE, "gaussian: points."),
+            Setting("gaussian_d", int, 16, POSITIVE, "gaussian: dimensions."),
+            Setting("gaussian_clusters", int, 8, POSITIVE, "gaussian: mixture components."),
+            Setting("gaussian_groups", int, 4, POSITIVE, "gaussian: groups."))  # fmt: skip
+SOURCE = (SOURCE_GROUPS, SOURCE_IDS, GROUPS_FILE, IDS_FILE)
 INDEX = (INGEST_SEED, INDEX_RADIUS, RECALL, N_HASHES, N_TABLES, BUCKET_WIDTH, SCALE, CHUNK_ROWS)
+
+
+# -- queries (fairpipe sample, fairpipe predict) --------------------------------------------------
+def _id_rule(value: Any, name: str, owner: str) -> int:
+    from fairpipe.validation import check_ids  # the one rule of ids (numpy: imported on use)
+
+    return int(check_ids([value], name, lambda i: f"given to {name}")[0])
+
+
+ONE_QUERY_ONLY = " (one --query-* option only)."
+QUERY_ID = Setting("query_id", int, None, Rule(_id_rule, "an id: an integer from 0 to 2^63 - 1"), "Id of a stored point" + ONE_QUERY_ONLY,
+                   shown="none")  # fmt: skip
+QUERY_ROW = Setting("query_row", int, None, COUNT, "Row number of a stored point" + ONE_QUERY_ONLY,
+                    shown="none")  # fmt: skip
+QUERY_FILE = Setting("query_file", Path, None, None,
+                     "A .npy of query points, one per row" + ONE_QUERY_ONLY, shown="none")  # fmt: skip
+QUERIES = (QUERY_ID, QUERY_ROW, QUERY_FILE)
 
 # -- sampling (fairpipe sample) --------------------------------------------------------------------
 RADIUS = Setting("radius", float, None, POSITIVE_FLOAT, "Neighbourhood radius.",
@@ -251,7 +310,7 @@ MODE = Setting(
     "Which points are neighbours: buckets (every bucket-mate), approximate (within c * radius), "
     "exact (within radius).",
 )  # fmt: skip
-C = Setting("c", float, 2.0, POSITIVE_FLOAT, "Approximation factor of the approximate mode.")
+C = Setting("c", float, 2.0, at_least(1.0), "Approximation factor of the approximate mode.")
 INCLUDE_QUERY = Setting(
     "include_query", bool, False, None,
     "Let a query by --query-id or --query-row draw its own row (left out by default: its "
@@ -263,8 +322,19 @@ SAMPLE = (RADIUS, N_SAMPLES, SAMPLER, MODE, C, SEED, INCLUDE_QUERY)
 # -- forgetting (fairpipe forget, fairpipe backfill) ----------------------------------------------
 MAX_BATCH = Setting("max_batch", int, 10_000, POSITIVE,
                     "Ids per batch (one commit each), at most.")  # fmt: skip
-REASON = Setting("reason", str, "", None, "Kept in the receipt of the --ids request.",
-                 shown="none")  # fmt: skip
+MAX_REASON_CHARS = 10_000
+REASON_TOO_LONG = "A deletion request's reason holds at most {limit:,} characters; got {n:,}."
+
+
+def _reason_rule(value: Any, name: str, owner: str) -> str:
+    if len(value) > MAX_REASON_CHARS:
+        raise FairpipeInputError(REASON_TOO_LONG.format(limit=MAX_REASON_CHARS, n=len(value)))
+    return value
+
+
+REASON = Setting("reason", str, "", Rule(_reason_rule, f"at most {MAX_REASON_CHARS:,} characters"), "Kept in the receipt of the --ids "
+                 "request.", shown="none")  # fmt: skip
+REQUEST_REASON = REASON.helped("Kept in the receipt.")
 UNAPPLIED_REQUEST = Setting(
     "unapplied", str, "withdraw", one_of(*UNAPPLIED),
     "What becomes of the --ids request if this command cannot apply it (the store busy, a full "
@@ -306,3 +376,88 @@ GROUP_COLUMN = Setting("group_column", str, "group", None, "The column of group 
 SMOOTHING = Setting("smoothing", float, 0.0, NON_NEGATIVE_FLOAT,
                     "Skew of a group absent from the top k: -inf at 0 (the paper).")  # fmt: skip
 RERANK = (ALGORITHM, RERANK_K, DESIRED, LIST_COLUMN, SCORE_COLUMN, GROUP_COLUMN, SMOOTHING)
+
+# -- fairness testing (fairpipe audit) ------------------------------------------------------------
+DATASET = Setting("dataset", str, "adult", None,
+                  "adult, german or bank (read from --data-dir), adult:PATH, german:PATH, "
+                  "bank:PATH, or an integer CSV with a 'label' column.")  # fmt: skip
+CLASSIFIER = Setting("model", str, None, None,
+                     "A pickled classifier with predict_proba (or a torch.save module); not with "
+                     "--train.", shown="train one (--train mlp)")  # fmt: skip
+TRAIN = Setting("train", str, None, one_of(*TRAINABLE),
+                "Train the model to test: mlp, the paper's 64-32-16-8-4 network; not with "
+                "--model.", shown="mlp without --model")  # fmt: skip
+N_SEEDS = Setting("n_seeds", int, 1000, POSITIVE, "Global seeds (clustered from the data).")
+N_LOCAL = Setting("n_local", int, 1000, POSITIVE, "Local steps per discriminatory input.")
+GLOBAL_ITER = Setting("max_iter", int, 10, POSITIVE, "Global iterations per seed.")
+OBJECTIVE = Setting("objective", str, "loss", one_of(*OBJECTIVES),
+                    "What the search climbs: loss (ADF's: toward the decision boundary) or "
+                    "probability.")  # fmt: skip
+RETRAIN = Setting("retrain", bool, False, None, "Retrain with 5% of the inputs found.",
+                  shown="off")  # fmt: skip
+REPEATS = Setting("repeats", int, 5, POSITIVE, "Retraining repeats (averaged).")
+TRAIN_ITER = Setting("train_iter", int, 50, POSITIVE, "Training epochs of the MLP.")
+RATE_SAMPLES = Setting("rate_samples", int, 10_000, POSITIVE,
+                       "Random inputs for the discrimination rate.")  # fmt: skip
+AUDIT = (DATASET, CLASSIFIER, TRAIN, N_SEEDS, N_LOCAL, GLOBAL_ITER, OBJECTIVE, RETRAIN, REPEATS,
+         TRAIN_ITER, SEED)  # fmt: skip
+
+# -- the tour and the kept server (fairpipe demo, fairpipe server start) --------------------------
+# Queries of the TV report at most: the digits' other points are the ones it forgets.
+MAX_QUERIES = 1000
+N_QUERIES = Setting("n_queries", int, 20, between(1, MAX_QUERIES),
+                    "Query points of the TV report.")  # fmt: skip
+DEMO = (N_QUERIES, SEED)
+PORT = Setting("port", int, None, between(1, 65535), "Port on 127.0.0.1.", shown="a free one")
+
+# -- where each setting is taken -------------------------------------------------------------------
+COMMANDS = {
+    "ingest": (*SOURCE, *INDEX, *GAUSSIAN), "sample": (*QUERIES, *SAMPLE), "predict": QUERIES,
+    "fit": FIT, "summarize": SUMMARIZE, "forget": FORGET, "backfill": BACKFILL,
+    "request-deletion": (REQUEST_REASON,), "rerank": RERANK, "audit": AUDIT, "demo": DEMO,
+    "server start": (PORT,),
+}  # fmt: skip
+SHARED = (WORKERS, LOCK_TIMEOUT)  # of the commands that run flows (and write stores)
+ESTIMATORS = {"DCKMeans": DC_KMEANS, "QKMeans": Q_KMEANS, "E2LSH": E2LSH_SETTINGS,
+              "FairSummary": (*SUMMARY_NODE, FANOUT, SUMMARY_HEIGHT)}  # fmt: skip
+
+
+KINDS = {str: "text", Path: "a path", int: "an integer", float: "a number", bool: "a flag"}
+
+
+def reference() -> str:
+    """Every setting as Markdown (docs/reference/settings.md: ``python -m fairpipe.settings``)."""
+
+    def default(s: Setting) -> str:
+        if s.shown is not None:
+            return s.shown
+        return "off" if s.default is False else f"`{s.default!r}`".replace("'", "")
+
+    def table(settings: Iterable[Setting]) -> list[str]:
+        rows = ["| flag | default | takes | meaning |", "|---|---|---|---|"]
+        for s in settings:
+            takes = s.rule.text if s.rule else KINDS[s.kind]
+            rows.append(f"| `{s.flag}` | {default(s)} | {takes} | {s.help} |")
+        return rows
+
+    lines = [
+        "# Settings",
+        "",
+        "Every setting of the command line and the estimators, generated from their one "
+        "declaration (`fairpipe/settings.py`) by `python -m fairpipe.settings`. A command "
+        "checks each value by the rule below before anything starts; an estimator checks its "
+        "parameters by the same rules (messages name the parameter instead of the flag).",
+        "",
+    ]
+    for command, settings in COMMANDS.items():
+        lines += [f"## `fairpipe {command}`", "", *table(settings), ""]
+    lines += ["## Every command that runs a flow", "", *table(SHARED), ""]
+    lines += ["## The estimators", "", "| estimator | parameters (defaults) |", "|---|---|"]
+    for estimator, settings in ESTIMATORS.items():
+        given = ", ".join(f"`{s.name}={s.default!r}`".replace("'", '"') for s in settings)
+        lines.append(f"| `{estimator}` | {given} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

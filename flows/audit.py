@@ -28,7 +28,6 @@ from pathlib import Path
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.audit import (
-    OBJECTIVES,
     Domain,
     adapter_for,
     adf_search,
@@ -47,12 +46,13 @@ from fairpipe.audit import (
     search_figures,
 )
 from fairpipe.datasets import AuditData, load_audit_data
-from fairpipe.errors import FairpipeInputError, check_one_of, check_positive_int
+from fairpipe.errors import FairpipeInputError, check_one_of
 from fairpipe.flows.dask_map import on_cluster
-from fairpipe.flows.options import BASELINES, TRAINABLE, AuditOptions
+from fairpipe.flows.options import AuditOptions
 from fairpipe.flows.outputs import check_output_folder
 from fairpipe.flows.private import flow, task
 from fairpipe.flows.task_runner import default_task_runner, run_flow
+from fairpipe.settings import AUDIT, BASELINES, RATE_SAMPLES, check_settings
 
 # Seeds per Dask task: fixed (so the samples do not depend on the worker count) and large enough
 # that a batch's walks are vectorised well (1,000 Adult seeds: 5.5 s in batches of 100, 3.9 s in
@@ -67,15 +67,11 @@ TOO_FEW_ROWS = (
 
 def check_request(o: AuditOptions):
     """Load and check everything before any search runs: (data, domain, model or None)."""
-    for name in ("n_seeds", "n_local", "max_iter", "repeats", "train_iter", "rate_samples"):
-        check_positive_int(getattr(o, name), name, "audit")
+    check_settings("audit", (*AUDIT, RATE_SAMPLES), o)
     for b in o.baselines:
         check_one_of(b, BASELINES, "baselines", "audit")
-    check_one_of(o.objective, OBJECTIVES, "objective", "audit")
     if o.model and o.train:
         raise FairpipeInputError(MODEL_AND_TRAIN)
-    if o.train is not None:
-        check_one_of(o.train, TRAINABLE, "train", "audit")
     data = load_audit_data(o.dataset, o.data_dir)
     if data.X.shape[0] < 4:
         raise FairpipeInputError(TOO_FEW_ROWS.format(name=data.name, rows=data.X.shape[0]))

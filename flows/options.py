@@ -175,26 +175,24 @@ class RerankOptions:
 
 
 # -- audit ------------------------------------------------------------------------------------------
-BASELINES = ("aequitas", "random")
-TRAINABLE = ("mlp",)
 
 
 @dataclass
 class AuditOptions:
-    dataset: str = "adult"
+    dataset: str = S.DATASET.default
     protected: list[str] = field(default_factory=lambda: ["sex"])
-    model: str | None = None  # a pickled classifier; None: train one (``train``)
-    train: str | None = None  # "mlp": the paper's network (the default when no model is given)
-    n_seeds: int = 1000
-    n_local: int = 1000
-    max_iter: int = 10
-    objective: str = "loss"  # ADF's loss against the model's own decision, or "probability"
-    baselines: tuple[str, ...] = BASELINES
-    retrain: bool = False
-    repeats: int = 5  # retraining repeats (the improvement is averaged), as the paper
-    train_iter: int = 50
-    rate_samples: int = 10_000  # random inputs for the discrimination rate
-    seed: int = 0
+    model: str | None = S.CLASSIFIER.default  # a pickled classifier; None: train one (``train``)
+    train: str | None = S.TRAIN.default  # "mlp": the paper's network (the default without model)
+    n_seeds: int = S.N_SEEDS.default
+    n_local: int = S.N_LOCAL.default
+    max_iter: int = S.GLOBAL_ITER.default
+    objective: str = S.OBJECTIVE.default  # ADF's loss against the model's decision, or probability
+    baselines: tuple[str, ...] = S.BASELINES
+    retrain: bool = S.RETRAIN.default
+    repeats: int = S.REPEATS.default  # retraining repeats (the improvement is averaged)
+    train_iter: int = S.TRAIN_ITER.default
+    rate_samples: int = S.RATE_SAMPLES.default  # random inputs for the discrimination rate
+    seed: int = S.SEED.default
     data_dir: str | None = None
     progress: bool = False  # a progress bar on stderr (the command line sets it)
     # The old names (fairpipe.flows.renamed), accepted for one release.

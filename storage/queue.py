@@ -41,7 +41,7 @@ import numpy as np
 
 from fairpipe.errors import FairpipeInputError
 from fairpipe.jsontext import JSONTextError, parse_json
-from fairpipe.settings import MAX_REQUEST_IDS
+from fairpipe.settings import MAX_REASON_CHARS, MAX_REQUEST_IDS, REASON
 from fairpipe.storage.paths import own_folder
 from fairpipe.storage.urls import object_store, parse_store_url
 
@@ -53,13 +53,11 @@ NO_QUEUE = (
 )
 # What a request object may hold. A request is filed by request-deletion, forget --ids or a
 # backfill part (50,000 ids by default); a larger backlog is a backfill's many parts.
-MAX_REASON_CHARS = 10_000
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # 1M ids of 19 digits and a separator, and the reason
 TOO_MANY_IDS = (
     "A deletion request holds at most {limit:,} ids; got {n:,}. File a larger backlog with "
     "'fairpipe backfill', which files it in parts."
 )
-REASON_TOO_LONG = "A deletion request's reason holds at most {limit:,} characters; got {n:,}."
 UNLISTABLE = (
     "The deletion queue at {where} holds objects whose keys are not valid object paths ({keys}: "
     "a '.' or '..' segment, or an empty one), which stop every listing of it. Delete them with "
@@ -320,8 +318,7 @@ def check_request_size(n_ids: int, reason: str) -> None:
     """A request of ``n_ids`` ids for ``reason`` within what one request holds."""
     if n_ids > MAX_REQUEST_IDS:
         raise FairpipeInputError(TOO_MANY_IDS.format(limit=MAX_REQUEST_IDS, n=n_ids))
-    if len(reason) > MAX_REASON_CHARS:
-        raise FairpipeInputError(REASON_TOO_LONG.format(limit=MAX_REASON_CHARS, n=len(reason)))
+    REASON.check(reason, "a deletion request")
 
 
 def new_request(ids: np.ndarray, reason: str = "", tag: str | None = None) -> Request:

@@ -40,6 +40,7 @@ from fairpipe.neighbors import (
     segment_of,
     unique_inverse_ints,
 )
+from fairpipe.settings import MODE, SAMPLER, C
 from fairpipe.storage.arrays import read_array, read_arrays
 from fairpipe.storage.candidates import _Candidates, _LocalIndex, _QueryIndex, _RowCache
 from fairpipe.storage.formats import store_format
@@ -255,7 +256,7 @@ class StoreReader:
         return self._nn
 
     def sample(self, queries=None, *, query_rows=None, query_ids=None, radius=None,
-               n_samples: int = 1, sampler: str = "exact", mode: str = "exact", c: float = 2.0,
+               n_samples: int = 1, sampler: str = SAMPLER.default, mode: str = MODE.default, c: float = C.default,
                seed: int | None = None, max_outliers: int | None = None,
                failure_prob: float = 0.01, with_neighbourhood: bool = False,
                path: str = "auto", include_query: bool = False) -> SampleResult:  # fmt: skip
@@ -314,7 +315,7 @@ class StoreReader:
                             stats=stats)  # fmt: skip
 
     def neighbourhood(self, queries=None, *, query_rows=None, query_ids=None, radius=None,
-                      mode: str = "exact", c: float = 2.0,
+                      mode: str = MODE.default, c: float = C.default,
                       include_query: bool = False) -> list[np.ndarray]:  # fmt: skip
         """Ids of each query's found neighbourhood (the union of its buckets, by mode), without
         a query by id or row's own unless ``include_query``."""

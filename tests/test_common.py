@@ -111,7 +111,10 @@ SPECS = [
         bad=[
             ({"n_hashes": 0}, "'n_hashes' parameter of E2LSH must be a positive integer"),
             ({"bucket_width": -1.0}, "'bucket_width' parameter of E2LSH must be a positive float"),
-            ({"n_tables": 70000}, "'n_tables' parameter of E2LSH must be an integer from 1 to 65535"),
+            (
+                {"n_tables": 70000},
+                "'n_tables' parameter of E2LSH must be an integer from 1 to 65535",
+            ),
             ({"seed": 1.5}, "'seed' parameter of E2LSH must be an integer"),
         ],
         needs_fit=["hash", "to_arrays"],

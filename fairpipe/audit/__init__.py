@@ -12,7 +12,6 @@ from fairpipe.audit._adapters import (
 from fairpipe.audit._adf import adf_search, cluster_seeds, global_generation, local_generation
 from fairpipe.audit._aequitas import aequitas_global, aequitas_local, aequitas_search
 from fairpipe.audit._discrimination import (
-    OBJECTIVES,
     Domain,
     SearchResult,
     Tally,
@@ -29,6 +28,7 @@ from fairpipe.audit._retraining import (
     paper_mlp,
     retraining_improvement,
 )
+from fairpipe.settings import OBJECTIVES
 
 __all__ = [
     "OBJECTIVES", "Domain", "FiniteDifferenceAdapter", "MLPAdapter", "SearchResult", "Tally",

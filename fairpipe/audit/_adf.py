@@ -39,7 +39,6 @@ from __future__ import annotations
 import numpy as np
 
 from fairpipe.audit._discrimination import (
-    OBJECTIVES,
     Domain,
     SearchResult,
     Tally,
@@ -47,6 +46,7 @@ from fairpipe.audit._discrimination import (
     objective_gradient,
 )
 from fairpipe.errors import check_one_of, check_positive_int
+from fairpipe.settings import OBJECTIVES
 
 
 def _direction(adapter, X, counterpart, free, rng, objective) -> np.ndarray:

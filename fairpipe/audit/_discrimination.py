@@ -129,9 +129,6 @@ def check_discrimination(adapter, X: np.ndarray, domain: Domain):
     return disc, cand[rows, far]
 
 
-OBJECTIVES = ("loss", "probability")
-
-
 def objective_gradient(adapter, X: np.ndarray, objective: str = "loss") -> np.ndarray:
     """The gradient of the search objective with respect to each input row, (n, d).
 

@@ -17,6 +17,7 @@ import numpy as np
 from fairpipe.hashing import stable_hash
 from fairpipe.neighbors._fair_nn import FairNN
 from fairpipe.neighbors._query_buckets import squared
+from fairpipe.settings import MODE
 
 
 def tv_to_uniform(samples: np.ndarray, support: np.ndarray) -> float:
@@ -173,7 +174,7 @@ def evaluate_tv(
     nn: FairNN,
     query_rows,
     radius: float,
-    mode: str = "exact",
+    mode: str = MODE.default,
     per_point: int = 100,
     seed: int = 0,
     samplers=EVALUATED_SAMPLERS,

@@ -30,7 +30,6 @@ from fairpipe.errors import (
     FairpipeInputError,
     check_one_of,
     check_positive_float,
-    check_positive_int,
     check_seed,
 )
 from fairpipe.neighbors._bucket_index import BucketIndex, remove_rows
@@ -43,7 +42,7 @@ from fairpipe.neighbors._degree_sampling import (
 from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, LSHParameters
 from fairpipe.neighbors._query_buckets import neighbourhood
 from fairpipe.neighbors._rank_sampling import RankState
-from fairpipe.settings import MAX_SAMPLES, MODES, SAMPLERS
+from fairpipe.settings import MAX_SAMPLES, MODE, N_SAMPLES, SAMPLER, C, check_settings
 from fairpipe.validation import check_points, check_points_and_ids
 
 NEEDS_ROWS = "FairNN.from_arrays needs the rows: the array {name!r} is missing."
@@ -77,14 +76,8 @@ def _seed_state(seed: int) -> Any:
 def check_sample_options(owner, radius, n_samples, sampler, mode, c, failure_prob, path):
     """:meth:`FairNN.sample`'s options, checked (shared with the store's lazy sampler)."""
     radius = check_positive_float(radius, "radius", owner)
-    n_samples = check_positive_int(n_samples, "n_samples", owner)
-    if n_samples > MAX_SAMPLES:
-        raise FairpipeInputError(TOO_MANY_SAMPLES.format(owner=owner, n=n_samples, detail=""))
-    sampler = check_one_of(sampler, SAMPLERS, "sampler", owner)
-    mode = check_one_of(mode, MODES, "mode", owner)
-    c = check_positive_float(c, "c", owner)
-    if c < 1.0:
-        raise FairpipeInputError(f"The 'c' parameter of {owner} must be at least 1. Got {c}.")
+    values = {"n_samples": n_samples, "sampler": sampler, "mode": mode, "c": c}
+    check_settings(owner, (N_SAMPLES, SAMPLER, MODE, C), values)
     failure_prob = check_positive_float(failure_prob, "failure_prob", owner)
     if failure_prob >= 1.0:
         raise FairpipeInputError(
@@ -304,9 +297,9 @@ class FairNN(LSHParameters):
         query_rows=None,
         radius: float,
         n_samples: int = 1,
-        sampler: str = "exact",
-        mode: str = "exact",
-        c: float = 2.0,
+        sampler: str = SAMPLER.default,
+        mode: str = MODE.default,
+        c: float = C.default,
         seed: int | None = None,
         max_outliers: int | None = None,
         failure_prob: float = 0.01,
@@ -403,15 +396,15 @@ class FairNN(LSHParameters):
         )
 
     def neighbourhood(
-        self, *, query_rows=None, queries=None, radius: float, mode: str = "exact",
-        c: float = 2.0, include_query: bool = False,
+        self, *, query_rows=None, queries=None, radius: float, mode: str = MODE.default,
+        c: float = C.default, include_query: bool = False,
     ) -> list[np.ndarray]:  # fmt: skip
         """Rows of each query's found neighbourhood M(q) (union of its buckets, by mode): the
         points :meth:`sample` draws from, without a query row's own row unless
         ``include_query``."""
         self._check_fitted()
         radius = check_positive_float(radius, "radius", "FairNN.neighbourhood")
-        mode = check_one_of(mode, MODES, "mode", "FairNN.neighbourhood")
+        mode = MODE.check(mode, "FairNN.neighbourhood")
         Q, QB = self._resolve_queries(queries, query_rows)
         own = self._own_rows(query_rows, include_query, Q.shape[0], "FairNN.neighbourhood")
         return [

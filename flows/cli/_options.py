@@ -1,5 +1,6 @@
-"""Options that several commands share, each defined once (``store: Store``), and the reading of
-their values. A command gives the default in its own signature (``seed: Seed = 0``)."""
+"""Options that several commands share that are not settings of :mod:`fairpipe.settings` (the
+store, the cluster, the output), each defined once (``store: Store``); the flag of a setting
+(:func:`setting_option`); and the reading of option values."""
 
 from __future__ import annotations
 
@@ -15,13 +16,6 @@ import typer
 
 from fairpipe.errors import (
     FairpipeInputError,
-    check_fraction,
-    check_int_range,
-    check_non_negative_float,
-    check_non_negative_int,
-    check_positive_float,
-    check_positive_int,
-    check_seed,
 )
 from fairpipe.number_text import DECIMAL_RULE, INTEGER_RULE, flaw, read_decimal, read_integer
 from fairpipe.settings import Setting
@@ -39,7 +33,6 @@ AsJson = Annotated[
         "--json", help="Print the result as one JSON object on stdout.", show_default="off"
     ),
 ]
-Seed = Annotated[int, typer.Option("--seed", help="Random seed: the same seed, the same result.")]
 DaskAddress = Annotated[
     str | None,
     typer.Option(
@@ -66,13 +59,6 @@ Verbose = Annotated[
         show_default="off",
     ),
 ]
-Workers = Annotated[int, typer.Option("--workers", help="Worker processes of the local cluster.")]
-LockTimeout = Annotated[
-    float,
-    typer.Option(
-        "--lock-timeout", help="Seconds to wait for another writer of the store (inf: no limit)."
-    ),
-]
 Ids = Annotated[
     str | None,
     typer.Option(
@@ -84,30 +70,6 @@ IdsFile = Annotated[
     typer.Option(
         "--ids-file",
         help="A .npy, or text with one id per line (--ids or --ids-file, not both).",
-        show_default="none",
-    ),
-]
-QueryId = Annotated[
-    int | None,
-    typer.Option(
-        "--query-id",
-        help="Id of a stored point (one --query-* option only).",
-        show_default="none",
-    ),
-]
-QueryRow = Annotated[
-    int | None,
-    typer.Option(
-        "--query-row",
-        help="Row number of a stored point (one --query-* option only).",
-        show_default="none",
-    ),
-]
-QueryFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--query-file",
-        help="A .npy of query points, one per row (one --query-* option only).",
         show_default="none",
     ),
 ]
@@ -144,8 +106,6 @@ def read_query_file(path: Path | None):
 
 
 # -- checks of option values, made before a command starts anything ------------------------------
-# Each worker of the local cluster is a Python process of a few hundred MB.
-MAX_WORKERS = 64
 EMPTY_STORE = "The --store option of {owner} must name a folder or a URL. Got an empty string."
 
 
@@ -163,34 +123,6 @@ def check_store(store: str, owner: str) -> Path | None:
     from fairpipe.storage.urls import parse_store_url
 
     return parse_store_url(store).local_dir
-
-
-def check_workers(workers: int, owner: str) -> int:
-    return check_int_range(workers, "--workers", owner, 1, MAX_WORKERS)
-
-
-def check_lock_timeout(seconds: float, owner: str) -> float:
-    return check_non_negative_float(seconds, "--lock-timeout", owner, allow_inf=True)
-
-
-def check_options(owner: str, **rules: tuple) -> None:
-    """Check option values by rule, named by their flag: ``check_options("fairpipe fit",
-    fanout=("fanout", 8))`` checks ``--fanout``. Rules: ``"positive"`` (an integer >= 1),
-    ``"count"`` (an integer >= 0), ``"fanout"`` (an integer >= 2), ``"positive_float"``
-    (finite, > 0), ``"non_negative_float"`` (finite, >= 0), ``"fraction"`` (from 0 to 1),
-    ``"seed"``; a value of None (an option not given) is not checked."""
-    checks = {
-        "positive": lambda v, flag: check_positive_int(v, flag, owner),
-        "count": lambda v, flag: check_non_negative_int(v, flag, owner),
-        "fanout": lambda v, flag: check_int_range(v, flag, owner, 2),
-        "positive_float": lambda v, flag: check_positive_float(v, flag, owner),
-        "non_negative_float": lambda v, flag: check_non_negative_float(v, flag, owner),
-        "fraction": lambda v, flag: check_fraction(v, flag, owner),
-        "seed": lambda v, flag: check_seed(v, flag, owner),
-    }
-    for name, (rule, value) in rules.items():
-        if value is not None:
-            checks[rule](value, "--" + name.replace("_", "-"))
 
 
 def check_ids_given(ids: str | None, ids_file: str | None, one_source: str, required: bool) -> None:

@@ -48,13 +48,9 @@ from fairpipe.flows.cli._options import (
     AsJson,
     DaskAddress,
     DaskCluster,
-    LockTimeout,
     Verbose,
-    Workers,
     check_file_kinds,
-    check_lock_timeout,
     check_store,
-    check_workers,
     owner_of,
     setting_option,
     typed_numbers,
@@ -70,7 +66,7 @@ from fairpipe.flows.cli._output import (
 from fairpipe.flows.cli._quiet import loud_libraries
 from fairpipe.flows.prefect_server import deliver_records, launch_early, stop_early
 from fairpipe.old_names import OLD_FLAGS
-from fairpipe.settings import Setting, check_settings
+from fairpipe.settings import LOCK_TIMEOUT, WORKERS, Setting, check_settings
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 CORRUPT_STORE = 4
@@ -124,8 +120,8 @@ class Shared:
     as_json: bool = False
     dask_address: str | None = None
     dask_cluster: str | None = None
-    workers: int = 2
-    lock_timeout: float = 0.0
+    workers: int = WORKERS.default
+    lock_timeout: float = LOCK_TIMEOUT.default
     verbose: bool = False
     # Whether the --store given named no store's folder when the command started (before it
     # waited for anything): a store there later was made by another command meanwhile.
@@ -145,8 +141,8 @@ class Shared:
 SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "dask_address": (DaskAddress, None),
     "dask_cluster": (DaskCluster, None),
-    "workers": (Workers, 2),
-    "lock_timeout": (LockTimeout, 0.0),
+    "workers": (setting_option(WORKERS), WORKERS.default),
+    "lock_timeout": (setting_option(LOCK_TIMEOUT), LOCK_TIMEOUT.default),
     "as_json": (AsJson, False),
     "verbose": (Verbose, False),
 }
@@ -287,8 +283,7 @@ def check_shared(
     takes its writer lock for a moment: a store it cannot write, or (waiting for no other
     writer: ``--lock-timeout 0``) one another writer holds, is refused now."""
     owner = owner_of(name)
-    check_workers(options.workers, owner)
-    check_lock_timeout(options.lock_timeout, owner)
+    check_settings(owner, (WORKERS, LOCK_TIMEOUT), dataclasses.asdict(options), by_flag=True)
     check_file_kinds(own)
     if isinstance(own.get("store"), str):
         folder = check_store(own["store"], owner)

@@ -3,22 +3,19 @@ random search), its discrimination measured, optionally retrained with some of t
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
 from rich.table import Table
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.flows.cli._options import Seed, check_options, choice
+from fairpipe.flows.cli._options import choice
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import RUNS_FLOWS, Shared, command
-from fairpipe.flows.options import BASELINES, TRAINABLE, AuditOptions
+from fairpipe.flows.options import AuditOptions
+from fairpipe.settings import AUDIT, BASELINES
 
-# The search functions' parameters that their error messages name, and their flags.
-FLAGS = {"baselines": "--baseline", "n_seeds": "--n-seeds", "n_local": "--n-local"}
-# The old flags, hidden aliases for one release.
-OBJECTIVES = ("loss", "probability")  # fairpipe.audit's OBJECTIVES
 METHODS = (("adf", "ADF"), ("aequitas", "AEQUITAS"), ("random", "random"))
 BASELINES_AND_NONE = "Give --baseline or --no-baselines, not both."
 COLUMNS = ("method", "#ID", "#GDiff", "success", "global", "seconds", "IDs/s", "1k IDs")
@@ -58,11 +55,6 @@ def _render(r: dict) -> None:
 
 
 def _check(**o) -> None:
-    check_options(
-        "fairpipe audit", n_seeds=("positive", o["n_seeds"]), n_local=("positive", o["n_local"]),
-        max_iter=("positive", o["max_iter"]), repeats=("positive", o["repeats"]),
-        train_iter=("positive", o["train_iter"]), seed=("seed", o["seed"]),
-    )  # fmt: skip
     if o["no_baselines"] and list(o["baseline"]) != list(BASELINES):
         raise FairpipeInputError(BASELINES_AND_NONE)
     if o["model"] is not None and o["train"] is not None:
@@ -71,7 +63,8 @@ def _check(**o) -> None:
         raise FairpipeInputError(MODEL_AND_TRAIN)
 
 
-@command(FLAGS, shared=RUNS_FLOWS, render=_render, check=_check)
+@command({"baselines": "--baseline"}, shared=RUNS_FLOWS, render=_render, check=_check,
+         settings=AUDIT)  # fmt: skip
 def audit(
     protected: Annotated[
         list[str],
@@ -81,51 +74,6 @@ def audit(
             show_default=False,
         ),
     ],
-    dataset: Annotated[
-        str,
-        typer.Option(
-            "--dataset",
-            help="adult, german or bank (read from --data-dir), adult:PATH, german:PATH, "
-            "bank:PATH, or an integer CSV with a 'label' column.",
-        ),
-    ] = AuditOptions.dataset,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            help="A pickled classifier with predict_proba (or a torch.save module); not with "
-            "--train.",
-            show_default="train one (--train mlp)",
-        ),
-    ] = None,
-    train: Annotated[
-        str | None,
-        typer.Option(
-            "--train",
-            help="Train the model to test: mlp, the paper's 64-32-16-8-4 network; not with "
-            "--model.",
-            show_default="mlp without --model",
-            **choice(*TRAINABLE),
-        ),
-    ] = None,
-    n_seeds: Annotated[
-        int, typer.Option("--n-seeds", help="Global seeds (clustered from the data).")
-    ] = AuditOptions.n_seeds,
-    n_local: Annotated[
-        int, typer.Option("--n-local", help="Local steps per discriminatory input.")
-    ] = AuditOptions.n_local,
-    max_iter: Annotated[
-        int, typer.Option("--max-iter", help="Global iterations per seed.")
-    ] = AuditOptions.max_iter,
-    objective: Annotated[
-        str,
-        typer.Option(
-            "--objective",
-            help="What the search climbs: loss (ADF's: toward the decision boundary) or "
-            "probability.",
-            **choice(*OBJECTIVES),
-        ),
-    ] = AuditOptions.objective,
     baseline: Annotated[
         list[str],
         typer.Option(
@@ -138,16 +86,6 @@ def audit(
     no_baselines: Annotated[
         bool, typer.Option("--no-baselines", help="Run ADF alone.", show_default="off")
     ] = False,
-    retrain: Annotated[
-        bool,
-        typer.Option("--retrain", help="Retrain with 5% of the inputs found.", show_default="off"),
-    ] = AuditOptions.retrain,
-    repeats: Annotated[
-        int, typer.Option("--repeats", help="Retraining repeats (averaged).")
-    ] = AuditOptions.repeats,
-    train_iter: Annotated[
-        int, typer.Option("--train-iter", help="Training epochs of the MLP.")
-    ] = AuditOptions.train_iter,
     out: Annotated[
         str | None,
         typer.Option(
@@ -162,9 +100,9 @@ def audit(
             show_default="the shared data folder beside the repository",
         ),
     ] = None,
-    seed: Seed = AuditOptions.seed,
     *,
     shared: Shared,
+    **settings: Any,
 ) -> dict:
     """Search a classifier for discriminatory inputs (ADF, against AEQUITAS and random search) and
     measure its discrimination; optionally retrain with some of the inputs found.
@@ -177,11 +115,7 @@ def audit(
     from fairpipe.flows.audit import run_audit
 
     options = AuditOptions(
-        dataset=dataset, protected=list(protected), model=model, train=train, n_seeds=n_seeds,
-        n_local=n_local, max_iter=max_iter, objective=objective,
-        baselines=() if no_baselines else tuple(baseline), retrain=retrain, repeats=repeats,
-        train_iter=train_iter, seed=seed, data_dir=data_dir,
-        progress=not shared.as_json,  # a progress bar on stderr
+        **settings, protected=list(protected), baselines=() if no_baselines else tuple(baseline),
+        data_dir=data_dir, progress=not shared.as_json,  # a progress bar on stderr
     )  # fmt: skip
-    result = run_audit(options, out, **shared.cluster)
-    return result
+    return run_audit(options, out, **shared.cluster)

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from fairpipe.errors import check_int_range
-from fairpipe.flows.cli._options import Seed, check_options
 from fairpipe.flows.cli._output import diagnostics_console, escape_controls, result_console
 from fairpipe.flows.cli._runner import Shared, command
-
-PARAMETER_FLAGS = {"n_queries": "--n-queries"}
-# The old flag, a hidden alias for one release.
+from fairpipe.settings import DEMO
 
 
 def _render(r: dict) -> None:
@@ -39,16 +35,7 @@ def _render(r: dict) -> None:
     print(f"plot: {r['plot']}\nstore: {r['store']}\ntotal {r['seconds']:.1f} s")
 
 
-# Queries of the TV report at most: the digits' other points are the ones it forgets.
-MAX_QUERIES = 1000
-
-
-def _check(**o) -> None:
-    check_options("fairpipe demo", seed=("seed", o["seed"]))
-    check_int_range(o["n_queries"], "--n-queries", "fairpipe demo", 1, MAX_QUERIES)
-
-
-@command(PARAMETER_FLAGS, render=_render, check=_check)
+@command(render=_render, settings=DEMO)
 def demo(
     store: Annotated[
         str | None,
@@ -56,9 +43,6 @@ def demo(
             "--store", help="Folder for the demo store.", show_default="a temporary folder"
         ),
     ] = None,
-    n_queries: Annotated[
-        int, typer.Option("--n-queries", help="Query points of the TV report.")
-    ] = 20,
     plot: Annotated[
         str | None,
         typer.Option(
@@ -67,9 +51,9 @@ def demo(
             show_default="fairpipe-demo-tv.png beside the store",
         ),
     ] = None,
-    seed: Seed = 0,
     *,
     shared: Shared,
+    **settings: Any,
 ) -> dict:
     """Ingest the built-in digits, sample fair neighbours, print a TV report and write a plot;
     then fit, summarize, forget and check the store (the whole tour, about a minute).
@@ -86,4 +70,4 @@ def demo(
         if not shared.as_json:
             progress.print(escape_controls(message))
 
-    return run_demo(store=store, n_queries=n_queries, seed=seed, plot=plot, log=log)
+    return run_demo(store=store, plot=plot, log=log, **settings)

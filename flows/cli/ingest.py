@@ -8,11 +8,11 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from fairpipe.flows.cli._options import Store, check_options
+from fairpipe.flows.cli._options import Store
 from fairpipe.flows.cli._output import diagnostics_console, result_console
 from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
 from fairpipe.flows.options import IngestOptions
-from fairpipe.settings import INDEX
+from fairpipe.settings import GAUSSIAN, INDEX, SOURCE
 
 # A source file up to this size (and any .npy, whose plan reads its header and the ids and
 # groups files only) is planned before the flow starts, so that its errors come before anything
@@ -51,12 +51,6 @@ def _render(r: dict) -> None:
 
 
 def _check(**o) -> None:
-    check_options(
-        "fairpipe ingest", gaussian_n=("positive", o["gaussian_n"]),
-        gaussian_d=("positive", o["gaussian_d"]),
-        gaussian_clusters=("positive", o["gaussian_clusters"]),
-        gaussian_groups=("positive", o["gaussian_groups"]),
-    )  # fmt: skip
     from fairpipe.flows.parameters import check_recall_options
     from fairpipe.neighbors import check_projection_size
 
@@ -155,7 +149,7 @@ def _new_local_store(store: str) -> bool:
     return local is not None and not local.exists()
 
 
-@command(shared=WRITES_STORES, render=_render, check=_check, settings=INDEX)
+@command(shared=WRITES_STORES, render=_render, check=_check, settings=(*SOURCE, *INDEX, *GAUSSIAN))
 def ingest(
     source: Annotated[
         str,
@@ -170,46 +164,6 @@ def ingest(
         ),
     ],
     store: Store,
-    group_column: Annotated[
-        str | None,
-        typer.Option(
-            "--group-column",
-            help="A table's column of group labels (a .npy source: --groups-file).",
-            show_default="one group",
-        ),
-    ] = None,
-    id_column: Annotated[
-        str | None,
-        typer.Option(
-            "--id-column",
-            help="A table's column of ids (a .npy source: --ids-file).",
-            show_default="row numbers",
-        ),
-    ] = None,
-    groups_file: Annotated[
-        str | None,
-        typer.Option(
-            "--groups-file",
-            help="Group labels (.npy) for a .npy source (a table: --group-column).",
-            show_default="none",
-        ),
-    ] = None,
-    ids_file: Annotated[
-        str | None,
-        typer.Option(
-            "--ids-file",
-            help="Ids (.npy) for a .npy source (a table: --id-column).",
-            show_default="row numbers",
-        ),
-    ] = None,
-    gaussian_n: Annotated[int, typer.Option("--gaussian-n", help="gaussian: points.")] = 20000,
-    gaussian_d: Annotated[int, typer.Option("--gaussian-d", help="gaussian: dimensions.")] = 16,
-    gaussian_clusters: Annotated[
-        int, typer.Option("--gaussian-clusters", help="gaussian: mixture components.")
-    ] = 8,
-    gaussian_groups: Annotated[
-        int, typer.Option("--gaussian-groups", help="gaussian: groups.")
-    ] = 4,
     *,
     shared: Shared,
     **settings: Any,

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from fairpipe.flows.cli._options import (
-    QueryFile,
-    QueryId,
-    QueryRow,
-    Store,
-    check_options,
-    read_query_file,
-)
+from typing import Any
+
+from fairpipe.flows.cli._options import Store, read_query_file
 from fairpipe.flows.cli._runner import Shared, command
+from fairpipe.settings import QUERIES
 
 
 def _render(r: dict) -> None:
@@ -18,23 +14,8 @@ def _render(r: dict) -> None:
         print(f"cluster {cluster}  distance {distance:.4g}")
 
 
-def _check(**o) -> None:
-    check_options("fairpipe predict", query_row=("count", o["query_row"]))
-    if o["query_id"] is not None:
-        from fairpipe.validation import check_ids
-
-        check_ids([o["query_id"]], "--query-id", lambda i: "given to --query-id")
-
-
-@command(render=_render, read_only=True, check=_check)
-def predict(
-    store: Store,
-    query_id: QueryId = None,
-    query_row: QueryRow = None,
-    query_file: QueryFile = None,
-    *,
-    shared: Shared,
-) -> dict:
+@command(render=_render, read_only=True, settings=QUERIES)
+def predict(store: Store, *, shared: Shared, **settings: Any) -> dict:
     """The nearest root centroid of a stored point (by id or row) or of each row of a .npy file.
 
     Give one of --query-id, --query-row or --query-file.
@@ -47,5 +28,6 @@ def predict(
     """
     from fairpipe.flows.predict import predict_store
 
-    queries = read_query_file(query_file)
-    return predict_store(store, query_rows=query_row, queries=queries, query_ids=query_id)
+    queries = read_query_file(settings["query_file"])
+    return predict_store(store, query_rows=settings["query_row"], queries=queries,
+                         query_ids=settings["query_id"])  # fmt: skip

@@ -3,7 +3,7 @@ of a store, and its erasure setting."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -11,6 +11,7 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.flows.cli._options import Ids, IdsFile, Store, check_ids_given
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
+from fairpipe.settings import REQUEST_REASON
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 UNKNOWN_REQUEST = "There is no receipt for request {rid} in the store {url}{pending}."
@@ -28,16 +29,9 @@ def _check_request(**o) -> None:
     check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=True)
 
 
-@command(render=_render_request, check=_check_request)
+@command(render=_render_request, check=_check_request, settings=(REQUEST_REASON,))
 def request_deletion(
-    store: Store,
-    ids: Ids = None,
-    ids_file: IdsFile = None,
-    reason: Annotated[
-        str, typer.Option("--reason", help="Kept in the receipt.", show_default="none")
-    ] = "",
-    *,
-    shared: Shared,
+    store: Store, ids: Ids = None, ids_file: IdsFile = None, *, shared: Shared, **settings: Any
 ) -> dict:
     """File a deletion request (durable when this returns); a drain applies it ('fairpipe
     forget'). Give one of --ids or --ids-file.
@@ -54,7 +48,7 @@ def request_deletion(
         raise FairpipeInputError(ONE_SOURCE)
     wanted = read_ids(text=ids, path=ids_file)
     FairpipeStore.open(store).require_data()
-    req = file_request(store, wanted, reason)
+    req = file_request(store, wanted, settings["reason"])
     return {"store": store, "request": req.request_id, "n_ids": int(req.ids.size),
             "requested_at": req.requested_at}  # fmt: skip
 

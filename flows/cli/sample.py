@@ -5,18 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.flows.cli._options import (
-    QueryFile,
-    QueryId,
-    QueryRow,
-    Store,
-    check_options,
-    read_query_file,
-)
+from fairpipe.flows.cli._options import Store, read_query_file
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
-from fairpipe.settings import SAMPLE
-from fairpipe.validation import check_ids
+from fairpipe.settings import QUERIES, SAMPLE
 
 ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
 INCLUDE_QUERY_FILE = (
@@ -92,22 +84,8 @@ def small_line(i: int, q: dict, radius: float, excluded: bool) -> str | None:
     return SMALL.format(i=i, radius=radius, holds=holds, without=without, hint=hint)
 
 
-def _check(**o) -> None:
-    if o["query_id"] is not None:
-        check_ids([o["query_id"]], "--query-id", lambda i: "given to --query-id")
-    check_options("fairpipe sample", query_row=("count", o["query_row"]))
-
-
-@command(render=_render, read_only=True, check=_check, settings=SAMPLE)
-def sample(
-    store: Store,
-    query_id: QueryId = None,
-    query_row: QueryRow = None,
-    query_file: QueryFile = None,
-    *,
-    shared: Shared,
-    **settings: Any,
-) -> dict:
+@command(render=_render, read_only=True, settings=(*QUERIES, *SAMPLE))
+def sample(store: Store, *, shared: Shared, **settings: Any) -> dict:
     """Draw uniformly random near neighbours of a query (N_SAMPLES of them).
 
     Give one of --query-id, --query-row or --query-file.
@@ -119,6 +97,7 @@ def sample(
     """
     from fairpipe.flows.sample import sample_store
 
+    query_id, query_row, query_file = (settings.pop(s.name) for s in QUERIES)
     if sum(x is not None for x in (query_id, query_row, query_file)) != 1:
         raise FairpipeInputError(ONE_QUERY)
     if settings["include_query"] and query_file is not None:

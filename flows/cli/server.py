@@ -4,13 +4,13 @@ every command then uses instead of starting its own (:mod:`fairpipe.flows.prefec
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Any
 
 import typer
 
-from fairpipe.flows.cli._options import check_options
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
+from fairpipe.settings import PORT
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -44,26 +44,8 @@ def _as_dict(server) -> dict:
     return {"pid": server.pid, "url": server.url, "ui": server.ui_url, "log": server.log}
 
 
-def _check_start(**o) -> None:
-    check_options("fairpipe server start", port=("positive", o["port"]))
-    if o["port"] is not None and o["port"] > 65535:
-        from fairpipe.errors import FairpipeInputError
-
-        raise FairpipeInputError(PORT_RANGE.format(port=o["port"]))
-
-
-PORT_RANGE = "The --port option of fairpipe server start must be from 1 to 65535. Got {port}."
-
-
-@command(render=_render_start, check=_check_start, name="server start")
-def start(
-    port: Annotated[
-        int | None,
-        typer.Option("--port", help="Port on 127.0.0.1.", show_default="a free one"),
-    ] = None,
-    *,
-    shared: Shared,
-) -> dict:
+@command(render=_render_start, name="server start", settings=(PORT,))
+def start(*, shared: Shared, **settings: Any) -> dict:
     """Start a Prefect server (Prefect's 'prefect server start', with its UI) that keeps running
     after this command; every command uses it until 'fairpipe server stop'.
 
@@ -73,7 +55,7 @@ def start(
     """
     from fairpipe.flows.prefect_server import start_kept_server
 
-    return _as_dict(start_kept_server(port))
+    return _as_dict(start_kept_server(settings["port"]))
 
 
 @command(render=_render_stop, name="server stop")

@@ -154,7 +154,7 @@ def test_fitted_object_pickles(skewed):
         ),
         (
             {"radius": 1.0, "n_samples": 0},
-            "'n_samples' parameter of FairNN.sample must be a positive integer",
+            "'n_samples' parameter of FairNN.sample must be an integer from 1 to 100000000",
         ),
         ({"radius": 1.0, "sampler": "fair"}, "'sampler' parameter of FairNN.sample must be one of"),
         ({"radius": 1.0, "mode": "near"}, "'mode' parameter of FairNN.sample must be one of"),

@@ -1,0 +1,118 @@
+"""Each setting is declared once (fairpipe.settings): the estimators, the flows' options and the
+command line's flags take their defaults, help and checks from that declaration, and no command
+declares a setting's flag again."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from fairpipe import settings as S
+from fairpipe.cluster import DCKMeans, QKMeans
+from fairpipe.errors import FairpipeInputError
+from fairpipe.flows.cli import app
+from fairpipe.flows.options import (
+    AuditOptions,
+    BackfillOptions,
+    FitOptions,
+    ForgetOptions,
+    IngestOptions,
+    RerankOptions,
+    SummarizeOptions,
+)
+from fairpipe.neighbors import E2LSH
+from fairpipe.summary import FairSummary
+
+ROOT = Path(__file__).resolve().parents[1]
+OPTIONS = {FitOptions: S.FIT, SummarizeOptions: S.SUMMARIZE, IngestOptions: S.INDEX,
+           ForgetOptions: S.FORGET, BackfillOptions: S.BACKFILL, RerankOptions: S.RERANK,
+           AuditOptions: S.AUDIT}  # fmt: skip
+ESTIMATORS = {e: S.ESTIMATORS[e.__name__] for e in (DCKMeans, QKMeans, E2LSH, FairSummary)}
+
+
+def command_params(name: str) -> dict:
+    command = typer.main.get_command(app)
+    for word in name.split():  # "server start": a command of a group
+        command = command.commands[word]  # type: ignore[attr-defined]
+    return {p.name: p for p in command.params if p.name}
+
+
+@pytest.mark.parametrize("name", sorted(S.COMMANDS))
+def test_every_settings_flag_is_its_declaration(name):
+    params = command_params(name)
+    for s in S.COMMANDS[name]:
+        p = params[s.name]
+        assert p.__class__.__name__.endswith("Option")
+        assert p.opts == [s.flag], (name, s.name)
+        assert p.default == s.default and p.help == s.help, (name, s.name)
+        if s.rule is not None and s.rule.choices:
+            assert p.metavar == "[" + "|".join(s.rule.choices) + "]", (name, s.name)
+
+
+@pytest.mark.parametrize("options", list(OPTIONS), ids=lambda o: o.__name__)
+def test_the_flows_options_take_the_settings_defaults(options):
+    defaults = {f.name: f.default for f in dataclasses.fields(options)}
+    for s in OPTIONS[options]:
+        assert defaults[s.name] == s.default, (options.__name__, s.name)
+
+
+@pytest.mark.parametrize("estimator", list(ESTIMATORS), ids=lambda e: e.__name__)
+def test_the_estimators_take_the_settings_defaults_and_rules(estimator):
+    params = estimator().get_params()
+    declared = {s.name: s for s in ESTIMATORS[estimator]}
+    assert set(declared) <= set(params)
+    for name, s in declared.items():
+        assert params[name] == s.default, (estimator.__name__, name)
+
+
+BAD = {int: -7, float: float("nan"), str: "no-such-choice"}
+
+
+def ruled_settings() -> list[S.Setting]:
+    return [s for s in vars(S).values() if isinstance(s, S.Setting) and s.rule is not None
+            and s.kind in BAD]  # fmt: skip
+
+
+@pytest.mark.parametrize("setting", ruled_settings(), ids=lambda s: s.flag)
+def test_one_rule_names_the_parameter_or_the_flag(setting):
+    """The library and the command line refuse a bad value by the same rule, with one message
+    naming the parameter (an estimator) or the flag (a command)."""
+    bad = BAD[setting.kind]
+    if setting.kind is str and not setting.rule.choices:
+        bad = "x" * (S.MAX_REASON_CHARS + 1)  # a text setting's rule: its length
+    with pytest.raises(FairpipeInputError) as by_name:
+        setting.check(bad, "Owner")
+    with pytest.raises(FairpipeInputError) as by_flag:
+        setting.check(bad, "fairpipe cmd", by_flag=True)
+    as_named = str(by_name.value).replace(f"The {setting.name!r} parameter of Owner", "SUBJECT")
+    as_flagged = str(by_flag.value).replace(f"The {setting.flag} option of fairpipe cmd",
+                                            "SUBJECT")  # fmt: skip
+    if setting.flag in as_flagged:  # a message naming the value's source in its own words
+        as_named, as_flagged = (as_named.replace(setting.name, "NAME"),
+                                as_flagged.replace(setting.flag, "NAME"))  # fmt: skip
+    assert as_named == as_flagged
+    if setting.default is not None:
+        assert setting.check(setting.default, "Owner") == setting.default
+
+
+def test_no_command_declares_a_settings_flag_again():
+    """A flag of a setting is declared by fairpipe.settings alone: no command module spells it
+    in a typer.Option (a second declaration would drift from the first)."""
+    flags = {s.flag for s in vars(S).values() if isinstance(s, S.Setting)}
+    found = []
+    for path in sorted((ROOT / "flows" / "cli").glob("*.py")):
+        for flag in re.findall(r'typer\.Option\(\s*"(--[a-z-]+)"', path.read_text()):
+            if flag in flags:
+                found.append((path.name, flag))
+    # --ids-file of forget and request-deletion (_options.Ids) and of backfill (its backlog)
+    # names ids to forget, not ingest's ids of a .npy source.
+    assert found == [("_options.py", "--ids-file"), ("backfill.py", "--ids-file")]
+
+
+def test_the_settings_reference_is_generated_from_the_declarations():
+    page = ROOT / "docs" / "reference" / "settings.md"
+    assert page.read_text() == S.reference(), "run: python -m fairpipe.settings > " + str(page)
