@@ -10,7 +10,8 @@ import fairpipe.flows  # noqa: F401  (environment defaults for Prefect and Dask)
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 # The scenario tier: whole programs as users run them (deployments, the second host, signals,
-# hostile campaigns, the documents' examples, an audit end to end); `make test` runs it after the
+# hostile campaigns, the documents' examples, an audit end to end, a store's life of appends,
+# forgets and fits against fresh builds); `make test` runs it after the
 # fast tier (units and the commands), each on two test processes. `pytest -m "not scenario"` runs
 # the fast tier alone.
 SCENARIOS = (
@@ -25,6 +26,7 @@ SCENARIOS = (
     "tests/cli/test_early_server.py",
     "tests/flows/test_drains.py::test_sigkilled_drains",
     "tests/flows/test_audit_flow.py",
+    "tests/flows/test_lifecycle.py",
     "tests/test_packaging.py",
 )
 
