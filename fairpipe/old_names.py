@@ -23,7 +23,7 @@ OLD_OPTIONS: dict[str, dict[str, str]] = {
     "audit": {"seeds": "n_seeds", "local": "n_local"},
     "fit": {"k": "n_clusters", "width": "fanout", "iterations": "max_iter", "gamma": "balance"},
     "ingest": {"lsh_k": "n_hashes", "lsh_tables": "n_tables", "lsh_width": "bucket_width"},
-    "summarize": {"width": "fanout"},
+    "summarize": {"width": "fanout", "bounds_file": "bounds"},
 }
 
 # Per place of a store (the root's ``lsh`` attribute, or a group's attributes): old name ->

@@ -191,11 +191,11 @@ UPPER = Setting(
     "Upper bound of every group, as a fraction of k (ceil(upper * k)); not with --bounds.",
     shown="1",
 )  # fmt: skip
-BOUNDS_FILE = Setting(
-    "bounds_file", str, None, None,
+BOUNDS = Setting(
+    "bounds", str, None, None,
     'A JSON file {"group": [lower, upper], ...} of bounds in elements; not with --lower or '
     "--upper (one of them is needed).",
-    shown="none", flag="--bounds",
+    shown="none",
 )  # fmt: skip
 UTILITY = Setting(
     "utility", str, "exemplar", one_of(*UTILITIES),
@@ -214,7 +214,7 @@ GAMMA = Setting("gamma", float, None, POSITIVE_FLOAT,
                 "facility: the RBF kernel's coefficient, exp(-gamma d^2).",
                 shown="1 / d")  # fmt: skip
 SUMMARY_NODE = (SUMMARY_K, UTILITY, RULE, EVAL_SIZE, FACTOR, GAMMA, SEED)  # every node's
-SUMMARIZE = (SUMMARY_K, LOWER, UPPER, BOUNDS_FILE, UTILITY, RULE, EVAL_SIZE, FANOUT,
+SUMMARIZE = (SUMMARY_K, LOWER, UPPER, BOUNDS, UTILITY, RULE, EVAL_SIZE, FANOUT,
              SUMMARY_HEIGHT, SEED)  # fmt: skip
 
 # -- the LSH index (fairpipe ingest) --------------------------------------------------------------

@@ -120,7 +120,7 @@ def check_fit(url: str, n_clusters: int, model: str) -> None:
 
 
 def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
-                    bounds_file: str | None, **summary) -> None:  # fmt: skip
+                    bounds: str | None, **summary) -> None:  # fmt: skip
     """The store of a summary: the bounds against its groups (their names, and the live rows
     each holds), the summary's parameters (``summary``: FairSummary's, besides k and the
     bounds), and k against its live points; in the order the flow checks them."""
@@ -129,7 +129,7 @@ def check_summarize(url: str, k: int, lower: float | None, upper: float | None,
 
     store, attrs = existing_store(url, remember=True)
     names = list(attrs.get("group_names") or ["all"])
-    lo, up = resolve_bounds(k, names, lower, upper, bounds_file)
+    lo, up = resolve_bounds(k, names, lower, upper, bounds)
     check_bounds(k, lo, up, names=names)  # first: its errors name the groups
     FairSummary(k=k, lower=lo, upper=up, **summary).node_params()
     n_alive = int(attrs["n_alive"])

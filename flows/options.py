@@ -112,12 +112,12 @@ class FitOptions:
 class SummarizeOptions:
     """The summarize flow's parameters: :class:`FairSummary`'s own names and defaults (the
     command line's flags in kebab-case); ``lower``/``upper`` as fractions of k, or
-    ``bounds_file``."""
+    ``bounds`` (a JSON file of counts per group)."""
 
     k: int = S.SUMMARY_K.default
     lower: float | None = S.LOWER.default  # fraction of k, for every group
     upper: float | None = S.UPPER.default
-    bounds_file: str | None = S.BOUNDS_FILE.default  # per group name, counts
+    bounds: str | None = S.BOUNDS.default  # a JSON file: per group name, counts
     utility: str = S.UTILITY.default
     rule: str = S.RULE.default
     factor: float = S.FACTOR.default
@@ -127,11 +127,12 @@ class SummarizeOptions:
     height: int = S.SUMMARY_HEIGHT.default
     seed: int = S.SEED.default
     lock_timeout: float = S.LOCK_TIMEOUT.default
-    # The old name of ``fanout`` (fairpipe.flows.renamed), accepted for one release.
+    # The old names of ``fanout`` and ``bounds`` (fairpipe.flows.renamed), for one release.
     width: InitVar[int | None] = None
+    bounds_file: InitVar[str | None] = None
 
-    def __post_init__(self, width) -> None:
-        take_old_names(self, OLD_OPTIONS["summarize"], {"width": width})
+    def __post_init__(self, width, bounds_file) -> None:
+        take_old_names(self, OLD_OPTIONS["summarize"], {"width": width, "bounds_file": bounds_file})
 
 
 # -- forget and backfill ----------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def _names(attrs: dict) -> list[str]:
 
 def summary_params(o: SummarizeOptions, names: list[str]) -> SummaryParams:
     """The node parameters of the summary the options ask for, checked (FairSummary's rules)."""
-    lower, upper = resolve_bounds(o.k, names, o.lower, o.upper, o.bounds_file)
+    lower, upper = resolve_bounds(o.k, names, o.lower, o.upper, o.bounds)
     model = FairSummary(
         k=o.k, lower=lower, upper=upper, utility=o.utility, fanout=o.fanout, height=o.height,
         eval_size=o.eval_size, rule=o.rule, factor=o.factor, gamma=o.gamma, seed=o.seed,

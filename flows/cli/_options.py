@@ -197,7 +197,7 @@ def typed_numbers(annotation: Any, owner: str) -> Any:
 # The parameters naming a file (or a folder) a command reads, and how messages name them.
 INPUT_OPTIONS = {"source": "SOURCE", "candidates": "CANDIDATES", "ids_file": "--ids-file",
                  "groups_file": "--groups-file", "query_file": "--query-file",
-                 "bounds_file": "--bounds", "model": "--model", "dataset": "--dataset",
+                 "bounds": "--bounds", "model": "--model", "dataset": "--dataset",
                  "data_dir": "--data-dir"}  # fmt: skip
 SPECIAL_FILE = "{flag} {path} is {kind}, not a regular file: {why}. Give a regular file{folder}."
 OUTPUT_OPTIONS = {"out": "--out", "plot": "--plot"}

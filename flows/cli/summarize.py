@@ -50,7 +50,7 @@ def _check(**o) -> None:
     from fairpipe.flows.checks import check_summarize
 
     check_summarize(
-        o["store"], o["k"], o["lower"], o["upper"], o["bounds_file"], utility=o["utility"],
+        o["store"], o["k"], o["lower"], o["upper"], o["bounds"], utility=o["utility"],
         fanout=o["fanout"], height=o["height"], eval_size=o["eval_size"],
         rule=o["rule"], seed=o["seed"],
     )  # fmt: skip

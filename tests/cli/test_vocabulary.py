@@ -78,6 +78,7 @@ def test_the_flows_options_take_their_old_names_for_one_release():
     assert IngestOptions(lsh_k=2, lsh_tables=3, lsh_width=1.5) == IngestOptions(
         n_hashes=2, n_tables=3, bucket_width=1.5)  # fmt: skip
     assert SummarizeOptions(width=4).fanout == 4
+    assert SummarizeOptions(bounds_file="b.json").bounds == "b.json"
     assert (AuditOptions(seeds=5, local=6).n_seeds, AuditOptions(local=6).n_local) == (5, 6)
     with pytest.raises(FairpipeInputError, match="give 'n_clusters' and its old name 'k'"):
         FitOptions(n_clusters=3, k=4)
@@ -124,7 +125,7 @@ def test_every_deployment_passes_its_flows_current_parameters(prefect_server):
 
     old_names = {old for names in OLD_OPTIONS.values() for old in names}
     assert old_names == {"k", "width", "iterations", "gamma", "lsh_k", "lsh_tables", "lsh_width",
-                         "seeds", "local"}  # fmt: skip
+                         "seeds", "local", "bounds_file"}  # fmt: skip
     for deployment in yaml.safe_load(DEPLOY.read_text())["deployments"]:
         module, name = deployment["entrypoint"].rsplit(".", 1)
         flow = getattr(importlib.import_module(module), name)

@@ -63,7 +63,7 @@ def ingest(folder, store, name, X, ids, labels, **lsh):
 def summarize_options(folder):
     bounds = folder / "bounds.json"
     bounds.write_text(json.dumps({name: [1, 4] for name in NAMES}))
-    return SummarizeOptions(k=6, bounds_file=str(bounds), fanout=3, height=2, eval_size=64, seed=4)
+    return SummarizeOptions(k=6, bounds=str(bounds), fanout=3, height=2, eval_size=64, seed=4)
 
 
 def artifacts(path) -> dict:

@@ -54,7 +54,7 @@ def test_summarize_and_forget_equal_the_in_memory_tree(prefect_server, tmp_path)
     bounds = tmp_path / "bounds.json"
     bounds.write_text(json.dumps({"a": [2, 5], "b": [2, 5], "c": {"lower": 2, "upper": 5},
                                   "rare": [2, 5]}))  # fmt: skip
-    opts = SummarizeOptions(k=12, bounds_file=str(bounds), **TREE)
+    opts = SummarizeOptions(k=12, bounds=str(bounds), **TREE)
     res = run_summarize(str(path), opts, n_workers=2)
     model = FairSummary(k=12, lower=[2] * 4, upper=[5] * 4, **MODEL).fit(
         X, ids=ids, groups=groups_of_rows
@@ -87,7 +87,7 @@ def test_summarize_bad_input_writes_nothing(prefect_server, tmp_path):
         (SummarizeOptions(k=40, lower=0.25, upper=0.5),
          "Group rare has 9 elements in the data but its lower bound is 10"),
         (SummarizeOptions(k=12), "No fairness bounds"),
-        (SummarizeOptions(k=12, lower=0.1, bounds_file="b.json"), "either --lower/--upper or"),
+        (SummarizeOptions(k=12, lower=0.1, bounds="b.json"), "either --lower/--upper or"),
         (SummarizeOptions(k=12, lower=1.5), "--lower must be a fraction of k between 0 and 1"),
         (SummarizeOptions(k=12, lower=0.4, upper=0.2), "Group a has lower bound 4 above its upper"),
         (SummarizeOptions(k=1000, lower=0.0, upper=1.0), "k = 1000 is larger than the 400 elements"),
@@ -105,7 +105,7 @@ def test_summarize_bad_input_writes_nothing(prefect_server, tmp_path):
         f = tmp_path / "bounds.json"
         f.write_text(json.dumps(spec))
         with pytest.raises(Exception, match=match):
-            run_summarize(str(path), SummarizeOptions(k=12, bounds_file=str(f)), n_workers=1)
+            run_summarize(str(path), SummarizeOptions(k=12, bounds=str(f)), n_workers=1)
     assert st.repo.lookup_branch("main") == before
 
 
