@@ -71,7 +71,7 @@ def at_least(low: float) -> Rule:
         value = check_positive_float(value, name, owner)
         if value < low:
             where = subject(name, owner)
-            raise FairpipeInputError(f"{where} must be at least {low:g}. Got {value}.")
+            raise FairpipeInputError(f"{where} must be at least {low:g}. Got {value} instead.")
         return value
 
     return Rule(check, f"a number >= {low:g}")
@@ -112,12 +112,15 @@ class Setting:
 
 
 def check_settings(owner: str, settings: Iterable[Setting], values: Mapping[str, Any] | Any,
-                   by_flag: bool = False) -> None:  # fmt: skip
+                   by_flag: bool = False) -> dict[str, Any]:  # fmt: skip
     """Check ``values`` (a mapping, or an object such as an estimator holding them as
-    attributes) by each setting, in order."""
+    attributes) by each setting, in order; returns the checked values (a numpy integer as a
+    Python int, an integer given for a float as a float), by name."""
+    checked = {}
     for s in settings:
         value = values[s.name] if isinstance(values, Mapping) else getattr(values, s.name)
-        s.check(value, owner, by_flag)
+        checked[s.name] = s.check(value, owner, by_flag)
+    return checked
 
 
 # -- limits and choices, owned here (the packages re-export those their users need) --------------
@@ -327,6 +330,8 @@ REASON_TOO_LONG = "A deletion request's reason holds at most {limit:,} character
 
 
 def _reason_rule(value: Any, name: str, owner: str) -> str:
+    if not isinstance(value, str):
+        raise FairpipeInputError(f"{subject(name, owner)} must be text. Got {value!r} instead.")
     if len(value) > MAX_REASON_CHARS:
         raise FairpipeInputError(REASON_TOO_LONG.format(limit=MAX_REASON_CHARS, n=len(value)))
     return value
@@ -417,7 +422,10 @@ COMMANDS = {
     "request-deletion": (REQUEST_REASON,), "rerank": RERANK, "audit": AUDIT, "demo": DEMO,
     "server start": (PORT,),
 }  # fmt: skip
-SHARED = (WORKERS, LOCK_TIMEOUT)  # of the commands that run flows (and write stores)
+SHARED = {
+    "Every command that runs a flow on a local Dask cluster": (WORKERS,),
+    "Every command that waits for another writer of the store": (LOCK_TIMEOUT,),
+}
 ESTIMATORS = {"DCKMeans": DC_KMEANS, "QKMeans": Q_KMEANS, "E2LSH": E2LSH_SETTINGS,
               "FairSummary": (*SUMMARY_NODE, FANOUT, SUMMARY_HEIGHT)}  # fmt: skip
 
@@ -451,7 +459,8 @@ def reference() -> str:
     ]
     for command, settings in COMMANDS.items():
         lines += [f"## `fairpipe {command}`", "", *table(settings), ""]
-    lines += ["## Every command that runs a flow", "", *table(SHARED), ""]
+    for title, settings in SHARED.items():
+        lines += [f"## {title}", "", *table(settings), ""]
     lines += ["## The estimators", "", "| estimator | parameters (defaults) |", "|---|---|"]
     for estimator, settings in ESTIMATORS.items():
         given = ", ".join(f"`{s.name}={s.default!r}`".replace("'", '"') for s in settings)

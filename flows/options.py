@@ -1,7 +1,7 @@
-"""The flows' options, one dataclass per flow: each setting's name and default, declared once.
-The command line takes its flags' defaults from here, and the deployments' parameters are
-checked against them; this module imports no Prefect or Dask, so a command's checks read it
-before anything starts. Old names are listed in :mod:`fairpipe.old_names`."""
+"""The flows' options, one dataclass per flow, their defaults from each setting's declaration
+(:mod:`fairpipe.settings`, which the command line's flags come from too); the deployments'
+parameters are checked against them. This module imports no Prefect or Dask, so a command's
+checks read it before anything starts. Old names are listed in :mod:`fairpipe.old_names`."""
 
 from __future__ import annotations
 

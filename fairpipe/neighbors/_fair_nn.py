@@ -76,8 +76,9 @@ def _seed_state(seed: int) -> Any:
 def check_sample_options(owner, radius, n_samples, sampler, mode, c, failure_prob, path):
     """:meth:`FairNN.sample`'s options, checked (shared with the store's lazy sampler)."""
     radius = check_positive_float(radius, "radius", owner)
-    values = {"n_samples": n_samples, "sampler": sampler, "mode": mode, "c": c}
-    check_settings(owner, (N_SAMPLES, SAMPLER, MODE, C), values)
+    given = {"n_samples": n_samples, "sampler": sampler, "mode": mode, "c": c}
+    checked = check_settings(owner, (N_SAMPLES, SAMPLER, MODE, C), given)
+    n_samples, sampler, mode, c = (checked[name] for name in given)
     failure_prob = check_positive_float(failure_prob, "failure_prob", owner)
     if failure_prob >= 1.0:
         raise FairpipeInputError(
