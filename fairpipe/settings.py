@@ -83,13 +83,22 @@ def one_of(*choices: str) -> Rule:
 
 
 # -- a setting -------------------------------------------------------------------------------------
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()  # the default of a setting that must be given
+
+
 @dataclass(frozen=True)
 class Setting:
     """One setting. ``default`` None means "not given" (its meaning, ``shown``, is said by the
-    help): such a value is not checked. ``rule`` None: any value of ``kind``."""
+    help): such a value is not checked; :data:`REQUIRED`: it must be given. ``rule`` None: any
+    value of ``kind``."""
 
     name: str
-    kind: type
+    kind: Any  # int, float, str, bool, Path, or list[str] (a flag repeated)
     default: Any
     rule: Rule | None
     help: str
@@ -145,6 +154,23 @@ BASELINES = ("aequitas", "random")
 TRAINABLE = ("mlp",)
 
 # -- shared ----------------------------------------------------------------------------------------
+STORE = Setting(
+    "store", str, REQUIRED, None, "The store: a folder, or an s3://, gs:// or az:// URL."
+)
+AS_JSON = Setting("as_json", bool, False, None, "Print the result as one JSON object on stdout.",
+                  shown="off", flag="--json")  # fmt: skip
+VERBOSE = Setting("verbose", bool, False, None,
+                  "Also show the logs and warnings of Prefect, Dask and Icechunk, and an internal "
+                  "error's traceback, on stderr.", shown="off")  # fmt: skip
+DASK_ADDRESS = Setting("dask_address", str, None, None,
+                       "The address of a running Dask scheduler to use.",
+                       shown="a local cluster of --workers processes")  # fmt: skip
+DASK_CLUSTER = Setting(
+    "dask_cluster", str, None, None,
+    "A Python callable, as module:name, that returns a Dask cluster or client (Coiled, "
+    "dask-jobqueue, dask-kubernetes; see deploy/README.md). Excludes --dask-address.",
+    shown="none: --dask-address or a local cluster",
+)  # fmt: skip
 SEED = Setting("seed", int, 0, SEED_RULE, "Random seed: the same seed, the same result.")
 WORKERS = Setting("workers", int, 2, between(1, MAX_WORKERS),
                   "Worker processes of the local cluster.")  # fmt: skip
@@ -415,22 +441,83 @@ N_QUERIES = Setting("n_queries", int, 20, between(1, MAX_QUERIES),
 DEMO = (N_QUERIES, SEED)
 PORT = Setting("port", int, None, between(1, 65535), "Port on 127.0.0.1.", shown="a free one")
 
+# -- the ids a command is given, and what else one command alone takes ----------------------------
+IDS = Setting("ids", str, None, None, "Comma-separated ids (--ids or --ids-file, not both).",
+              shown="none")  # fmt: skip
+IDS_LIST = Setting("ids_file", str, None, None,
+                   "A .npy, or text with one id per line (--ids or --ids-file, not both).",
+                   shown="none")  # fmt: skip
+GIVEN_IDS = (IDS, IDS_LIST)
+BACKLOG = Setting("ids_file", str, REQUIRED, None,
+                  "The backlog: .npy, .parquet, .csv (column 'id' or the first), or text with one "
+                  "id per line.")  # fmt: skip
+RERANKED = Setting("out", str, REQUIRED, None, "Output .csv or .parquet (metrics beside it).")
+PROTECTED = Setting("protected", list[str], REQUIRED, None,
+                    "A protected attribute (repeat the option for several).")  # fmt: skip
+
+
+def _baselines_rule(value: Any, name: str, owner: str) -> list:
+    return [check_one_of(b, BASELINES, name, owner) for b in value]
+
+
+BASELINE = Setting("baseline", list[str], list(BASELINES),
+                   Rule(_baselines_rule, "one of " + ", ".join(BASELINES) + ", repeated",
+                        BASELINES),
+                   "A search to compare ADF with (repeat the option for several); not with "
+                   "--no-baselines.")  # fmt: skip
+NO_BASELINES = Setting("no_baselines", bool, False, None, "Run ADF alone.", shown="off")
+AUDIT_OUT = Setting("out", str, None, None, "Folder for samples, model, metrics, plot.",
+                    shown="none")  # fmt: skip
+DATA_DIR = Setting("data_dir", str, None, None, "Folder of the named data sets.",
+                   shown="the shared data folder beside the repository")  # fmt: skip
+AUDIT_COMMAND = (PROTECTED, BASELINE, NO_BASELINES, AUDIT_OUT, DATA_DIR, *AUDIT)
+DEMO_STORE = Setting("store", str, None, None, "Folder for the demo store.",
+                     shown="a temporary folder")  # fmt: skip
+PLOT = Setting("plot", str, None, None, "PNG path for the TV plot.",
+               shown="fairpipe-demo-tv.png beside the store")  # fmt: skip
+DEMO_COMMAND = (DEMO_STORE, *DEMO, PLOT)
+REQUEST = Setting("request", str, None, None, "One request's receipt (its id).",
+                  shown="every receipt")  # fmt: skip
+# Read by fairpipe.storage.erasure.parse_retention, which names what it takes.
+ERASURE_RETENTION = Setting(
+    "erasure_retention", str, REQUIRED, None,
+    "How long erased rows stay in earlier snapshots (time travel): 0 (erase when each drain "
+    "ends), or a duration such as 90m, 24h, 7d.",
+)  # fmt: skip
+ADD_CHECKSUMS = Setting(
+    "add_checksums", bool, False, None,
+    "When no chunk is corrupt, give the arrays stored without a checksum one (one commit; their "
+    "data are not rewritten).",
+    shown="off",
+)  # fmt: skip
+
 # -- where each setting is taken -------------------------------------------------------------------
 COMMANDS = {
-    "ingest": (*SOURCE, *INDEX, *GAUSSIAN), "sample": (*QUERIES, *SAMPLE), "predict": QUERIES,
-    "fit": FIT, "summarize": SUMMARIZE, "forget": FORGET, "backfill": BACKFILL,
-    "request-deletion": (REQUEST_REASON,), "rerank": RERANK, "audit": AUDIT, "demo": DEMO,
+    "ingest": (*SOURCE, *INDEX, *GAUSSIAN), "show": GIVEN_IDS, "sample": (*QUERIES, *SAMPLE),
+    "predict": QUERIES, "fit": FIT, "summarize": SUMMARIZE, "forget": (*GIVEN_IDS, *FORGET),
+    "request-deletion": (*GIVEN_IDS, REQUEST_REASON), "backfill": (BACKLOG, *BACKFILL),
+    "receipts": (REQUEST,), "configure": (ERASURE_RETENTION,), "verify": (ADD_CHECKSUMS,),
+    "rerank": (RERANKED, *RERANK), "audit": AUDIT_COMMAND, "demo": DEMO_COMMAND,
     "server start": (PORT,),
 }  # fmt: skip
 SHARED = {
-    "Every command that runs a flow on a local Dask cluster": (WORKERS,),
+    "Every command": (AS_JSON, VERBOSE),
+    "Every command that reads or writes a store (demo: a folder of its own)": (STORE,),
+    "Every command that runs a flow": (DASK_ADDRESS, DASK_CLUSTER, WORKERS),
     "Every command that waits for another writer of the store": (LOCK_TIMEOUT,),
 }
 ESTIMATORS = {"DCKMeans": DC_KMEANS, "QKMeans": Q_KMEANS, "E2LSH": E2LSH_SETTINGS,
               "FairSummary": (*SUMMARY_NODE, FANOUT, SUMMARY_HEIGHT)}  # fmt: skip
 
 
-KINDS = {str: "text", Path: "a path", int: "an integer", float: "a number", bool: "a flag"}
+KINDS = {
+    str: "text",
+    Path: "a path",
+    int: "an integer",
+    float: "a number",
+    bool: "a flag",
+    list[str]: "text, repeated",
+}
 
 
 def reference() -> str:
@@ -439,6 +526,8 @@ def reference() -> str:
     def default(s: Setting) -> str:
         if s.shown is not None:
             return s.shown
+        if s.default is REQUIRED:
+            return "required"
         return "off" if s.default is False else f"`{s.default!r}`".replace("'", "")
 
     def table(settings: Iterable[Setting]) -> list[str]:

@@ -48,7 +48,10 @@ def test_every_settings_flag_is_its_declaration(name):
         p = params[s.name]
         assert p.__class__.__name__.endswith("Option")
         assert p.opts == [s.flag], (name, s.name)
-        assert p.default == s.default and p.help == s.help, (name, s.name)
+        default = None if s.default is S.REQUIRED else s.default
+        given = list(p.default) if isinstance(p.default, tuple) else p.default
+        assert given == default and p.help == s.help, (name, s.name)
+        assert p.required == (s.default is S.REQUIRED), (name, s.name)
         if s.rule is not None and s.rule.choices:
             assert p.metavar == "[" + "|".join(s.rule.choices) + "]", (name, s.name)
 
@@ -99,18 +102,16 @@ def test_one_rule_names_the_parameter_or_the_flag(setting):
         assert setting.check(setting.default, "Owner") == setting.default
 
 
-def test_no_command_declares_a_settings_flag_again():
-    """A flag of a setting is declared by fairpipe.settings alone: no command module spells it
-    in a typer.Option (a second declaration would drift from the first)."""
-    flags = {s.flag for s in vars(S).values() if isinstance(s, S.Setting)}
+def test_every_flag_is_a_settings_declaration():
+    """No command module spells a flag in a typer.Option: every flag comes from a setting's one
+    declaration (the program's own --version aside), so no flag is declared twice."""
     found = []
     for path in sorted((ROOT / "flows" / "cli").glob("*.py")):
-        for flag in re.findall(r'typer\.Option\(\s*"(--[a-z-]+)"', path.read_text()):
-            if flag in flags:
-                found.append((path.name, flag))
-    # --ids-file of forget and request-deletion (_options.Ids) and of backfill (its backlog)
-    # names ids to forget, not ingest's ids of a .npy source.
-    assert found == [("_options.py", "--ids-file"), ("backfill.py", "--ids-file")]
+        found += [(path.name, flag) for flag in
+                  re.findall(r'typer\.Option\(\s*(?:False,\s*)?"(--[a-z-]+)"', path.read_text())]  # fmt: skip
+    assert found == [("__init__.py", "--version")]
+    flags = [s.flag for settings in (*S.COMMANDS.values(), *S.SHARED.values()) for s in settings]
+    assert {"--store", "--json", "--verbose", "--dask-address", "--workers"} <= set(flags)
 
 
 def test_the_settings_reference_is_generated_from_the_declarations():

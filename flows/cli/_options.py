@@ -1,6 +1,6 @@
-"""Options that several commands share that are not settings of :mod:`fairpipe.settings` (the
-store, the cluster, the output), each defined once (``store: Store``); the flag of a setting
-(:func:`setting_option`); and the reading of option values."""
+"""The flag of a setting (:func:`setting_option`; :mod:`fairpipe.settings` declares each), the
+annotations of the options every command of a kind shares (``store: Store``), and the reading of
+option values."""
 
 from __future__ import annotations
 
@@ -14,64 +14,28 @@ from typing import Annotated, Any
 
 import typer
 
+from fairpipe import settings as S
 from fairpipe.errors import (
     FairpipeInputError,
 )
 from fairpipe.number_text import DECIMAL_RULE, INTEGER_RULE, flaw, read_decimal, read_integer
-from fairpipe.settings import Setting
+from fairpipe.settings import REQUIRED, Setting
 from fairpipe.validation import load_npy
 
-Store = Annotated[
-    str,
-    typer.Option(
-        "--store", help="The store: a folder, or an s3://, gs:// or az:// URL.", show_default=False
-    ),
-]
+Store = Annotated[str, typer.Option(S.STORE.flag, help=S.STORE.help, show_default=False)]
 AsJson = Annotated[
-    bool,
-    typer.Option(
-        "--json", help="Print the result as one JSON object on stdout.", show_default="off"
-    ),
+    bool, typer.Option(S.AS_JSON.flag, help=S.AS_JSON.help, show_default=S.AS_JSON.shown)
 ]
 DaskAddress = Annotated[
     str | None,
-    typer.Option(
-        "--dask-address",
-        help="The address of a running Dask scheduler to use.",
-        show_default="a local cluster of --workers processes",
-    ),
+    typer.Option(S.DASK_ADDRESS.flag, help=S.DASK_ADDRESS.help, show_default=S.DASK_ADDRESS.shown),
 ]
 DaskCluster = Annotated[
     str | None,
-    typer.Option(
-        "--dask-cluster",
-        help="A Python callable, as module:name, that returns a Dask cluster or client (Coiled, "
-        "dask-jobqueue, dask-kubernetes; see deploy/README.md). Excludes --dask-address.",
-        show_default="none: --dask-address or a local cluster",
-    ),
+    typer.Option(S.DASK_CLUSTER.flag, help=S.DASK_CLUSTER.help, show_default=S.DASK_CLUSTER.shown),
 ]
 Verbose = Annotated[
-    bool,
-    typer.Option(
-        "--verbose",
-        help="Also show the logs and warnings of Prefect, Dask and Icechunk, and an internal "
-        "error's traceback, on stderr.",
-        show_default="off",
-    ),
-]
-Ids = Annotated[
-    str | None,
-    typer.Option(
-        "--ids", help="Comma-separated ids (--ids or --ids-file, not both).", show_default="none"
-    ),
-]
-IdsFile = Annotated[
-    str | None,
-    typer.Option(
-        "--ids-file",
-        help="A .npy, or text with one id per line (--ids or --ids-file, not both).",
-        show_default="none",
-    ),
+    bool, typer.Option(S.VERBOSE.flag, help=S.VERBOSE.help, show_default=S.VERBOSE.shown)
 ]
 
 
@@ -87,7 +51,7 @@ def setting_option(setting: Setting) -> Any:
     choices, and its default as ``--help`` shows it."""
     kind = setting.kind if setting.default is not None else setting.kind | None
     choices = choice(*setting.rule.choices) if setting.rule and setting.rule.choices else {}
-    shown = True if setting.shown is None else setting.shown
+    shown = setting.default is not REQUIRED if setting.shown is None else setting.shown
     option = typer.Option(setting.flag, help=setting.help, show_default=shown, **choices)
     return Annotated[kind, option]  # type: ignore[valid-type]
 

@@ -66,7 +66,7 @@ from fairpipe.flows.cli._output import (
 from fairpipe.flows.cli._quiet import loud_libraries
 from fairpipe.flows.prefect_server import deliver_records, launch_early, stop_early
 from fairpipe.old_names import OLD_FLAGS
-from fairpipe.settings import LOCK_TIMEOUT, WORKERS, Setting, check_settings
+from fairpipe.settings import LOCK_TIMEOUT, REQUIRED, WORKERS, Setting, check_settings
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 CORRUPT_STORE = 4
@@ -172,7 +172,7 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
 
     ``settings`` (:mod:`fairpipe.settings`) are the command's flags, each from its one
     declaration (flag, type, default, help) and checked by its rule before anything starts; the
-    command receives them as keyword arguments (``**settings``).
+    command receives them as keyword arguments (``**settings``, or by name after ``*``).
 
     ``check`` is called with the command's own options before anything starts (the early Prefect
     server, a cluster, a flow), as the shared options are checked (:func:`check_shared`).
@@ -186,12 +186,17 @@ def command(parameter_flags: Mapping[str, str] | None = None, *,
     flags = {**{s.name: s.flag for s in settings}, **(parameter_flags or {})}
     shared = (*shared, "verbose")
     declared = [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY,
-                                  annotation=setting_option(s), default=s.default)
+                                  annotation=setting_option(s),
+                                  default=inspect.Parameter.empty if s.default is REQUIRED
+                                  else s.default)
                 for s in settings]  # fmt: skip
 
     def decorate(fn: F) -> F:
+        # (a setting may be named in the command's signature, keyword-only, for its body)
+        named = {s.name for s in settings}
         own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
-               if p.name != "shared" and p.kind is not inspect.Parameter.VAR_KEYWORD]  # fmt: skip
+               if p.name != "shared" and p.name not in named
+               and p.kind is not inspect.Parameter.VAR_KEYWORD]  # fmt: skip
         owner = owner_of(name or fn.__name__)
         added = [
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,

@@ -3,18 +3,16 @@ random search), its discrimination measured, optionally retrained with some of t
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich import box
 from rich.table import Table
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.flows.cli._options import choice
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import RUNS_FLOWS, Shared, command
 from fairpipe.flows.options import AuditOptions
-from fairpipe.settings import AUDIT, BASELINES
+from fairpipe.settings import AUDIT_COMMAND, BASELINES
 
 METHODS = (("adf", "ADF"), ("aequitas", "AEQUITAS"), ("random", "random"))
 BASELINES_AND_NONE = "Give --baseline or --no-baselines, not both."
@@ -64,46 +62,9 @@ def _check(**o) -> None:
 
 
 @command({"baselines": "--baseline"}, shared=RUNS_FLOWS, render=_render, check=_check,
-         settings=AUDIT)  # fmt: skip
-def audit(
-    protected: Annotated[
-        list[str],
-        typer.Option(
-            "--protected",
-            help="A protected attribute (repeat the option for several).",
-            show_default=False,
-        ),
-    ],
-    baseline: Annotated[
-        list[str],
-        typer.Option(
-            "--baseline",
-            help="A search to compare ADF with (repeat the option for several); not with "
-            "--no-baselines.",
-            **choice(*BASELINES),
-        ),
-    ] = ["aequitas", "random"],  # noqa: B006  (typer hands the command a new list)
-    no_baselines: Annotated[
-        bool, typer.Option("--no-baselines", help="Run ADF alone.", show_default="off")
-    ] = False,
-    out: Annotated[
-        str | None,
-        typer.Option(
-            "--out", help="Folder for samples, model, metrics, plot.", show_default="none"
-        ),
-    ] = None,
-    data_dir: Annotated[
-        str | None,
-        typer.Option(
-            "--data-dir",
-            help="Folder of the named data sets.",
-            show_default="the shared data folder beside the repository",
-        ),
-    ] = None,
-    *,
-    shared: Shared,
-    **settings: Any,
-) -> dict:
+         settings=AUDIT_COMMAND)  # fmt: skip
+def audit(*, shared: Shared, protected: list[str], baseline: list[str], no_baselines: bool,
+          out: str | None, data_dir: str | None, **settings: Any) -> dict:  # fmt: skip
     """Search a classifier for discriminatory inputs (ADF, against AEQUITAS and random search) and
     measure its discrimination; optionally retrain with some of the inputs found.
 

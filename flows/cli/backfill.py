@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from fairpipe.flows.cli._options import Store
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
 from fairpipe.flows.options import BackfillOptions
-from fairpipe.settings import BACKFILL
+from fairpipe.settings import BACKFILL, BACKLOG
 
 
 def _render(r: dict) -> None:
@@ -43,22 +41,8 @@ def _check(**o) -> None:
     read_ids(path=o["ids_file"])
 
 
-@command(shared=WRITES_STORES, render=_render, check=_check, settings=BACKFILL)
-def backfill(
-    store: Store,
-    ids_file: Annotated[
-        str,
-        typer.Option(
-            "--ids-file",
-            help="The backlog: .npy, .parquet, .csv (column 'id' or the first), or text with "
-            "one id per line.",
-            show_default=False,
-        ),
-    ],
-    *,
-    shared: Shared,
-    **settings: Any,
-) -> dict:
+@command(shared=WRITES_STORES, render=_render, check=_check, settings=(BACKLOG, *BACKFILL))
+def backfill(store: Store, *, shared: Shared, ids_file: str, **settings: Any) -> dict:
     """Forget a large backlog of ids in batches; rerun with the same file to resume.
 
     \b

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.table import Table
 
 from fairpipe.flows.cli._output import diagnostics_console, escape_controls, result_console
 from fairpipe.flows.cli._runner import Shared, command
-from fairpipe.settings import DEMO
+from fairpipe.settings import DEMO_COMMAND
 
 
 def _render(r: dict) -> None:
@@ -35,26 +34,8 @@ def _render(r: dict) -> None:
     print(f"plot: {r['plot']}\nstore: {r['store']}\ntotal {r['seconds']:.1f} s")
 
 
-@command(render=_render, settings=DEMO)
-def demo(
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store", help="Folder for the demo store.", show_default="a temporary folder"
-        ),
-    ] = None,
-    plot: Annotated[
-        str | None,
-        typer.Option(
-            "--plot",
-            help="PNG path for the TV plot.",
-            show_default="fairpipe-demo-tv.png beside the store",
-        ),
-    ] = None,
-    *,
-    shared: Shared,
-    **settings: Any,
-) -> dict:
+@command(render=_render, settings=DEMO_COMMAND)
+def demo(*, shared: Shared, store: str | None, plot: str | None, **settings: Any) -> dict:
     """Ingest the built-in digits, sample fair neighbours, print a TV report and write a plot;
     then fit, summarize, forget and check the store (the whole tour, about a minute).
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.flows.cli._options import Ids, IdsFile, Store
+from fairpipe.flows.cli._options import Store
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
 from fairpipe.flows.options import ForgetOptions
-from fairpipe.settings import FORGET
+from fairpipe.settings import FORGET, GIVEN_IDS
 
 ONE_SOURCE = "Give at most one of --ids or --ids-file (neither: drain the pending requests)."
 
@@ -69,9 +69,9 @@ def _check(**o) -> None:
     check_forget(o["store"], ids)
 
 
-@command(shared=WRITES_STORES, render=_render, check=_check, settings=FORGET)
+@command(shared=WRITES_STORES, render=_render, check=_check, settings=(*GIVEN_IDS, *FORGET))
 def forget(
-    store: Store, ids: Ids = None, ids_file: IdsFile = None, *, shared: Shared, **settings: Any
+    store: Store, *, shared: Shared, ids: str | None, ids_file: str | None, **settings: Any
 ) -> dict:
     """Forget ids (a new deletion request), then drain every pending request in batches: erase
     the rows, drop them from the index, update the model and the summary.

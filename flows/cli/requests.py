@@ -3,15 +3,11 @@ of a store, and its erasure setting."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-import typer
-
 from fairpipe.errors import FairpipeInputError
-from fairpipe.flows.cli._options import Ids, IdsFile, Store, check_ids_given
+from fairpipe.flows.cli._options import Store, check_ids_given
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
-from fairpipe.settings import REQUEST_REASON
+from fairpipe.settings import ERASURE_RETENTION, GIVEN_IDS, REQUEST, REQUEST_REASON
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 UNKNOWN_REQUEST = "There is no receipt for request {rid} in the store {url}{pending}."
@@ -29,9 +25,9 @@ def _check_request(**o) -> None:
     check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=True)
 
 
-@command(render=_render_request, check=_check_request, settings=(REQUEST_REASON,))
+@command(render=_render_request, check=_check_request, settings=(*GIVEN_IDS, REQUEST_REASON))
 def request_deletion(
-    store: Store, ids: Ids = None, ids_file: IdsFile = None, *, shared: Shared, **settings: Any
+    store: Store, *, shared: Shared, ids: str | None, ids_file: str | None, reason: str
 ) -> dict:
     """File a deletion request (durable when this returns); a drain applies it ('fairpipe
     forget'). Give one of --ids or --ids-file.
@@ -48,7 +44,7 @@ def request_deletion(
         raise FairpipeInputError(ONE_SOURCE)
     wanted = read_ids(text=ids, path=ids_file)
     FairpipeStore.open(store).require_data()
-    req = file_request(store, wanted, settings["reason"])
+    req = file_request(store, wanted, reason)
     return {"store": store, "request": req.request_id, "n_ids": int(req.ids.size),
             "requested_at": req.requested_at}  # fmt: skip
 
@@ -81,18 +77,8 @@ def _render_receipts(r: dict) -> None:
     _render_set_aside(r["set_aside"])
 
 
-@command(render=_render_receipts, read_only=True)
-def receipts(
-    store: Store,
-    request: Annotated[
-        str | None,
-        typer.Option(
-            "--request", help="One request's receipt (its id).", show_default="every receipt"
-        ),
-    ] = None,
-    *,
-    shared: Shared,
-) -> dict:
+@command(render=_render_receipts, read_only=True, settings=(REQUEST,))
+def receipts(store: Store, *, shared: Shared, request: str | None) -> dict:
     """The receipts of applied deletion requests (ids and times, never the erased data).
 
     \b
@@ -178,21 +164,9 @@ def _check_configure(**o) -> None:
     parse_retention(o["erasure_retention"])
 
 
-@command(shared=("lock_timeout", "as_json"), render=_render_configure, check=_check_configure)
-def configure(
-    store: Store,
-    erasure_retention: Annotated[
-        str,
-        typer.Option(
-            "--erasure-retention",
-            help="How long erased rows stay in earlier snapshots (time travel): 0 (erase when "
-            "each drain ends), or a duration such as 90m, 24h, 7d.",
-            show_default=False,
-        ),
-    ],
-    *,
-    shared: Shared,
-) -> dict:
+@command(shared=("lock_timeout", "as_json"), render=_render_configure, check=_check_configure,
+         settings=(ERASURE_RETENTION,))  # fmt: skip
+def configure(store: Store, *, shared: Shared, erasure_retention: str) -> dict:
     """Change a store's settings (erasure_retention).
 
     \b

@@ -10,7 +10,7 @@ from rich.table import Table
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import RUNS_FLOWS, Shared, command
 from fairpipe.flows.options import RerankOptions
-from fairpipe.settings import RERANK
+from fairpipe.settings import RERANK, RERANKED
 
 METRICS = ("min_skew", "max_skew", "ndkl", "infeasible_index", "ndcg")
 
@@ -50,7 +50,7 @@ def _check(**o) -> None:
     check_table_ahead(o["candidates"], columns)
 
 
-@command(shared=RUNS_FLOWS, render=_render, check=_check, settings=RERANK)
+@command(shared=RUNS_FLOWS, render=_render, check=_check, settings=(RERANKED, *RERANK))
 def rerank(
     candidates: Annotated[
         str,
@@ -60,14 +60,9 @@ def rerank(
             show_default=False,
         ),
     ],
-    out: Annotated[
-        str,
-        typer.Option(
-            "--out", help="Output .csv or .parquet (metrics beside it).", show_default=False
-        ),
-    ],
     *,
     shared: Shared,
+    out: str,
     **settings: Any,
 ) -> dict:
     """Re-rank every list toward a desired group distribution; metrics before and after.

@@ -4,9 +4,10 @@ forgotten, with its receipt."""
 from __future__ import annotations
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.flows.cli._options import Ids, IdsFile, Store
+from fairpipe.flows.cli._options import Store
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
+from fairpipe.settings import GIVEN_IDS
 
 ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 
@@ -67,8 +68,8 @@ def _check(**o) -> None:
     check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=True)
 
 
-@command(render=_render, read_only=True, check=_check)
-def show(store: Store, ids: Ids = None, ids_file: IdsFile = None, *, shared: Shared) -> dict:
+@command(render=_render, read_only=True, check=_check, settings=GIVEN_IDS)
+def show(store: Store, *, shared: Shared, ids: str | None, ids_file: str | None) -> dict:
     """Show stored rows by id (group, features); for a forgotten id, when and its receipt.
 
     \b

@@ -4,13 +4,13 @@ recorded, and every chunk against its checksum."""
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated
 
 import typer
 
 from fairpipe.flows.cli._options import Store
 from fairpipe.flows.cli._output import emit, result_console
 from fairpipe.flows.cli._runner import CORRUPT_STORE, Shared, command
+from fairpipe.settings import ADD_CHECKSUMS
 
 
 def _size(n: float) -> str:
@@ -80,21 +80,8 @@ def _progress(enabled: bool):
         yield update
 
 
-@command(shared=("lock_timeout", "as_json"))
-def verify(
-    store: Store,
-    add_checksums: Annotated[
-        bool,
-        typer.Option(
-            "--add-checksums",
-            help="When no chunk is corrupt, give the arrays stored without a checksum one (one "
-            "commit; their data are not rewritten).",
-            show_default="off",
-        ),
-    ] = False,
-    *,
-    shared: Shared,
-) -> None:
+@command(shared=("lock_timeout", "as_json"), settings=(ADD_CHECKSUMS,))
+def verify(store: Store, *, shared: Shared, add_checksums: bool) -> None:
     """Check the store's snapshots and manifests against what their commits recorded, and every
     chunk of its current snapshot against its checksum (exit 4: something is damaged).
 
