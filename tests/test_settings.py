@@ -117,3 +117,26 @@ def test_every_flag_is_a_settings_declaration():
 def test_the_settings_reference_is_generated_from_the_declarations():
     page = ROOT / "docs" / "reference" / "settings.md"
     assert page.read_text() == S.reference(), "run: python -m fairpipe.settings > " + str(page)
+
+
+FLOW_SETTINGS = {
+    "ingest_flow": (*S.SOURCE, *S.INDEX), "forget_flow": S.FORGET, "backfill_flow": S.BACKFILL,
+    "fit_flow": S.FIT, "summarize_flow": S.SUMMARIZE, "rerank_flow": S.RERANK,
+    "audit_flow": (*S.AUDIT, S.PROTECTED),
+}  # fmt: skip
+
+
+def test_every_deployments_options_are_settings_their_rules_accept():
+    """deploy/prefect.yaml's options are named and valued by the settings' declarations."""
+    import yaml
+
+    deployments = yaml.safe_load((ROOT / "deploy" / "prefect.yaml").read_text())["deployments"]
+    for d in deployments:
+        flow = d["entrypoint"].rsplit(".", 1)[1]
+        options = dict(d["parameters"].get("options", {}))
+        options.pop("lock_timeout", None)
+        declared = {s.name: s for s in FLOW_SETTINGS[flow]}
+        assert set(options) <= set(declared), (d["name"], set(options) - set(declared))
+        S.check_settings(d["name"], [declared[name] for name in options], options)
+        assert S.LOCK_TIMEOUT.check(d["parameters"].get("options", {}).get("lock_timeout", 0),
+                                    d["name"]) >= 0  # fmt: skip
