@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -90,3 +94,54 @@ def skewed_points(seed: int = 0) -> np.ndarray:
     dense = rng.normal(scale=0.15, size=(300, 6))
     sparse = rng.normal(scale=1.0, size=(150, 6))
     return np.vstack([dense, sparse]).astype(np.float32)
+
+
+# -- an S3-compatible server (moto's, as its own process), for the stores in a bucket -------------
+BUCKET = "fairpipe-test"
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory):
+    """``moto_server`` on a free port, with a bucket; AWS_* variables point at it."""
+    import boto3
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-p", str(port)],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test",
+           "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}  # fmt: skip
+    mp = pytest.MonkeyPatch()
+    for k, v in env.items():
+        mp.setenv(k, v)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="test", aws_secret_access_key="test")  # fmt: skip
+    for _ in range(100):
+        try:
+            client.create_bucket(Bucket=BUCKET)
+            break
+        except Exception:
+            time.sleep(0.1)
+    try:
+        yield client
+    finally:
+        mp.undo()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def bucket_objects(client, prefix: str) -> dict[str, bytes]:
+    out = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for o in page.get("Contents", []):
+            out[o["Key"]] = client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+    return out
+
+
+def holding(objects: dict[str, bytes], needles: list[bytes]) -> list[str]:
+    from fairpipe.storage.erasure import holds
+
+    return [key for key, raw in objects.items() if holds(raw, needles)]

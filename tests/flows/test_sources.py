@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the s3_server fixture is imported, then named by the tests using it)
 """Sources where the data is, and the staging area in the store's own storage: an ingest into a
 store in a bucket (moto's S3 server) stages nothing in the client's temporary folder; a local
 source reaches workers that do not share the client's disk as blocks; URL sources are read by
@@ -15,7 +14,7 @@ import pytest
 from fairpipe.flows.ingest import run_ingest
 from fairpipe.flows.options import IngestOptions
 from fairpipe.storage.store import FairpipeStore
-from tests.storage.test_object_store import BUCKET, s3_server  # noqa: F401 (a fixture)
+from tests.conftest import BUCKET
 
 # The reference stores: the embedded cluster, one worker (the cluster given by address has two).
 THREADS = dict(n_workers=1, processes=False)

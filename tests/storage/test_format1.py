@@ -1,4 +1,4 @@
-"""Stores written before the refactor (store format 1) open and give the same results.
+"""Stores written before the refactor (store format 1) open and give the same results (today's forget flow on them: tests/flows/test_format1_forget.py).
 
 ``tests/data/format1`` holds two small stores written by the release before the sub-packages
 (``fairpipe ingest gaussian``, ``fit`` and ``summarize``; a DC tree with a summary, and a
@@ -16,7 +16,6 @@ import numpy as np
 
 from fairpipe import DCKMeans, FairNN, FairSummary, QKMeans
 from fairpipe.datasets import load_gaussian
-from fairpipe.flows.forget import run_forget
 from fairpipe.flows.predict import predict_store
 from fairpipe.storage.arrays import read_array
 from fairpipe.storage.index import load_sampler
@@ -50,7 +49,7 @@ def same(a: dict, b: dict) -> None:
         assert np.array_equal(a[name], b[name], equal_nan=True), name
 
 
-def test_a_format_1_store_holds_what_todays_estimators_compute(prefect_server, tmp_path):
+def test_a_format_1_store_holds_what_todays_estimators_compute(tmp_path):
     path, store, session, attrs = open_copy(tmp_path, "dc")
     X, ids, groups = (store.read(n) for n in ("points", "ids", "groups"))
     assert np.array_equal(X, load_gaussian(n=500, d=4, groups=3, seed=2).points)
@@ -71,26 +70,6 @@ def test_a_format_1_store_holds_what_todays_estimators_compute(prefect_server, t
         factor=params.factor, gamma=params.gamma, seed=params.seed,
     ).fit(X, ids=ids, groups=groups)  # fmt: skip
     same(stored_summary(session, height), summary.to_arrays(data=False))
-
-    # Today's forget flow on the old store: every artifact equals the in-memory deletion.
-    gone = ids[[5, 17, 250]]
-    res = run_forget(str(path), gone, n_workers=1, processes=False)
-    assert sorted(res["deleted"]) == sorted(gone.tolist())
-    fresh = DCKMeans(**model.get_params()).fit(X, ids=ids)  # the stored model has no rows
-    fresh.delete(gone)
-    summary.delete(gone)
-    after = store.readonly_session()
-    same(read_model(after, "dc").to_arrays(data=False), fresh.to_arrays(data=False))
-    same(stored_summary(after, height), summary.to_arrays(data=False))
-    assert store.attrs(after)["fairpipe_format"] == 2  # the write upgraded the index
-    upgraded = load_sampler(after, store.attrs(after))
-    assert not np.isin(upgraded.index_.members, np.flatnonzero(np.isin(ids, gone))).any()
-    fresh_nn.delete(gone)
-    radius = float(attrs["suggested_radius"])
-    for q in ([3], [40, 41]):
-        got = upgraded.sample(query_rows=q, radius=radius, n_samples=30, seed=1, mode="buckets")
-        want = fresh_nn.sample(query_rows=q, radius=radius, n_samples=30, seed=1, mode="buckets")
-        assert np.array_equal(got.ids, want.ids)
 
 
 def test_a_format_1_q_model_predicts_as_todays_estimator(tmp_path):
