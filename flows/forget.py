@@ -1,11 +1,10 @@
 """Forget flow: deletion requests drained in batches, one commit per batch.
 
 ``forget_flow(store, ids)`` files the ids as a request (:mod:`fairpipe.storage.queue`), then drains the
-queue; ``forget_flow(store)`` only drains. Each batch (whole requests, oldest first, up to
-``max_batch`` ids) is one commit that applies it to every artifact and adds the requests'
-receipts (:mod:`fairpipe.storage.receipts`); a request already receipted is skipped, so a rerun after a
-crash at any point applies each request exactly once. Applied request objects are deleted after
-their commit, and a last small commit writes each receipt's commit id.
+queue; ``forget_flow(store)`` only drains. The drain (:mod:`fairpipe.storage.drain`) takes the
+requests oldest first, in batches of whole requests up to ``max_batch`` ids, each applied
+exactly once with its receipt; this flow applies each batch (:func:`_apply_batch`) to every
+artifact, in one commit.
 
 In each batch:
 Erase the rows (points and sketch zeroed, groups -1, alive = false), remove them from the LSH
@@ -24,7 +23,6 @@ whatever the retention).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -32,7 +30,7 @@ import numpy as np
 from prefect.cache_policies import NO_CACHE
 
 from fairpipe.datasets import NO_IDS
-from fairpipe.errors import FairpipeInputError, note_outcome
+from fairpipe.errors import FairpipeInputError
 from fairpipe.flows import update
 from fairpipe.flows.checks import ALL_UNKNOWN
 from fairpipe.flows.dask_map import dask_map
@@ -42,25 +40,18 @@ from fairpipe.flows.private import flow, task
 from fairpipe.flows.task_runner import default_task_runner, run_flow, start_cluster_early
 from fairpipe.flows.update import forget_q_task, update_dc, update_summary_tree
 from fairpipe.settings import FORGET, check_settings
+from fairpipe.storage.drain import drain as drain_queue
+from fairpipe.storage.drain import filed
 from fairpipe.storage.erasure import erase_due
 from fairpipe.storage.formats import upgrade_format1
 from fairpipe.storage.layers import layer_bits, load_lsh
 from fairpipe.storage.lineage import operation_name, record
-from fairpipe.storage.lock import StoreBusyError
 from fairpipe.storage.models import write_model
 from fairpipe.storage.queue import (
-    MalformedRequest,
     Request,
-    delete_requests,
-    file_request,
     has_queue,
     new_request,
-    pending,
-    set_aside,
-    sweep_abandoned,
-    unrecognised,
 )
-from fairpipe.storage.queue import read_request as read_queued
 from fairpipe.storage.receipts import REQUESTS_KEY, mark_forgotten, read_receipts, write_receipts
 from fairpipe.storage.rows import RowBlocks, erase_rows, read_alive
 from fairpipe.storage.segments import (
@@ -72,9 +63,6 @@ from fairpipe.storage.segments import (
 )
 from fairpipe.storage.store import FairpipeStore
 from fairpipe.validation import IdLookup, as_id_array, check_ids, deletion_request
-
-NO_PROGRESS = "A drain of {url} came back to requests it had already applied ({rids})."
-
 
 # A batch of at least this many rows rewrites the index as Dask jobs over blocks of tables (it
 # reaches most segments of every table: 1,000 ids at 1M touch all of them); a smaller one is
@@ -92,14 +80,6 @@ def update_index_task(fork, attrs: dict, rows: np.ndarray, keys: np.ndarray, blo
     return dask_map(remove_job, [fork] * n, [attrs] * n, [rows] * n,
                     [keys[:, a:b] for a, b in blocks], [a for a, _ in blocks],
                     [b for _, b in blocks], scatter=(2, 3))  # fmt: skip
-
-
-WITHDRAWN = "the request for these {n} ids is withdrawn: nothing of it is applied"
-NOT_FILED = "no request for these {n} ids is filed: nothing of it is applied"
-KEPT = (
-    "the request {rid} for these {n} ids stays filed: the next drain applies it ('fairpipe "
-    "status --store {url}' lists it)"
-)
 
 
 def _ids_array(ids) -> np.ndarray:
@@ -128,11 +108,18 @@ def forget_flow(store_url: str, ids=None, options: ForgetOptions | None = None) 
                 ALL_UNKNOWN.format(n=ids.size, url=store.url, first=int(ids[0]))
             )
         if has_queue(store.url):
-            with _filed(store, ids, o):  # under the writer lock: the drain applies it next
+            with filed(store, ids, o):  # under the writer lock: the drain applies it next
                 return _drain_and_erase(store, o, [], t_start)
         # No queue beside a memory:// store: applied at once, with its receipt.
         extra.append(new_request(ids, o.reason))
     return _drain_and_erase(store, o, extra, t_start)
+
+
+def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request],
+          on_batch: Callable[[int, int], None] | None = None) -> dict:  # fmt: skip
+    """Apply the pending requests (and ``extra``) in batches, each one commit made by
+    :func:`_apply_batch` (:func:`fairpipe.storage.drain.drain`)."""
+    return drain_queue(store, o, extra, lambda batch: _apply_batch(store, batch, o), on_batch)
 
 
 def _drain_and_erase(store: FairpipeStore, o: ForgetOptions, extra: list[Request],
@@ -147,167 +134,6 @@ def _drain_and_erase(store: FairpipeStore, o: ForgetOptions, extra: list[Request
         result["timings"]["erasure"] = time.perf_counter() - t0
     result["timings"]["total"] = time.perf_counter() - t_start
     return result
-
-
-@contextlib.contextmanager
-def _filed(store: FairpipeStore, ids: np.ndarray, o: ForgetOptions):
-    """File ``ids`` as a request while holding the store's writer lock for the block (the drain
-    that applies it), so that no other drain can apply it meanwhile. If the block cannot apply
-    it (or the lock is busy), the request is withdrawn, or kept filed (``o.unapplied``), and the
-    error says which (:func:`fairpipe.errors.note_outcome`): nothing is applied later without
-    the user being told."""
-    n = int(ids.size)
-    try:
-        lock = store.writer_lock(o.lock_timeout)
-        lock.__enter__()
-    except BaseException as refused:  # busy, or the lock's note refused (a full disk)
-        if isinstance(refused, StoreBusyError) and o.unapplied == "keep":
-            request = file_request(store.url, ids, o.reason)
-            note_outcome(refused, KEPT.format(rid=request.request_id, n=n, url=store.url))
-        else:
-            note_outcome(refused, NOT_FILED.format(n=n))
-        raise
-    try:
-        tip = store.repo.lookup_branch("main")
-        try:
-            request = file_request(store.url, ids, o.reason)  # durable: a crash leaves it
-        except BaseException as failed:
-            note_outcome(failed, NOT_FILED.format(n=n))
-            raise
-        try:
-            yield request
-        except BaseException as failed:
-            if not _applied(store, request.request_id, tip):
-                if o.unapplied == "keep":
-                    note_outcome(failed, KEPT.format(rid=request.request_id, n=n, url=store.url))
-                else:
-                    delete_requests(store.url, [request.request_id])
-                    note_outcome(failed, WITHDRAWN.format(n=n))
-            raise
-    finally:
-        lock.__exit__(None, None, None)
-
-
-def _applied(store: FairpipeStore, request_id: str, tip: str) -> bool:
-    """Whether the request ``request_id`` has a receipt (``tip``: ``main`` when it was filed;
-    unmoved, nothing was applied since)."""
-    try:
-        if store.repo.lookup_branch("main") == tip:
-            return False
-        return any(r["request"] == request_id for r in read_receipts(store.readonly_session()))
-    except Exception:  # the store cannot say (damaged): a batch was committed, so leave it be
-        return True
-
-
-def drain(store: FairpipeStore, o: ForgetOptions, extra: list[Request],
-          on_batch: Callable[[int, int], None] | None = None) -> dict:  # fmt: skip
-    """Apply the pending requests (and ``extra``), oldest first, in batches of whole requests
-    up to ``o.max_batch`` ids; returns the merged result of the batches. ``on_batch(applied,
-    waiting)`` is called before the first batch and after each: ids applied so far, ids
-    still waiting."""
-    merged: dict = {"store": store.url, "commit": None, "deleted": [], "unknown": [],
-                    "already_deleted": [], "requests": [], "batches": [],
-                    "set_aside": []}  # fmt: skip
-    timings: dict[str, float] = {}
-    n_applied = 0
-    cache: dict[str, Request] = {}
-    # Bound: every round applies at least one request no earlier round tried (a round that
-    # would retry only tried ones is a bug, raised as one), so a drain ends once the queue is
-    # empty, after at most as many rounds as requests were filed.
-    tried: set[str] = set()
-    while True:
-        applied = {r["request"] for r in read_receipts(store.readonly_session())}
-        queue = _queued(store.url, applied, cache, merged["set_aside"])
-        queue += [r for r in extra if r.request_id not in applied]
-        if on_batch is not None:
-            on_batch(n_applied, sum(int(r.ids.size) for r in queue))
-        if not queue:
-            break
-        batch: list[Request] = []
-        size = 0
-        for req in queue:
-            if batch and size + req.ids.size > o.max_batch:
-                break
-            batch.append(req)
-            size += int(req.ids.size)
-        done = [r.request_id for r in batch]
-        if tried.issuperset(done):
-            raise RuntimeError(NO_PROGRESS.format(rids=", ".join(done[:3]), url=store.url))
-        tried.update(done)
-        t0 = time.perf_counter()
-        res = _apply_batch(store, batch, o)
-        n_applied += size
-        delete_requests(store.url, [rid for rid in done if rid in cache])
-        extra = [r for r in extra if r.request_id not in done]
-        if res is None:  # another drain applied them first
-            continue
-        for key in ("deleted", "unknown", "already_deleted"):
-            merged[key] += res.pop(key)
-        for key, sec in res.pop("timings").items():
-            timings[key] = timings.get(key, 0.0) + sec
-        requests = res.pop("requests")
-        merged["requests"] += requests
-        merged["batches"].append({"requests": len(requests), "ids": size,
-                                  "commit": res["commit"],
-                                  "seconds": time.perf_counter() - t0})  # fmt: skip
-        merged.update(res)
-    # Also after a crash between a batch's commit and this step (a rerun finds no batch to do).
-    if any(r["commit"] is None for r in read_receipts(store.readonly_session())):
-        _record_commits(store, o)
-    # Files of producers killed before their request was filed: never applied, but they hold ids.
-    merged["abandoned_removed"] = sweep_abandoned(store.url)
-    merged["timings"] = timings
-    return merged
-
-
-def _queued(url: str, applied: set[str], cache: dict[str, Request],
-            set_aside: list[dict]) -> list[Request]:  # fmt: skip
-    """The queue's requests not yet applied, oldest first. On the way: objects of applied
-    requests are deleted; objects that are not requests this queue wrote are set aside (their
-    notes added to ``set_aside``); requests are read once per drain (they are immutable)."""
-    for name in unrecognised(url):
-        _set_aside(url, name, "its name is not '<request id>.json'", set_aside)
-    listed = pending(url)  # an object store has no queue yet: nothing listed
-    delete_requests(url, [rid for rid in listed if rid in applied])
-    queue = []
-    for rid in listed:
-        if rid in applied:
-            continue
-        if rid not in cache:
-            try:
-                cache[rid] = read_queued(url, rid)
-            except MalformedRequest as e:
-                _set_aside(url, f"{rid}.json", str(e), set_aside)
-                continue
-            except FileNotFoundError:  # applied and deleted by another drain meanwhile
-                continue
-        queue.append(cache[rid])
-    return queue
-
-
-def _set_aside(url: str, name: str, why: str, notes: list[dict]) -> None:
-    with contextlib.suppress(FileNotFoundError):  # set aside by another drain meanwhile
-        set_aside(url, name, why)
-        notes.append({"object": name, "why": why})
-
-
-def _record_commits(store: FairpipeStore, o: ForgetOptions) -> None:
-    """Write into each receipt the commit that applied its request (found by the commits'
-    metadata: a commit cannot hold its own id)."""
-    by_request: dict[str, tuple[str, str]] = {}
-    for snap in store.history():
-        for rid in str(snap["metadata"].get(REQUESTS_KEY, "")).split(","):
-            if rid:
-                by_request.setdefault(rid, (snap["id"], snap["time"]))
-    with store.transaction("receipts", lock_timeout=o.lock_timeout) as txn:
-        receipts = read_receipts(txn.session)
-        changed = False
-        for r in receipts:
-            if r["commit"] is None and r["request"] in by_request:
-                r["commit"], r["applied_at"] = by_request[r["request"]]
-                changed = True
-        if changed:
-            write_receipts(txn.root, receipts)
 
 
 def _apply_batch(store: FairpipeStore, batch: list[Request], o: ForgetOptions) -> dict | None:

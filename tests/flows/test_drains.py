@@ -426,9 +426,10 @@ def test_a_drain_that_would_retry_applied_requests_stops_with_an_error(store, mo
     no receipt (the shape of the old endless loop: receipts under another name than the
     request's object) raises instead of looping."""
     import fairpipe.flows.forget as forget
+    import fairpipe.storage.drain as ledger
 
     file_request(store, np.array([3]))
     monkeypatch.setattr(forget, "_apply_batch", lambda store, batch, o: None)
-    monkeypatch.setattr(forget, "delete_requests", lambda url, rids: None)
+    monkeypatch.setattr(ledger, "delete_requests", lambda url, rids: None)
     with pytest.raises(RuntimeError, match="came back to requests it had already applied"):
         forget.drain(FairpipeStore.open(store), ForgetOptions(), [])
