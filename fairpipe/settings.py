@@ -284,8 +284,10 @@ PROJECTION = Setting("projection", str, "exact", one_of(*PROJECTIONS),
                      "every machine, batch and thread count; float32, the definition of older "
                      "stores.")  # fmt: skip
 # E2LSH's own defaults (ingest chooses them for --recall at --radius).
-E2LSH_SETTINGS = (replace(N_HASHES, default=15), replace(N_TABLES, default=100),
-                  replace(BUCKET_WIDTH, default=4.0), SEED, PROJECTION)  # fmt: skip
+LSH_N_HASHES = replace(N_HASHES, default=15, shown=None)
+LSH_N_TABLES = replace(N_TABLES, default=100, shown=None)
+LSH_BUCKET_WIDTH = replace(BUCKET_WIDTH, default=4.0, shown=None)
+E2LSH_SETTINGS = (LSH_N_HASHES, LSH_N_TABLES, LSH_BUCKET_WIDTH, SEED, PROJECTION)
 SOURCE_GROUPS = Setting("group_column", str, None, None,
                         "A table's column of group labels (a .npy source: --groups-file).",
                         shown="one group")  # fmt: skip

@@ -25,13 +25,9 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from fairpipe.errors import (
-    FairpipeInputError,
-    check_int_range,
-    check_non_negative_int,
-    check_positive_int,
-)
+from fairpipe.errors import FairpipeInputError
 from fairpipe.hashing import stable_hash
+from fairpipe.settings import FANOUT, HEIGHT, SUMMARY_HEIGHT
 
 MAX_LEAVES = 1 << 24
 TOO_MANY_LEAVES = (
@@ -57,9 +53,8 @@ def reached_leaves(all_ids, alive_after, rows, seed: int, n_leaves: int):
 def check_tree(fanout, height, owner: str, needs_root_above_leaves: bool = False) -> int:
     """Validate the tree's shape (``height`` >= 1 when ``needs_root_above_leaves``, else >= 0);
     returns its number of leaves."""
-    fanout = check_int_range(fanout, "fanout", owner, 2)  # 1: a chain of one child per node
-    check_height = check_positive_int if needs_root_above_leaves else check_non_negative_int
-    height = check_height(height, "height", owner)
+    fanout = FANOUT.check(fanout, owner)  # 1: a chain of one child per node
+    height = (HEIGHT if needs_root_above_leaves else SUMMARY_HEIGHT).check(height, owner)
     leaves = fanout**height
     if leaves > MAX_LEAVES:
         raise FairpipeInputError(

@@ -16,6 +16,8 @@ entries of the layers it merges, read back checked, and patched to remove rows.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from fairpipe.neighbors import (
@@ -328,7 +330,6 @@ def index_staged_rows(txn, staging: Staging, n_tables: int, n_alive: int, attrs:
 def build_tables_here(session, staging: Staging, n_tables: int, plan, threads: int) -> list:
     """A layer's tables built in this process, in ``threads`` blocks at once (the kernels
     release the GIL; a table's chunks are its own, so the blocks write disjoint objects)."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def one(block: tuple[int, int]) -> dict:
         return index_tables(session, staging, *block, plan.bits, plan.sources, plan.target)

@@ -405,9 +405,8 @@ class KMeansParameters(BaseEstimator):
         """:meth:`fit`, then each row's nearest centroid."""
         return self.fit(X, ids=ids).predict(X)  # type: ignore[attr-defined]
 
-    _settings: ClassVar[
-        tuple[Setting, ...]
-    ] = ()  # every parameter's declaration (fairpipe.settings)
+    # Every parameter's declaration (fairpipe.settings): each model names its own.
+    _settings: ClassVar[tuple[Setting, ...]] = ()
 
     def _check_kmeans_params(self) -> None:
         check_settings(type(self).__name__, self._settings, self)

@@ -39,6 +39,9 @@ from fairpipe.hashing import splitmix64
 from fairpipe.neighbors import _segments
 from fairpipe.settings import (
     E2LSH_SETTINGS,
+    LSH_BUCKET_WIDTH,
+    LSH_N_HASHES,
+    LSH_N_TABLES,
     PROJECTION,
     SEED,
     check_settings,
@@ -81,9 +84,9 @@ class LSHParameters(BaseEstimator):
     """The parameters of E2LSH hash functions, shared by :class:`E2LSH` and ``FairNN`` (which
     draws its hash functions with them)."""
 
-    n_hashes: int = E2LSH_SETTINGS[0].default
-    n_tables: int = E2LSH_SETTINGS[1].default
-    bucket_width: float = E2LSH_SETTINGS[2].default
+    n_hashes: int = LSH_N_HASHES.default
+    n_tables: int = LSH_N_TABLES.default
+    bucket_width: float = LSH_BUCKET_WIDTH.default
     seed: int = SEED.default
     projection: str = PROJECTION.default  # how a cell is defined (module docstring)
 

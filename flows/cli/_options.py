@@ -1,5 +1,5 @@
 """The flag of a setting (:func:`setting_option`; :mod:`fairpipe.settings` declares each), the
-annotations of the options every command of a kind shares (``store: Store``), and the reading of
+annotation of ``--store`` (``store: Store``, in the commands' signatures), and the reading of
 option values."""
 
 from __future__ import annotations
@@ -15,28 +15,12 @@ from typing import Annotated, Any
 import typer
 
 from fairpipe import settings as S
-from fairpipe.errors import (
-    FairpipeInputError,
-)
+from fairpipe.errors import FairpipeInputError
 from fairpipe.number_text import DECIMAL_RULE, INTEGER_RULE, flaw, read_decimal, read_integer
 from fairpipe.settings import REQUIRED, Setting
 from fairpipe.validation import load_npy
 
 Store = Annotated[str, typer.Option(S.STORE.flag, help=S.STORE.help, show_default=False)]
-AsJson = Annotated[
-    bool, typer.Option(S.AS_JSON.flag, help=S.AS_JSON.help, show_default=S.AS_JSON.shown)
-]
-DaskAddress = Annotated[
-    str | None,
-    typer.Option(S.DASK_ADDRESS.flag, help=S.DASK_ADDRESS.help, show_default=S.DASK_ADDRESS.shown),
-]
-DaskCluster = Annotated[
-    str | None,
-    typer.Option(S.DASK_CLUSTER.flag, help=S.DASK_CLUSTER.help, show_default=S.DASK_CLUSTER.shown),
-]
-Verbose = Annotated[
-    bool, typer.Option(S.VERBOSE.flag, help=S.VERBOSE.help, show_default=S.VERBOSE.shown)
-]
 
 
 def choice(*values: str) -> dict:

@@ -45,10 +45,6 @@ from rich.text import Text
 from fairpipe.errors import FairpipeInputError, outcomes, wrapped
 from fairpipe.flows.cli._bugs import is_panic, report_bug
 from fairpipe.flows.cli._options import (
-    AsJson,
-    DaskAddress,
-    DaskCluster,
-    Verbose,
     check_file_kinds,
     check_store,
     owner_of,
@@ -66,7 +62,17 @@ from fairpipe.flows.cli._output import (
 from fairpipe.flows.cli._quiet import loud_libraries
 from fairpipe.flows.prefect_server import deliver_records, launch_early, stop_early
 from fairpipe.old_names import OLD_FLAGS
-from fairpipe.settings import LOCK_TIMEOUT, REQUIRED, WORKERS, Setting, check_settings
+from fairpipe.settings import (
+    AS_JSON,
+    DASK_ADDRESS,
+    DASK_CLUSTER,
+    LOCK_TIMEOUT,
+    REQUIRED,
+    VERBOSE,
+    WORKERS,
+    Setting,
+    check_settings,
+)
 
 BAD_INPUT, BUG, STORE_BUSY, INTERRUPTED = 2, 1, 3, 130
 CORRUPT_STORE = 4
@@ -117,12 +123,12 @@ class Shared:
     waits for another writer, whether it answers in JSON, and whether libraries' logs and
     tracebacks are shown (every command has ``--verbose``)."""
 
-    as_json: bool = False
-    dask_address: str | None = None
-    dask_cluster: str | None = None
+    as_json: bool = AS_JSON.default
+    dask_address: str | None = DASK_ADDRESS.default
+    dask_cluster: str | None = DASK_CLUSTER.default
     workers: int = WORKERS.default
     lock_timeout: float = LOCK_TIMEOUT.default
-    verbose: bool = False
+    verbose: bool = VERBOSE.default
     # Whether the --store given named no store's folder when the command started (before it
     # waited for anything): a store there later was made by another command meanwhile.
     store_absent: bool = False
@@ -137,14 +143,10 @@ class Shared:
         }
 
 
-# Each shared option once: its annotation (flag and help) and its default.
+# Each shared option's annotation (flag and help) and default, from its declaration.
 SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "dask_address": (DaskAddress, None),
-    "dask_cluster": (DaskCluster, None),
-    "workers": (setting_option(WORKERS), WORKERS.default),
-    "lock_timeout": (setting_option(LOCK_TIMEOUT), LOCK_TIMEOUT.default),
-    "as_json": (AsJson, False),
-    "verbose": (Verbose, False),
+    s.name: (setting_option(s), s.default)
+    for s in (DASK_ADDRESS, DASK_CLUSTER, WORKERS, LOCK_TIMEOUT, AS_JSON, VERBOSE)
 }
 RUNS_FLOWS = ("dask_address", "dask_cluster", "workers", "as_json")
 WRITES_STORES = ("dask_address", "dask_cluster", "workers", "lock_timeout", "as_json")
@@ -288,7 +290,7 @@ def check_shared(
     takes its writer lock for a moment: a store it cannot write, or (waiting for no other
     writer: ``--lock-timeout 0``) one another writer holds, is refused now."""
     owner = owner_of(name)
-    check_settings(owner, (WORKERS, LOCK_TIMEOUT), dataclasses.asdict(options), by_flag=True)
+    check_settings(owner, (WORKERS, LOCK_TIMEOUT), options, by_flag=True)
     check_file_kinds(own)
     if isinstance(own.get("store"), str):
         folder = check_store(own["store"], owner)
