@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairpipe import DCKMeans, FairNN, FairSummary
+from fairpipe import DCKMeans, FairNN
 from fairpipe.flows.forget import run_forget
 from fairpipe.storage.index import load_sampler
 from fairpipe.storage.layers import load_lsh
 from fairpipe.storage.models import read_model
-from fairpipe.storage.summary import summary_tree
-from tests.storage.test_format1 import open_copy, same, stored_summary
+from tests.storage.test_format1 import fresh_summary, open_copy, same, stored_summary
 
 
 def test_todays_forget_flow_updates_a_format_1_store_as_the_estimators_delete(prefect_server,
@@ -22,12 +21,7 @@ def test_todays_forget_flow_updates_a_format_1_store_as_the_estimators_delete(pr
     # (what the store holds before: tests/storage/test_format1.py)
     fresh_nn = FairNN(**load_lsh(session, attrs).get_params()).fit(X, ids=ids)
     model = read_model(session, "dc")
-    params, fanout, height, _ = summary_tree(session)
-    summary = FairSummary(
-        k=params.k, lower=params.lower, upper=params.upper, utility=params.utility,
-        fanout=fanout, height=height, eval_size=params.eval_size, rule=params.rule,
-        factor=params.factor, gamma=params.gamma, seed=params.seed,
-    ).fit(X, ids=ids, groups=groups)  # fmt: skip
+    summary, height = fresh_summary(session, X, ids, groups)
 
     # Today's forget flow on the old store: every artifact equals the in-memory deletion.
     gone = ids[[5, 17, 250]]

@@ -27,6 +27,17 @@ from fairpipe.storage.summary import summary_tree
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "format1"
 
 
+def fresh_summary(session, X, ids, groups) -> tuple[FairSummary, int]:
+    """A FairSummary with the stored summary's parameters, fitted in memory; its height."""
+    params, fanout, height, _ = summary_tree(session)
+    summary = FairSummary(
+        k=params.k, lower=params.lower, upper=params.upper, utility=params.utility,
+        fanout=fanout, height=height, eval_size=params.eval_size, rule=params.rule,
+        factor=params.factor, gamma=params.gamma, seed=params.seed,
+    ).fit(X, ids=ids, groups=groups)  # fmt: skip
+    return summary, height
+
+
 def open_copy(tmp_path, name):
     path = tmp_path / name
     shutil.copytree(FIXTURES / name, path)
@@ -63,12 +74,7 @@ def test_a_format_1_store_holds_what_todays_estimators_compute(tmp_path):
     assert isinstance(model, DCKMeans) and model.get_params()["fanout"] == 3
     same(model.to_arrays(data=False),
          DCKMeans(**model.get_params()).fit(X, ids=ids).to_arrays(data=False))  # fmt: skip
-    params, fanout, height, _ = summary_tree(session)
-    summary = FairSummary(
-        k=params.k, lower=params.lower, upper=params.upper, utility=params.utility,
-        fanout=fanout, height=height, eval_size=params.eval_size, rule=params.rule,
-        factor=params.factor, gamma=params.gamma, seed=params.seed,
-    ).fit(X, ids=ids, groups=groups)  # fmt: skip
+    summary, height = fresh_summary(session, X, ids, groups)
     same(stored_summary(session, height), summary.to_arrays(data=False))
 
 
