@@ -39,10 +39,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two tiers, each on two test processes (pytest-xdist; a test file stays on one process): the
-# fast tier (units and the commands), then the scenario tier (deployments, the second host,
-# signals, hostile campaigns, the documents' examples: tests/conftest.py).
-test: $(TEST_STAMP) lint typecheck
+# The kernels compiled into numba's cache (fairpipe.warm) while the linters run, then two tiers,
+# each on two test processes (pytest-xdist; a test file stays on one process): the fast tier
+# (units and the commands), then the scenario tier (deployments, the second host, signals,
+# hostile campaigns, the documents' examples: tests/conftest.py).
+test: $(TEST_STAMP)
+	$(BIN)/python -m fairpipe.warm & $(MAKE) --no-print-directory lint typecheck && wait $$!
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not scenario"
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m scenario
 

@@ -17,18 +17,9 @@ OFFSET_STRIDE = 4096
 SCAN_BYTES = 64 << 20
 
 
-def csv_row_offsets(path: SourcePath, n_rows: int, n_fields: int | None = None) -> np.ndarray:
-    """Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV of ``n_rows`` rows as
-    pandas reads it, checked by :func:`scan_csv`."""
-    offsets, rows = scan_csv(path, n_fields)
-    if rows != n_rows:
-        raise FairpipeInputError(ROW_COUNT.format(where=path.name, rows=rows, n=n_rows))
-    return offsets[: -(-n_rows // OFFSET_STRIDE)]
-
-
 def scan_csv(path: SourcePath, n_fields: int | None = None) -> tuple[np.ndarray, int]:
-    """(Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV (one pass over its
-    bytes looking for line ends). A row is found by its position, so the file's lines after the
+    """Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV, and its number of data
+    rows (one pass over its bytes looking for line ends). A row is found by its position, so the file's lines after the
     header must be its ``n_rows`` rows (what pandas reads): an empty or blank line before the
     last row, or a count that differs (a quoted field holding a line break), is an error naming
     the line (pandas skips blank lines, so every row after one was read from the line above).
