@@ -27,7 +27,6 @@ POSITIVE_INT = "{subject} must be a positive integer. Got {value} instead."
 POSITIVE_FLOAT = "{subject} must be a positive float. Got {value} instead."
 ONE_OF = "{subject} must be one of {allowed}. Got {value} instead."
 NON_NEGATIVE_INT = "{subject} must be a non-negative integer. Got {value} instead."
-INTEGER = "{subject} must be an integer. Got {value} instead."
 OPEN_UNIT = "{subject} must be in (0, 1). Got {value} instead."
 FRACTION = "{subject} must be a fraction from 0 to 1. Got {value} instead."
 INT_AT_LEAST = "{subject} must be an integer >= {low}. Got {value} instead."
@@ -97,12 +96,6 @@ def check_one_of(value: Any, allowed: tuple[str, ...], name: str, owner: str) ->
 def check_non_negative_int(value: Any, name: str, owner: str) -> int:
     if not _is_int(value) or value < 0:
         raise _bad(NON_NEGATIVE_INT, value, name, owner)
-    return int(value)
-
-
-def check_int(value: Any, name: str, owner: str) -> int:
-    if not _is_int(value):
-        raise _bad(INTEGER, value, name, owner)
     return int(value)
 
 

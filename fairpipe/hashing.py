@@ -47,8 +47,3 @@ def stable_hash(seed: int, ids: np.ndarray, salt: int = 0) -> np.ndarray:
     """
     keys = np.asarray(ids).astype(np.int64, copy=False).view(np.uint64)
     return splitmix64(keys ^ seed_key(seed, salt))
-
-
-def unit_uniform(h: np.ndarray) -> np.ndarray:
-    """Map uint64 hashes to floats in [0, 1) using their top 53 bits."""
-    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)

@@ -37,7 +37,6 @@ DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 INTEGER_RULE = "ASCII digits 0-9 only, without '+', '_' or spaces"
 DECIMAL_RULE = "a number written in ASCII (such as 0.5, 2, 1e-3 or inf), without '+', '_' or spaces"
 NOT_A_NUMBER = "is not a number"
-DURATION_RULE = "a duration such as 0, 3600s, 90m, 24h or 7d, in ASCII, without spaces"
 
 
 def read_integer(text: str) -> int | None:

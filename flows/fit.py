@@ -175,9 +175,7 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             params = o.dc_params()
             t0 = time.perf_counter()
             all_leaves = np.arange(int(o.fanout) ** int(o.height))
-            fork = txn.fork()
-            got, c0, m0 = solve_leaves_task(fork, blocks, params, all_leaves)
-            txn.merge([fork])  # read only; merged so the transaction may commit
+            got, c0, m0 = txn.reading(solve_leaves_task, blocks, params, all_leaves)
             timings["leaves"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             tree = grow_tree_task.submit(params, int(attrs["d"]), got, c0, m0).result()
@@ -188,15 +186,11 @@ def fit_flow(store_url: str, options: FitOptions | None = None) -> dict:
             extra: dict[str, float] = {"leaves": int(tree.n_leaves_), "nodes": int(nodes)}
             # The tree's objective is its root's: a second read of the rows, chunk by chunk.
             t0 = time.perf_counter()
-            fork = txn.fork()
-            inertia = clustering_cost_task(fork, blocks, root_c, root_m)
-            txn.merge([fork])  # read only
+            inertia = txn.reading(clustering_cost_task, blocks, root_c, root_m)
             timings["objective"] = time.perf_counter() - t0
         else:
             t0 = time.perf_counter()
-            fork = txn.fork()
-            fitted = fit_q_task.submit(fork, o.q_params()).result()
-            txn.merge([fork])
+            fitted = txn.reading(lambda fork: fit_q_task.submit(fork, o.q_params()).result())
             timings["lloyd"] = time.perf_counter() - t0
             assert isinstance(fitted, QKMeans)
             root_c, root_m = fitted.centroids_, fitted.sizes_[-1]

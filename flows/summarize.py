@@ -167,11 +167,8 @@ def summarize_flow(store_url: str, options: SummarizeOptions | None = None) -> d
         _, attrs, names, params, groups = check_request(store_url, o, txn.session)
         n_alive, d = int(attrs["n_alive"]), int(attrs["d"])
         t0 = time.perf_counter()
-        fork = txn.fork()
-        leaves = summarize_leaves_task(
-            fork, RowBlocks.of(attrs), params, n_leaves, np.arange(n_leaves)
-        )
-        txn.merge([fork])  # read only
+        leaves = txn.reading(summarize_leaves_task, RowBlocks.of(attrs), params, n_leaves,
+                             np.arange(n_leaves))  # fmt: skip
         timings["leaves"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         tree = SummaryTree(o.fanout, o.height, params, d)

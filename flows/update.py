@@ -59,9 +59,7 @@ def update_dc(txn, all_ids, alive_after, rows, blocks: RowBlocks, local_rows) ->
         parts = read_leaf_rows(txn.session, leaf_rows, blocks, seed, n_leaves, d)
         got, c, m = solve_leaf_group(leaves, k, T, seed, d, parts)
     else:
-        fork = txn.fork()
-        got, c, m = solve_leaves_task(fork, blocks, params, leaves, leaf_rows)
-        txn.merge([fork])  # read only
+        got, c, m = txn.reading(solve_leaves_task, blocks, params, leaves, leaf_rows)
     # Leaves left with no live row at all get no part: the refresh empties them.
     changed = refresh_levels(params, StoredLevels(txn.root), leaves, got, c, m)
     return {
@@ -93,9 +91,8 @@ def forget_q_task(session, ids_to_delete: np.ndarray) -> tuple[QKMeans, dict]:
 def refit_q(txn) -> dict:
     """An append reaches every Q-k-means centroid: retrain it on the live rows (the model a
     fresh fit gives)."""
-    fork = txn.fork()
-    model = fit_q_task.submit(fork, model_params(txn.session, "q")).result()
-    txn.merge([fork])  # read only
+    params = model_params(txn.session, "q")
+    model = txn.reading(lambda fork: fit_q_task.submit(fork, params).result())
     write_model(txn.root, model)
     return {"retrained": True}
 
@@ -114,9 +111,7 @@ def update_summary_tree(txn, all_ids, alive_after, rows, blocks: RowBlocks, loca
         parts = read_leaf_rows(txn.session, leaf_rows, blocks, params.seed, n_leaves, d)
         got = dict(summarize_leaf_group(leaves, params, d, parts))
     else:
-        fork = txn.fork()
-        got = summarize_leaves_task(fork, blocks, params, n_leaves, leaves, leaf_rows)
-        txn.merge([fork])  # read only
+        got = txn.reading(summarize_leaves_task, blocks, params, n_leaves, leaves, leaf_rows)
     lookup = IdLookup(all_ids)
     tree = stored_summary_tree(txn.session, lookup, d, params, fanout, height)
     changed = tree.refresh(leaves, got)

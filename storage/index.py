@@ -17,7 +17,7 @@ from fairpipe.storage.damage import DamagedPartError
 from fairpipe.storage.formats import load_format1_index, store_format
 from fairpipe.storage.layers import layer_arrays, layer_bits, load_lsh
 from fairpipe.storage.names import current_names
-from fairpipe.storage.segments import indexed_entries, read_checked_segments, table_runs
+from fairpipe.storage.segments import indexed_entries, read_tables_segments, table_runs
 
 
 def load_index(session, attrs: dict) -> BucketIndex:
@@ -105,7 +105,7 @@ def load_compact_index(session, attrs: dict) -> BucketIndex:
     n_entries = n_buckets = 0
     held = sum((v.sum(axis=1) for v in lengths), np.zeros(n_tables, np.int64))
     for j, last in table_runs(held):
-        per_layer = [_read_segments(session, name, j, v[j:last], int(attrs["n"]))
+        per_layer = [read_tables_segments(session, name, j, v[j:last], int(attrs["n"]))
                      for name, v in zip(names, lengths)]  # fmt: skip
         for i in range(last - j):
             h, sizes, rows = _table_buckets([layer[i] for layer in per_layer])
@@ -121,17 +121,6 @@ def load_compact_index(session, attrs: dict) -> BucketIndex:
     keys.resize(n_buckets, refcheck=False)
     starts.resize(n_buckets + 1, refcheck=False)
     return BucketIndex(keys, starts, members, n_tables)
-
-
-def _read_segments(session, layer: str, t0: int, lengths: np.ndarray,
-                   n_rows: int | None = None) -> list[list[np.ndarray]]:  # fmt: skip
-    """The non-empty segments of tables ``t0, t0 + 1, ...`` of ``layer``, per table in
-    segment order (increasing mixed keys), fetched together and checked
-    (:func:`read_checked_segments`)."""
-    sels = [(t0 + j, int(p), slice(0, int(v[p])))
-            for j, v in enumerate(lengths) for p in np.flatnonzero(v)]  # fmt: skip
-    got = iter(read_checked_segments(session, layer, sels, n_rows))
-    return [[next(got) for _ in np.flatnonzero(v)] for v in lengths]
 
 
 def _table_buckets(layers: list[list[np.ndarray]]):

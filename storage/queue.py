@@ -357,18 +357,18 @@ def pending(url: str) -> list[str]:
     """Ids of the request objects in the queue, oldest first (applied ones not yet deleted
     included: the receipts tell them apart; objects of other names are not requests: see
     :func:`unrecognised`). A store without a queue has none."""
-    backend = _backend(url)
-    if backend is None:
-        return []
-    return sorted(rid for name in backend.names() if (rid := request_id_of(name)) is not None)
+    return sorted(rid for name in _names(url) if (rid := request_id_of(name)) is not None)
 
 
 def unrecognised(url: str) -> list[str]:
     """Names of queue objects that cannot be requests (the next drain sets them aside)."""
+    return sorted(name for name in _names(url) if request_id_of(name) is None)
+
+
+def _names(url: str) -> list[str]:
+    """The names of the objects in the store's queue (none without a queue)."""
     backend = _backend(url)
-    if backend is None:
-        return []
-    return sorted(name for name in backend.names() if request_id_of(name) is None)
+    return [] if backend is None else list(backend.names())
 
 
 def unlistable(url: str) -> list[str]:

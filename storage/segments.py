@@ -174,18 +174,25 @@ def read_checked_segments(session, layer: str, sels: list,
     return got
 
 
-def read_tables_entries(session, t0: int, lengths: np.ndarray, layer: str = MAIN,
-                        n_rows: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
-    """(mixed keys, rows) of every entry of tables ``t0, t0 + 1, ...`` in ``layer``
-    (``lengths``: their segment lengths there, a row per table), their segments fetched
-    together (a read per table cost about 4 ms for a small delta, mostly opening the array
-    again) and checked (:func:`read_checked_segments`)."""
+def read_tables_segments(session, layer: str, t0: int, lengths: np.ndarray,
+                         n_rows: int | None = None) -> list[list[np.ndarray]]:  # fmt: skip
+    """The non-empty segments of tables ``t0, t0 + 1, ...`` of ``layer`` (``lengths``: their
+    segment lengths there, a row per table), per table in segment order (increasing mixed keys),
+    fetched together (a read per table cost about 4 ms for a small delta, mostly opening the
+    array again) and checked (:func:`read_checked_segments`)."""
     sels = [(t0 + j, int(p), slice(0, int(v[p])))
             for j, v in enumerate(lengths) for p in np.flatnonzero(v)]  # fmt: skip
     got = iter(read_checked_segments(session, layer, sels, n_rows))
+    return [[next(got) for _ in np.flatnonzero(v)] for v in lengths]
+
+
+def read_tables_entries(session, t0: int, lengths: np.ndarray, layer: str = MAIN,
+                        n_rows: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """(mixed keys, rows) of every entry of tables ``t0, t0 + 1, ...`` in ``layer``
+    (:func:`read_tables_segments`)."""
     out = []
-    for v in lengths:
-        parts = [entries(next(got)) for _ in np.flatnonzero(v)]
+    for segments in read_tables_segments(session, layer, t0, lengths, n_rows):
+        parts = [entries(s) for s in segments]
         out.append((np.concatenate([h for h, _ in parts]), np.concatenate([r for _, r in parts]))
                    if parts else (np.zeros(0, np.uint64), np.zeros(0, np.int64)))  # fmt: skip
     return out

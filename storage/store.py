@@ -284,9 +284,6 @@ class FairpipeStore:
                 return {}  # an empty repository has no root group yet (or not a group)
             return current_names(dict(group.attrs))
 
-    def is_empty(self) -> bool:
-        return "n" not in self.attrs()
-
     def require_data(self) -> dict:
         attrs = self.attrs()
         if attrs.get("n", 0) == 0:

@@ -23,11 +23,6 @@ from fairpipe.storage.rows import points_and_groups_of
 from fairpipe.summary import NodeOutput, SummaryParams, SummaryTree, level_arrays, nodes_from_arrays
 from fairpipe.tree import level_key
 
-NO_SUMMARY = (
-    "The store {url} has no summary. Run 'fairpipe summarize --store {url} --k K --lower L "
-    "--upper U' first."
-)
-
 
 def write_summary(root, attrs: dict, arrays: dict[str, np.ndarray]) -> None:
     """Write (replacing any earlier one) a whole summary tree into an open store root:

@@ -58,6 +58,14 @@ class Transaction:
         if forks:
             self.session.merge(*forks)
 
+    def reading(self, job, *args):
+        """``job(fork, *args)`` on a fork of the session (jobs that only read the store, on Dask),
+        the fork merged back after so the transaction may commit."""
+        fork = self.fork()
+        result = job(fork, *args)
+        self.merge([fork])
+        return result
+
 
 def commit_recorded(repo, session, message: str, metadata: dict | None = None) -> str:
     """``session.commit(message, metadata)`` with the record of what the commit writes

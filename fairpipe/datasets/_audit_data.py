@@ -188,10 +188,6 @@ def load_audit_german(path) -> AuditData:
     return _build("german", cols, (_numbers(frame, "label", path) == 1))
 
 
-BANK_CATEGORICAL = ["job", "marital", "education", "default", "housing", "loan", "contact",
-                    "month", "poutcome"]  # fmt: skip
-
-
 def load_audit_bank(path) -> AuditData:
     """Bank Marketing encoded for fairness testing (16 integer attributes, label subscribed)."""
     frame = _read_csv(path, sep=None, engine="python")

@@ -143,16 +143,3 @@ class Utility:
         rows = np.arange(X_S.shape[0], dtype=np.int64)
         cur = set_scores(self.kind, self.kernel_gamma, self.ET, X_S, rows, rows.shape[0])
         return float(value_of(self.kind, cur, base_scores(self.kind, self.ET)))
-
-    def value_numpy(self, X_S: np.ndarray) -> float:
-        """f(S) straight from the definition, in numpy (the tests' reference)."""
-        E = self.E
-        X_S = np.asarray(X_S, dtype=np.float64).reshape(-1, E.shape[1])
-        d2 = ((E[:, None, :] - X_S[None, :, :]) ** 2).sum(axis=2)
-        if self.name == "exemplar":
-            to_phantom = (E**2).sum(axis=1)
-            with_phantom = np.minimum(to_phantom, d2.min(axis=1)) if X_S.shape[0] else to_phantom
-            return float(to_phantom.mean() - with_phantom.mean())
-        if X_S.shape[0] == 0:
-            return 0.0
-        return float(np.exp(-self.kernel_gamma * d2).max(axis=1).mean())

@@ -73,17 +73,20 @@ def check_store(store: str, owner: str) -> Path | None:
     return parse_store_url(store).local_dir
 
 
-def check_ids_given(ids: str | None, ids_file: str | None, one_source: str, required: bool) -> None:
+ONE_SOURCE = "Give exactly one of --ids or --ids-file."
+
+
+def check_ids_given(ids: str | None, ids_file: str | None, one_source: str = ONE_SOURCE,
+                    required: bool = True):  # fmt: skip
     """The ids of ``--ids`` or ``--ids-file``, read and checked (``one_source``: the error for
-    both, or for neither where ``required``). The command reads them again: a list of people to
-    forget is small, and its errors then come before anything starts."""
+    both, or for neither where ``required``), or None. The command reads them again: a list of
+    people to forget is small, and its errors then come before anything starts."""
     from fairpipe.datasets import read_ids
 
     given = (ids is not None) + (ids_file is not None)
     if given > 1 or (required and given == 0):
         raise FairpipeInputError(one_source)
-    if given:
-        read_ids(text=ids, path=ids_file)
+    return read_ids(text=ids, path=ids_file) if given else None
 
 
 # -- numbers typed as option values: the one rule of fairpipe.number_text --------------------------

@@ -25,7 +25,6 @@ def _render(r: dict) -> None:
         f"{r['dataset']} ({r['rows']:,} rows), {r['model']}, protected "
         f"{', '.join(r['protected'])}: discrimination rate {r['discrimination_rate']:.2%} of "
         "random inputs",
-        markup=False,
     )
     table = Table(box=box.SIMPLE_HEAD)
     for header in COLUMNS:
@@ -49,7 +48,7 @@ def _render(r: dict) -> None:
             + (f" ({t['improvement']:.0%} better)" if t["improvement"] is not None else "")
         )
     if "out" in r:
-        out.print(f"samples, model, metrics and plot in {r['out']}", markup=False)
+        out.print(f"samples, model, metrics and plot in {r['out']}")
 
 
 def _check(**o) -> None:

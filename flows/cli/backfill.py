@@ -17,19 +17,17 @@ def _render(r: dict) -> None:
         f"backfill {r['backlog']}: {r['ids_given']} ids given ({r['duplicates']} duplicates "
         f"removed); {r['forgotten']} forgotten, {r['unknown']} unknown, "
         f"{r['already_deleted']} already forgotten",
-        markup=False,
     )
     rate = f", {r['ids_per_second']:.0f} ids/s" if r["ids_per_second"] else ""
     out.print(
         f"{r['parts']} parts ({r['parts_applied_before']} applied by an earlier run), "
         f"{len(r['batches'])} batches, last commit {r['commit']}, "
         f"{r['timings']['total']:.1f} s{rate}",
-        markup=False,
     )
     if "erasure" in r:
         e = r["erasure"]
         out.print(f"erased from history: {e['receipts_erased']} requests, "
-                  f"{e['chunks_deleted']} chunks deleted", markup=False)  # fmt: skip
+                  f"{e['chunks_deleted']} chunks deleted")  # fmt: skip
 
 
 def _check(**o) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairpipe.errors import FairpipeInputError
-from fairpipe.flows.cli._options import Store
+from fairpipe.flows.cli._options import Store, check_ids_given
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import WRITES_STORES, Shared, command
 from fairpipe.flows.options import ForgetOptions
@@ -20,7 +19,7 @@ def _render(r: dict) -> None:
     aside = r.get("set_aside", [])
     if aside:
         out.print(f"{len(aside)} queue objects set aside as not deletion requests, never applied "
-                  f"(see 'fairpipe status --store {r['store']}')", markup=False)  # fmt: skip
+                  f"(see 'fairpipe status --store {r['store']}')")  # fmt: skip
     if not r["batches"]:
         out.print("no pending deletion requests")
         return
@@ -42,7 +41,7 @@ def _render(r: dict) -> None:
             f"error(S) = {r['summary_error']}"
         )
     if r["unknown"]:
-        out.print(f"unknown ids: {r['unknown'][:10]}", markup=False)
+        out.print(f"unknown ids: {r['unknown'][:10]}")
     if "erasure" in r:
         e = r["erasure"]
         out.print(
@@ -53,15 +52,11 @@ def _render(r: dict) -> None:
 
 
 def _check(**o) -> None:
-    from fairpipe.datasets import read_ids
     from fairpipe.flows.checks import check_forget
 
-    given = (o["ids"] is not None) + (o["ids_file"] is not None)
-    if given > 1:
-        raise FairpipeInputError(ONE_SOURCE)
     # The request's size, the store, and the ids against it (a list of people to forget is
     # small: read twice).
-    ids = read_ids(text=o["ids"], path=o["ids_file"]) if given else None
+    ids = check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=False)
     if ids is not None:
         from fairpipe.storage.queue import check_request_size
 

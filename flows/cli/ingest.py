@@ -31,10 +31,10 @@ def _render(r: dict) -> None:
         Text.assemble("ingested ", (str(r["added"]), "bold"),
                       f" rows -> {r['store']} ({r['n']} points x {r['d']} dims)")
     )  # fmt: skip
-    out.print(f"groups: {r['groups']}", markup=False)
+    out.print(f"groups: {r['groups']}")
     if r["scale"] != "none":
         out.print(f"features scaled: {r['scale']} (the store's center and scale, also applied "
-                  "to appends and to queries given by value)", markup=False)  # fmt: skip
+                  "to appends and to queries given by value)")  # fmt: skip
     lsh = r["lsh"]
     promise = recall_line(lsh, r["suggested_radius"])
     out.print(
@@ -42,7 +42,6 @@ def _render(r: dict) -> None:
         f"bucket_width={lsh['bucket_width']:.4g}"
         + (f", {promise}" if promise else f"; suggested radius {r['suggested_radius']:.4g}")
         + f"; {r['buckets_per_table']:.0f} buckets/table",
-        markup=False,
     )
     out.print(
         f"commit {r['commit']} in {r['timings']['total']:.1f} s "

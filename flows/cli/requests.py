@@ -9,7 +9,6 @@ from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
 from fairpipe.settings import ERASURE_RETENTION, GIVEN_IDS, REQUEST, REQUEST_REASON
 
-ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 UNKNOWN_REQUEST = "There is no receipt for request {rid} in the store {url}{pending}."
 
 
@@ -17,12 +16,11 @@ def _render_request(r: dict) -> None:
     result_console().print(
         f"request {r['request']} filed: {r['n_ids']} ids (applied by the next "
         f"'fairpipe forget --store {r['store']}')",
-        markup=False,
     )
 
 
 def _check_request(**o) -> None:
-    check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=True)
+    check_ids_given(o["ids"], o["ids_file"])
 
 
 @command(render=_render_request, check=_check_request, settings=(*GIVEN_IDS, REQUEST_REASON))
@@ -40,8 +38,6 @@ def request_deletion(
     from fairpipe.storage.queue import file_request
     from fairpipe.storage.store import FairpipeStore
 
-    if (ids is None) == (ids_file is None):
-        raise FairpipeInputError(ONE_SOURCE)
     wanted = read_ids(text=ids, path=ids_file)
     FairpipeStore.open(store).require_data()
     req = file_request(store, wanted, reason)
@@ -53,13 +49,13 @@ def _render_set_aside(aside: dict) -> None:
     out = result_console()
     if aside["unlistable"]:
         out.print(f"queue objects whose keys are not valid object paths (delete them with the "
-                  f"bucket's own tools): {', '.join(aside['unlistable'])}", markup=False)  # fmt: skip
+                  f"bucket's own tools): {', '.join(aside['unlistable'])}")  # fmt: skip
     if not aside["count"]:
         return
     out.print(f"{aside['count']} queue objects set aside as not deletion requests (never "
-              f"applied; look at them, then delete them): {aside['where']}", markup=False)  # fmt: skip
+              f"applied; look at them, then delete them): {aside['where']}")  # fmt: skip
     for note in aside["objects"]:
-        out.print(f"  '{note['object']}' -> {note['moved_to']}: {note['why']}", markup=False)
+        out.print(f"  '{note['object']}' -> {note['moved_to']}: {note['why']}")
 
 
 def _render_receipts(r: dict) -> None:
@@ -70,7 +66,6 @@ def _render_receipts(r: dict) -> None:
             f"{x['requested_at']}, applied {x['applied_at']} in {x['commit']}, erased from "
             f"history {x['erased_at'] or 'not yet'}"
             + (f", reason: {x['reason']}" if x["reason"] else ""),
-            markup=False,
         )
     if not r["receipts"]:
         out.print("no receipts")
@@ -113,29 +108,28 @@ def _render_status(r: dict) -> None:
     out.print(
         f"{r['store']}: {r['n']} rows ({r['n_alive']} alive); pending deletion requests: "
         f"{p['count']}" + (f" (oldest {p['oldest_age_seconds']:.0f} s)" if p["count"] else ""),
-        markup=False,
     )
     if p["unrecognised"]:
         out.print(f"{p['unrecognised']} objects in the queue are not deletion requests (the next "
-                  "drain sets them aside)", markup=False)  # fmt: skip
+                  "drain sets them aside)")  # fmt: skip
     _render_set_aside(r["set_aside"])
     if p["abandoned"]:
         out.print(f"{p['abandoned']} temporary request files of producers killed before filing "
-                  "(never applied; the next drain deletes them)", markup=False)  # fmt: skip
+                  "(never applied; the next drain deletes them)")  # fmt: skip
     out.print(f"last commit {r['last_commit']['id']} at {r['last_commit']['time']}: "
-              f"{r['last_commit']['message']}", markup=False)  # fmt: skip
+              f"{r['last_commit']['message']}")  # fmt: skip
     for name, a in r["artifacts"].items():
         out.print(f"{name}: {'present' if a['exists'] else 'absent'}"
-                  + (f", current: {a['current']}" if a["exists"] else ""), markup=False)  # fmt: skip
+                  + (f", current: {a['current']}" if a["exists"] else ""))  # fmt: skip
     out.print(f"erasure retention: {r['erasure_retention']} ({r['not_yet_erased']} applied "
-              f"requests still in earlier snapshots)", markup=False)  # fmt: skip
+              f"requests still in earlier snapshots)")  # fmt: skip
     lay = r["layout"]
     missing = [what for what, have in (("exact keys", lay["keys"] == "exact"),
                                        ("point sketch", lay["sketch"]),
                                        ("sketch residual", lay["sketch_residual"])) if not have]  # fmt: skip
     out.print(f"layout: format {lay['format']}, {lay['keys']} keys"
               + (f"; without {', '.join(missing)} (re-ingest into a new store to get them)"
-                 if missing else ""), markup=False)  # fmt: skip
+                 if missing else ""))  # fmt: skip
 
 
 @command(render=_render_status, read_only=True)
@@ -154,7 +148,6 @@ def status(store: Store, *, shared: Shared) -> dict:
 def _render_configure(r: dict) -> None:
     result_console().print(
         f"erasure_retention: {r['before']} -> {r['erasure_retention']} (commit {r['commit']})",
-        markup=False,
     )
 
 

@@ -20,7 +20,6 @@ def _render(r: dict) -> None:
     out.print(
         f"re-ranked {r['lists']} lists ({r['rows_in']} candidates) with {r['algorithm']}, "
         f"top {r['k']}: {r['rows_out']} rows -> {r['out']}; metrics per list -> {r['metrics']}",
-        markup=False,
     )
     table = Table("mean over lists", "before (top-k by score)", "after")
     for key in METRICS:

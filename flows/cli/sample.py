@@ -48,20 +48,19 @@ def short_line(i: int, q: dict, sampler: str) -> str | None:
 
 def _render(r: dict) -> None:
     out = result_console()
-    out.print(RECALL.format(recall=r["expected_recall"], radius=r["radius"]), markup=False)
+    out.print(RECALL.format(recall=r["expected_recall"], radius=r["radius"]))
     for i, q in enumerate(r["queries"]):
         out.print(
             f"query {i}: |M(q)| = {q['neighbourhood_size']} within r={r['radius']:.4g} "
             f"({r['mode']} mode, {r['sampler']} sampler)",
-            markup=False,
         )
         print(" ".join(map(str, q["ids"])))
         line = short_line(i, q, r["sampler"])
         if line is not None:
-            out.print(line, markup=False)
+            out.print(line)
         line = small_line(i, q, r["radius"], r["own_row_excluded"])
         if line is not None:
-            out.print(line, markup=False)
+            out.print(line)
 
 
 def small_line(i: int, q: dict, radius: float, excluded: bool) -> str | None:

@@ -3,13 +3,10 @@ forgotten, with its receipt."""
 
 from __future__ import annotations
 
-from fairpipe.errors import FairpipeInputError
-from fairpipe.flows.cli._options import Store
+from fairpipe.flows.cli._options import Store, check_ids_given
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
 from fairpipe.settings import GIVEN_IDS
-
-ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 
 
 def _render(r: dict) -> None:
@@ -63,9 +60,7 @@ def _render(r: dict) -> None:
 
 
 def _check(**o) -> None:
-    from fairpipe.flows.cli._options import check_ids_given
-
-    check_ids_given(o["ids"], o["ids_file"], ONE_SOURCE, required=True)
+    check_ids_given(o["ids"], o["ids_file"])
 
 
 @command(render=_render, read_only=True, check=_check, settings=GIVEN_IDS)
@@ -79,6 +74,4 @@ def show(store: Store, *, shared: Shared, ids: str | None, ids_file: str | None)
     from fairpipe.datasets import read_ids
     from fairpipe.flows.show import show_rows
 
-    if (ids is None) == (ids_file is None):
-        raise FairpipeInputError(ONE_SOURCE)
     return show_rows(store, read_ids(text=ids, path=ids_file))

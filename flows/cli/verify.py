@@ -25,29 +25,26 @@ def _render(r: dict) -> None:
     out = result_console()
     out.print(f"{r['store']} at {r['snapshot']}: {r['snapshots']} snapshots and their manifests "
               f"checked; {r['chunks']} chunks of {r['arrays']} arrays checked "
-              f"({_size(r['bytes'])})", markup=False)  # fmt: skip
+              f"({_size(r['bytes'])})")  # fmt: skip
     for d in r["damaged"]:
-        out.print(f"damaged: {d['what']} (snapshot {d['snapshot']}): {d['why']}", markup=False)
+        out.print(f"damaged: {d['what']} (snapshot {d['snapshot']}): {d['why']}")
     if r["unrecorded"]:
         out.print(f"{r['unrecorded']} snapshots were written before commits recorded their "
-                  "manifests: their chunks are counted against Icechunk's count only",
-                  markup=False)  # fmt: skip
+                  "manifests: their chunks are counted against Icechunk's count only")  # fmt: skip
     for c in r["corrupt"]:
         what = "" if c["chunk"] is None else f"chunk ({', '.join(map(str, c['chunk']))}) of "
-        out.print(f"corrupt: {what}array '{c['array']}': {c['why']}", markup=False)
+        out.print(f"corrupt: {what}array '{c['array']}': {c['why']}")
     if r["n_corrupt"] > len(r["corrupt"]):
-        out.print(f"... and {r['n_corrupt'] - len(r['corrupt'])} more corrupt chunks",
-                  markup=False)  # fmt: skip
+        out.print(f"... and {r['n_corrupt'] - len(r['corrupt'])} more corrupt chunks")  # fmt: skip
     if r["unverifiable"]:
         names = ", ".join(u["array"] for u in r["unverifiable"])
-        out.print(f"without a checksum (decoded, not verified): {names}", markup=False)
+        out.print(f"without a checksum (decoded, not verified): {names}")
         if not r["n_corrupt"] and not r.get("added"):
-            out.print(f"'fairpipe verify --store {r['store']} --add-checksums' gives them one",
-                      markup=False)  # fmt: skip
+            out.print(f"'fairpipe verify --store {r['store']} --add-checksums' gives them one")  # fmt: skip
     if r.get("added"):
         a = r["added"]
         out.print(f"checksums added to {len(a['arrays'])} arrays ({a['chunks']} chunks) in "
-                  f"commit {a['commit']}", markup=False)  # fmt: skip
+                  f"commit {a['commit']}")  # fmt: skip
     n = r["n_corrupt"]
     lists = any(c["chunk"] is None for c in r["corrupt"])
     what = f"corrupt chunk{'s' if n > 1 else ''}" + (" or chunk lists" if lists else "")
@@ -55,7 +52,7 @@ def _render(r: dict) -> None:
     damaged = len(r["damaged"])
     verdict += (f", {damaged} damaged snapshot{'s' if damaged > 1 else ''} or manifest"
                 f"{'s' if damaged > 1 else ''}" if damaged else ", no damaged snapshot or manifest")  # fmt: skip
-    out.print(verdict, markup=False)
+    out.print(verdict)
 
 
 @contextlib.contextmanager

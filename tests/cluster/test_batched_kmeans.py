@@ -12,12 +12,13 @@ from fairpipe.cluster import (
     nearest,
     solve_batch,
 )
-from fairpipe.hashing import seed_key, splitmix64, unit_uniform
+from fairpipe.hashing import seed_key, splitmix64
 
 
 def uniform(seed: int, key: int, step: int) -> float:
-    salt = seed_key(seed, 0x6B6D + step)
-    return float(unit_uniform(splitmix64(np.array([key], np.uint64) ^ salt))[0])
+    """The kernel's draw in [0, 1): the top 53 bits of a SplitMix64 hash."""
+    h = splitmix64(np.array([key], np.uint64) ^ seed_key(seed, 0x6B6D + step))
+    return float((h >> np.uint64(11)).astype(np.float64)[0] / 9007199254740992.0)
 
 
 def sq(x, c) -> float:
