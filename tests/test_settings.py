@@ -119,6 +119,46 @@ def test_the_settings_reference_is_generated_from_the_declarations():
     assert page.read_text() == S.reference(), "run: python -m fairpipe.settings > " + str(page)
 
 
+def synopses() -> dict[str, str]:
+    """Each command's synopsis in docs/reference/commands-*.md (its ```text lines from
+    ``fairpipe NAME`` on), by command name."""
+    found: dict[str, str] = {}
+    for page in sorted((ROOT / "docs" / "reference").glob("commands-*.md")):
+        for block in re.findall(r"```text\n(.*?)```", page.read_text(), re.S):
+            name = None
+            for line in block.splitlines():
+                if m := re.match(r"fairpipe ((?:server )?[a-z-]+)", line):
+                    name = m.group(1)
+                if name:
+                    found[name] = found.get(name, "") + line + "\n"
+    return found
+
+
+def visible_commands() -> list[str]:
+    root = typer.main.get_command(app)
+    names = []
+    for name, cmd in root.commands.items():  # type: ignore[attr-defined]
+        if not cmd.hidden:
+            subs = getattr(cmd, "commands", None)
+            names += [f"{name} {sub}" for sub in subs] if subs else [name]
+    return sorted(names)
+
+
+@pytest.mark.parametrize("name", visible_commands())
+def test_every_commands_synopsis_names_exactly_its_options(name):
+    """The reference's synopsis of each command names each of its visible options, and no
+    other: kept by the command's own declarations."""
+    text = synopses().get(name)
+    assert text is not None, f"docs/reference/commands-*.md has no synopsis of fairpipe {name}"
+    options = {opt for p in command_params(name).values()
+               if p.__class__.__name__.endswith("Option") and not p.hidden
+               for opt in p.opts if opt.startswith("--")} - {"--help"}  # fmt: skip
+    named = set(re.findall(r"(--[a-z][a-z-]*)", text))
+    assert named <= options, (name, sorted(named - options))
+    # The shared options of a flow (--dask-cluster, --verbose) are the shared page's.
+    assert options - named <= {"--dask-cluster", "--verbose"}, (name, sorted(options - named))
+
+
 FLOW_SETTINGS = {
     "ingest_flow": (*S.SOURCE, *S.INDEX), "forget_flow": S.FORGET, "backfill_flow": S.BACKFILL,
     "fit_flow": S.FIT, "summarize_flow": S.SUMMARIZE, "rerank_flow": S.RERANK,
