@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck bench install clean
+.PHONY: demo test lint typecheck warm bench install clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -39,12 +39,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Every kernel compiled into numba's cache once, so that no test process compiles it again.
+warm: $(STAMP)
+	$(BIN)/python -m fairpipe.warm
+
 # The kernels compiled into numba's cache (fairpipe.warm) while the linters run, then two tiers,
 # each on two test processes (pytest-xdist; a test file stays on one process): the fast tier
 # (units and the commands), then the scenario tier (deployments, the second host, signals,
 # hostile campaigns, the documents' examples: tests/conftest.py).
 test: $(TEST_STAMP)
-	$(BIN)/python -m fairpipe.warm & $(MAKE) --no-print-directory lint typecheck && wait $$!
+	$(MAKE) --no-print-directory -j3 -Otarget warm lint typecheck
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not scenario"
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m scenario
 

@@ -5,7 +5,7 @@ float64 array, a writable one or one read from a file) and caches the result bes
 (or under ``NUMBA_CACHE_DIR``). Left to the first real work, every process that meets a kernel
 first compiles it at once: the two processes of a test run and each worker of a new Dask cluster
 spend up to a minute doing so. ``python -m fairpipe.warm`` runs each estimator and kernel on a few
-rows of each kind the commands pass, in one process (about 20 s on 2 cores), so that they all
+rows of each kind the commands pass, in one process (about 30 s on 2 cores), so that they all
 load from the cache instead: run it where a cluster's image or a checkout is built (``make test``
 runs it beside the linters).
 """

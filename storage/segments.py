@@ -178,7 +178,7 @@ def read_tables_segments(session, layer: str, t0: int, lengths: np.ndarray,
                          n_rows: int | None = None) -> list[list[np.ndarray]]:  # fmt: skip
     """The non-empty segments of tables ``t0, t0 + 1, ...`` of ``layer`` (``lengths``: their
     segment lengths there, a row per table), per table in segment order (increasing mixed keys),
-    fetched together (a read per table cost about 4 ms for a small delta, mostly opening the
+    fetched together (a read per table costs about 4 ms for a small delta, mostly opening the
     array again) and checked (:func:`read_checked_segments`)."""
     sels = [(t0 + j, int(p), slice(0, int(v[p])))
             for j, v in enumerate(lengths) for p in np.flatnonzero(v)]  # fmt: skip

@@ -139,12 +139,15 @@ class FairpipeStore:
             store.repo = icechunk.Repository.open(storage)
         attrs = store.attrs()
         if not attrs and local is not None and abandoned_creation(store.repo, local):
-            # A creation killed before its first commit: no store yet (the next creator, under
-            # the writer lock, removes what it left).
+            # A creation killed before its first commit, or one at work that has not marked the
+            # repository yet: no store yet (the next creator, under the writer lock, removes
+            # what a killed one left; a creator at work holds the lock).
             if not create:
                 raise FairpipeInputError(NO_STORE.format(url=url))
             with cls.creating(url) as store:
                 return store
+        if not attrs:  # a creator may have marked the repository since the first read
+            attrs = store.attrs()
         if attrs.get("fairpipe_format") is None and (attrs or not create):
             raise NotAStoreError(
                 NOT_A_STORE.format(url=url, why="an Icechunk repository without fairpipe data")

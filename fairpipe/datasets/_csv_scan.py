@@ -19,10 +19,10 @@ SCAN_BYTES = 64 << 20
 
 def scan_csv(path: SourcePath, n_fields: int | None = None) -> tuple[np.ndarray, int]:
     """Byte offsets of data rows 0, STRIDE, 2 STRIDE, ... of a plain CSV, and its number of data
-    rows (one pass over its bytes looking for line ends). A row is found by its position, so the file's lines after the
-    header must be its ``n_rows`` rows (what pandas reads): an empty or blank line before the
-    last row, or a count that differs (a quoted field holding a line break), is an error naming
-    the line (pandas skips blank lines, so every row after one was read from the line above).
+    rows (one pass over its bytes looking for line ends). A row is found by its position, so the
+    file's lines after the header must be its rows as pandas reads them: an empty or blank line
+    before the last row, or a count that differs (a quoted field holding a line break), is an
+    error naming the line (pandas skips blank lines, so every row after one was read from the line above).
     The same pass checks that the file is UTF-8 text and, in a file without quotes, that every
     line has the header's ``n_fields`` fields (pandas reads a short row as missing values, and
     fails on a long one only when the chunk holding it is read)."""

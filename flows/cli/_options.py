@@ -18,6 +18,9 @@ from fairpipe import settings as S
 from fairpipe.errors import FairpipeInputError
 from fairpipe.number_text import DECIMAL_RULE, INTEGER_RULE, flaw, read_decimal, read_integer
 from fairpipe.settings import REQUIRED, Setting
+
+if typing.TYPE_CHECKING:
+    import numpy as np
 from fairpipe.validation import load_npy
 
 Store = Annotated[str, typer.Option(S.STORE.flag, help=S.STORE.help, show_default=False)]
@@ -77,7 +80,7 @@ ONE_SOURCE = "Give exactly one of --ids or --ids-file."
 
 
 def check_ids_given(ids: str | None, ids_file: str | None, one_source: str = ONE_SOURCE,
-                    required: bool = True):  # fmt: skip
+                    required: bool = True) -> np.ndarray | None:  # fmt: skip
     """The ids of ``--ids`` or ``--ids-file``, read and checked (``one_source``: the error for
     both, or for neither where ``required``), or None. The command reads them again: a list of
     people to forget is small, and its errors then come before anything starts."""

@@ -205,3 +205,21 @@ def test_a_creation_killed_before_its_first_commit_is_no_store_and_is_made_again
     icechunk.Repository.create(icechunk.local_filesystem_storage(str(theirs)))
     with pytest.raises(ValueError, match="an Icechunk repository without fairpipe data"):
         FairpipeStore.open(str(theirs))
+
+
+def test_a_store_marked_between_two_reads_of_its_attributes_opens(tmp_path, monkeypatch):
+    """A command opening a store that another is creating may read its attributes before the
+    creator marks it (none yet) and look again after: it finds the store, not 'an Icechunk
+    repository without fairpipe data'."""
+    url = str(tmp_path / "s")
+    with FairpipeStore.creating(url):
+        pass
+    reads: list[int] = []
+    real = FairpipeStore.attrs
+
+    def before_the_mark_then_after(self, session=None):
+        reads.append(1)
+        return {} if len(reads) == 1 else real(self, session)
+
+    monkeypatch.setattr(FairpipeStore, "attrs", before_the_mark_then_after)
+    assert FairpipeStore.open(url).url == url and len(reads) == 2
