@@ -324,7 +324,10 @@ QUERY_ROW = Setting("query_row", int, None, COUNT, "Row number of a stored point
                     shown="none")  # fmt: skip
 QUERY_FILE = Setting("query_file", Path, None, None,
                      "A .npy of query points, one per row" + ONE_QUERY_ONLY, shown="none")  # fmt: skip
-QUERIES = (QUERY_ID, QUERY_ROW, QUERY_FILE)
+QUERY_IDS_FILE = Setting("query_ids_file", Path, None, None,
+                         "A file of stored ids, a query each, in its order (text, CSV, Parquet or "
+                         ".npy, as forget's --ids-file)" + ONE_QUERY_ONLY, shown="none")  # fmt: skip
+QUERIES = (QUERY_ID, QUERY_IDS_FILE, QUERY_ROW, QUERY_FILE)
 
 # -- sampling (fairpipe sample) --------------------------------------------------------------------
 RADIUS = Setting("radius", float, None, POSITIVE_FLOAT, "Neighbourhood radius.",

@@ -13,7 +13,7 @@ from fairpipe.validation import check_points
 
 DEAD_ROW = "Row {row} of the store {url} has been forgotten; it cannot be used as a query."
 BAD_ROW = "Query row {row} is out of range: the store {url} holds rows 0..{last}."
-ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
+ONE_QUERY = "Give exactly one of query_ids, query_rows or queries."
 UNKNOWN_ID = "Id {id} given to --query-id is not in the store {url}."
 FORGOTTEN_ID = "Id {id} given to --query-id has been forgotten by the store {url}."
 

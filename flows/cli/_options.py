@@ -47,6 +47,23 @@ MISSING_QUERY_FILE = "Query file {path!r} does not exist."
 BAD_QUERY_FILE = "Query file {path!r} is not a .npy array (save the queries with numpy.save)."
 
 
+ONE_QUERY = "Give exactly one of --query-id, --query-ids-file, --query-row or --query-file."
+
+
+def given_queries(settings: dict) -> dict:
+    """The queries of a command's ``--query-*`` options (:data:`fairpipe.settings.QUERIES`,
+    popped from ``settings``), exactly one of them given: ``query_ids`` (an id, or the ids of a
+    file in its order), ``query_rows`` or ``queries`` (the points of a .npy file)."""
+    query_id, ids_file, query_row, query_file = (settings.pop(s.name) for s in S.QUERIES)
+    if sum(x is not None for x in (query_id, ids_file, query_row, query_file)) != 1:
+        raise FairpipeInputError(ONE_QUERY)
+    if ids_file is not None:
+        from fairpipe.datasets import read_ids
+
+        query_id = read_ids(path=str(ids_file))
+    return {"query_ids": query_id, "query_rows": query_row, "queries": read_query_file(query_file)}
+
+
 def read_query_file(path: Path | None):
     """The points of a ``--query-file``, or None without one."""
     if path is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairpipe.flows.cli._options import Store, read_query_file
+from fairpipe.flows.cli._options import Store, given_queries
 from fairpipe.flows.cli._runner import Shared, command
 from fairpipe.settings import QUERIES
 
@@ -18,7 +18,7 @@ def _render(r: dict) -> None:
 def predict(store: Store, *, shared: Shared, **settings: Any) -> dict:
     """The nearest root centroid of a stored point (by id or row) or of each row of a .npy file.
 
-    Give one of --query-id, --query-row or --query-file.
+    Give one of --query-id, --query-ids-file (many), --query-row or --query-file.
 
     \b
     Example (a store made by 'fairpipe ingest digits --store digits.store' and fitted by
@@ -28,6 +28,4 @@ def predict(store: Store, *, shared: Shared, **settings: Any) -> dict:
     """
     from fairpipe.flows.predict import predict_store
 
-    queries = read_query_file(settings["query_file"])
-    return predict_store(store, query_rows=settings["query_row"], queries=queries,
-                         query_ids=settings["query_id"])  # fmt: skip
+    return predict_store(store, **given_queries(settings))

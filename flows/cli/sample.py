@@ -5,15 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from fairpipe.errors import FairpipeInputError
-from fairpipe.flows.cli._options import Store, read_query_file
+from fairpipe.flows.cli._options import Store, given_queries
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
 from fairpipe.settings import QUERIES, SAMPLE
 
-ONE_QUERY = "Give exactly one of --query-id, --query-row or --query-file."
 INCLUDE_QUERY_FILE = (
-    "--include-query applies to --query-id and --query-row: the points of --query-file are "
-    "given by value, not rows of the store. Leave out --include-query."
+    "--include-query applies to --query-id, --query-ids-file and --query-row: the points of "
+    "--query-file are given by value, not rows of the store. Leave out --include-query."
 )
 SMALL = "query {i}: its neighbourhood within r={radius:.4g} {holds}{without}; {hint}"
 HINT = "try --radius {suggested:.4g} (about {holding} of the {candidates:,} candidates it read)"
@@ -87,7 +86,7 @@ def small_line(i: int, q: dict, radius: float, excluded: bool) -> str | None:
 def sample(store: Store, *, shared: Shared, **settings: Any) -> dict:
     """Draw uniformly random near neighbours of a query (N_SAMPLES of them).
 
-    Give one of --query-id, --query-row or --query-file.
+    Give one of --query-id, --query-ids-file (many queries), --query-row or --query-file.
 
     \b
     Examples (a store made by 'fairpipe ingest digits --store digits.store'):
@@ -96,10 +95,7 @@ def sample(store: Store, *, shared: Shared, **settings: Any) -> dict:
     """
     from fairpipe.flows.sample import sample_store
 
-    query_id, query_row, query_file = (settings.pop(s.name) for s in QUERIES)
-    if sum(x is not None for x in (query_id, query_row, query_file)) != 1:
-        raise FairpipeInputError(ONE_QUERY)
-    if settings["include_query"] and query_file is not None:
+    queries = given_queries(settings)
+    if settings["include_query"] and queries["queries"] is not None:
         raise FairpipeInputError(INCLUDE_QUERY_FILE)
-    return sample_store(store, query_ids=query_id, query_rows=query_row,
-                        queries=read_query_file(query_file), **settings)  # fmt: skip
+    return sample_store(store, **queries, **settings)

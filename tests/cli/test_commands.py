@@ -111,7 +111,7 @@ def test_sample_says_how_many_it_drew_and_why_fewer(digits_store, tmp_path, monk
         (["--query-id", 1, "--n-samples", 0], "--n-samples"),
         (["--query-id", 1, "--sampler", "fastest"], "--sampler"),
         (["--query-id", 1, "--mode", "near"], "mode"),
-        ([], "exactly one of --query-id, --query-row or --query-file"),
+        ([], "exactly one of --query-id, --query-ids-file, --query-row or --query-file"),
     ],
 )
 def test_bad_sample_arguments_exit_2_with_a_message(digits_store, args, message):

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from fairpipe.flows.cli import app
 from fairpipe.storage import open_store
+from fairpipe.storage.reader import open_reader
 from fairpipe.storage.rows import unscale_points
 
 runner = CliRunner()
@@ -174,14 +175,48 @@ def test_an_empty_neighbourhood_says_so_and_suggests_a_radius(digits_store):
     assert 40 <= wider["neighbourhood_size"] <= 60 and wider["suggested_radius"] is None
 
 
+def test_a_file_of_query_ids_is_answered_in_its_order_as_the_library_answers(digits_store,
+                                                                             tmp_path):  # fmt: skip
+    path, _ = digits_store
+    wanted = [42, 7, 42, 100]
+    (tmp_path / "q.txt").write_text("".join(f"{i}\n" for i in wanted))
+    args = ["sample", "--store", path, "--radius", 25, "--n-samples", 50, "--json"]
+    got = json.loads(invoke(*args, "--query-ids-file", tmp_path / "q.txt").stdout)["queries"]
+    ref = open_reader(str(path)).sample(query_ids=wanted, radius=25, n_samples=50, seed=0,
+                                        with_neighbourhood=True)  # fmt: skip
+    assert len(got) == 4 and ref.neighbourhood_sizes is not None
+    for i, q in enumerate(got):
+        assert q["ids"] == ref.ids[i, : ref.counts[i]].tolist() and wanted[i] not in q["ids"]
+        assert q["neighbourhood_size"] == int(ref.neighbourhood_sizes[i])
+        alone = json.loads(invoke(*args, "--query-id", wanted[i]).stdout)
+        assert alone["neighbourhood_size"] == q["neighbourhood_size"]  # as asked one by one
+    assert got[0]["neighbourhood_size"] == got[2]["neighbourhood_size"]
+
+
+@pytest.mark.parametrize(("lines", "also", "message"), [
+    ("42\n99999\n", (), "error: Id 99999 is not in the store"),
+    ("42\nabc\n", (), "line 2"),
+    ("42\n", ("--query-id", 7), "error: Give exactly one of --query-id, --query-ids-file, "
+                                 "--query-row or --query-file."),
+])  # fmt: skip
+def test_a_bad_file_of_query_ids_is_one_line_naming_it(digits_store, tmp_path, lines, also,
+                                                       message):  # fmt: skip
+    path, _ = digits_store
+    (tmp_path / "q.txt").write_text(lines)
+    out = invoke("sample", "--store", path, "--query-ids-file", tmp_path / "q.txt", *also)
+    assert out.exit_code == 2 and out.stdout == "" and len(out.stderr.splitlines()) == 1
+    assert message in out.stderr, out.stderr
+
+
 def test_include_query_with_a_query_file_is_refused(digits_store, tmp_path):
     path, _ = digits_store
     np.save(tmp_path / "q.npy", np.zeros((1, 64)))
     out = invoke("sample", "--store", path, "--query-file", tmp_path / "q.npy", "--include-query")
     assert out.exit_code == 2 and out.stdout == ""
     assert out.stderr == (
-        "error: --include-query applies to --query-id and --query-row: the points of "
-        "--query-file are given by value, not rows of the store. Leave out --include-query.\n"
+        "error: --include-query applies to --query-id, --query-ids-file and --query-row: the "
+        "points of --query-file are given by value, not rows of the store. Leave out "
+        "--include-query.\n"
     )
 
 
@@ -196,6 +231,15 @@ def test_predict_scales_a_point_given_by_value(scaled_store, dask_address, tmp_p
     by_row = json.loads(invoke("predict", "--store", store, "--query-row", 5, "--json").stdout)
     assert by_value["clusters"] == by_row["clusters"]
     assert np.allclose(by_value["distances"], by_row["distances"], atol=1e-5)
+    # Many stored points by the file of their ids, in its order: as each asked by its row.
+    ids = first["id"].to_numpy()[[5, 0, 5]]
+    np.save(tmp_path / "ids.npy", ids)
+    many = json.loads(invoke("predict", "--store", store, "--query-ids-file",
+                             tmp_path / "ids.npy", "--json").stdout)  # fmt: skip
+    one_by_one = [json.loads(invoke("predict", "--store", store, "--query-row", row,
+                                    "--json").stdout) for row in (5, 0, 5)]  # fmt: skip
+    assert many["clusters"] == [r["clusters"][0] for r in one_by_one]
+    assert many["distances"] == [r["distances"][0] for r in one_by_one]
 
 
 def test_a_one_point_neighbourhood_and_few_candidates_are_said_as_they_are():
