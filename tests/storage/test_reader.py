@@ -61,6 +61,23 @@ def test_lazy_queries_draw_exactly_what_fairnn_draws(store, sampler):
     assert reader._nn is None or sampler == "rank"  # the lazy path read no whole array
 
 
+def test_a_large_batch_reads_the_index_once_and_draws_what_the_lazy_path_draws(store,
+                                                                              monkeypatch):  # fmt: skip
+    import fairpipe.storage.reader as reader_module
+
+    path, _, X = store
+    rows = list(range(0, 2990, 37))  # 81 queries, none a forgotten row (10, 2000, 2900)
+    kw = dict(radius=1.5, n_samples=12, seed=2, with_neighbourhood=True)
+    batch = open_reader(str(path))
+    got = batch.sample(query_rows=rows, **kw)
+    assert len(rows) >= reader_module.PRELOAD_QUERIES and batch._nn is not None
+    monkeypatch.setattr(reader_module, "PRELOAD_QUERIES", 10**9)
+    lazy = open_reader(str(path))
+    want = lazy.sample(query_rows=rows, **kw)
+    assert lazy._nn is None and np.array_equal(got.ids, want.ids)
+    assert np.array_equal(got.neighbourhood_sizes, want.neighbourhood_sizes)
+
+
 def test_by_id_neighbourhood_and_a_uniform_exact_sampler(store):
     path, nn, _ = store
     reader = open_reader(str(path))
