@@ -18,10 +18,10 @@ from fairpipe import settings as S
 from fairpipe.errors import FairpipeInputError
 from fairpipe.number_text import DECIMAL_RULE, INTEGER_RULE, flaw, read_decimal, read_integer
 from fairpipe.settings import REQUIRED, Setting
+from fairpipe.validation import load_npy
 
 if typing.TYPE_CHECKING:
     import numpy as np
-from fairpipe.validation import load_npy
 
 Store = Annotated[str, typer.Option(S.STORE.flag, help=S.STORE.help, show_default=False)]
 
