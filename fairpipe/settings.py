@@ -257,12 +257,19 @@ INDEX_RADIUS = Setting(
     "The query radius r the LSH parameters are chosen for, and the default radius of sample.",
     shown="a new store: the median nearest-neighbour distance of a sample",
 )  # fmt: skip
+MAX_RADIUS = Setting(
+    "max_radius", float, None, POSITIVE_FLOAT,
+    "The largest query radius the index keeps the recall target at: its tables are built in "
+    "scales, one family for each radius from --radius up to it, each under twice the last "
+    "(a query reads the scale of the least radius at least its own). Not below --radius.",
+    shown="a new store: 4 x --radius",
+)  # fmt: skip
 RECALL = Setting(
     "recall", float, None, OPEN_UNIT,
     "The probability, in (0, 1), that a point at distance r is in a query's buckets; "
     "--n-hashes, --n-tables and --bucket-width are chosen for it at the least expected cost "
     "(not with all three given).",
-    shown="a new store: 0.95",
+    shown="a new store: 0.98",
 )  # fmt: skip
 SCALE = Setting(
     "scale", str, None, one_of(*SCALE_CHOICES),
@@ -307,7 +314,7 @@ GAUSSIAN = (Setting("gaussian_n", int, 20000, POSITIVE, "gaussian: points."),
             Setting("gaussian_clusters", int, 8, POSITIVE, "gaussian: mixture components."),
             Setting("gaussian_groups", int, 4, POSITIVE, "gaussian: groups."))  # fmt: skip
 SOURCE = (SOURCE_GROUPS, SOURCE_IDS, GROUPS_FILE, IDS_FILE)
-INDEX = (INGEST_SEED, INDEX_RADIUS, RECALL, N_HASHES, N_TABLES, BUCKET_WIDTH, SCALE, CHUNK_ROWS)
+INDEX = (INGEST_SEED, INDEX_RADIUS, MAX_RADIUS, RECALL, N_HASHES, N_TABLES, BUCKET_WIDTH, SCALE, CHUNK_ROWS)
 
 
 # -- queries (fairpipe sample, fairpipe predict) --------------------------------------------------
@@ -485,9 +492,15 @@ REQUEST = Setting("request", str, None, None, "One request's receipt (its id).",
                   shown="every receipt")  # fmt: skip
 # Read by fairpipe.storage.erasure.parse_retention, which names what it takes.
 ERASURE_RETENTION = Setting(
-    "erasure_retention", str, REQUIRED, None,
+    "erasure_retention", str, None, None,
     "How long erased rows stay in earlier snapshots (time travel): 0 (erase when each drain "
     "ends), or a duration such as 90m, 24h, 7d.",
+    shown="unchanged",
+)  # fmt: skip
+EXTEND_RADIUS = replace(
+    MAX_RADIUS, shown="unchanged",
+    help="Extend the index to keep its recall target at every radius up to this one: new "
+    "scales above its largest, built over the live rows; its tables stay as they are.",
 )  # fmt: skip
 ADD_CHECKSUMS = Setting(
     "add_checksums", bool, False, None,
@@ -501,7 +514,7 @@ COMMANDS = {
     "ingest": (*SOURCE, *INDEX, *GAUSSIAN), "show": GIVEN_IDS, "sample": (*QUERIES, *SAMPLE),
     "predict": QUERIES, "fit": FIT, "summarize": SUMMARIZE, "forget": (*GIVEN_IDS, *FORGET),
     "request-deletion": (*GIVEN_IDS, REQUEST_REASON), "backfill": (BACKLOG, *BACKFILL),
-    "receipts": (REQUEST,), "configure": (ERASURE_RETENTION,), "verify": (ADD_CHECKSUMS,),
+    "receipts": (REQUEST,), "configure": (ERASURE_RETENTION, EXTEND_RADIUS), "verify": (ADD_CHECKSUMS,),
     "rerank": (RERANKED, *RERANK), "audit": AUDIT_COMMAND, "demo": DEMO_COMMAND,
     "server start": (PORT,),
 }  # fmt: skip

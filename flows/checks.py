@@ -199,6 +199,7 @@ def check_append_options(options: IngestOptions, attrs: dict, url: str, kind: st
         "--bucket-width": attrs["lsh"]["bucket_width"],
         "--radius": attrs["lsh"].get("radius", attrs.get("suggested_radius")),
         "--recall": attrs["lsh"].get("recall_target"),
+        "--max-radius": attrs["lsh"].get("max_radius"),
         "--chunk-rows": attrs["chunk_rows"],
     }
     given = {
@@ -208,6 +209,7 @@ def check_append_options(options: IngestOptions, attrs: dict, url: str, kind: st
         "--bucket-width": options.bucket_width,
         "--radius": options.radius,
         "--recall": options.recall,
+        "--max-radius": options.max_radius,
         "--chunk-rows": options.chunk_rows,
         "--scale": None if options.scale is None else resolve_scale(options.scale, kind),
     }

@@ -68,7 +68,7 @@ def _run_demo(store, n_queries, seed, plot, source, log, dask_address) -> dict:
     folder = Path(store) if store else Path(tempfile.mkdtemp(prefix="fairpipe-demo-")) / "store"
     log(f"[1/7] ingest {source} into {folder} (Prefect flow on a local Dask cluster)")
     # The queries' radius: 1.5 x the suggested one (most digits then have several others within
-    # it); k, L and w are chosen for it, as ingest does for every new store (recall 0.95).
+    # it); k, L and w are chosen for it, as ingest does for every new store (recall 0.98).
     radius = demo_radius(source, seed)
     options = IngestOptions(seed=seed, radius=radius)
     ingest = run_ingest(source, str(folder), options, dask_address=dask_address)

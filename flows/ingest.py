@@ -68,7 +68,7 @@ from fairpipe.storage.staging import Staging
 from fairpipe.storage.store import CREATED_MEANWHILE, FairpipeStore
 
 # The ``lsh`` attribute's record of what the parameters promise (fairpipe.flows.parameters).
-TUNING = ("radius", "recall_target", "expected_recall", "expected_candidates")
+TUNING = ("radius", "recall_target", "expected_recall", "expected_candidates", "max_radius")
 # A small append is done by the flow itself, without Dask jobs (a round of jobs costs about
 # 0.3-0.5 s before any work, and starting the embedded cluster about 2 s): its rows up to
 # LOCAL_ROWS are hashed and written here, and a delta of up to LOCAL_ENTRIES entries (rows x
@@ -216,7 +216,8 @@ def ingest_flow(source: str, store_url: str, options: IngestOptions | None = Non
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     check_settings("ingest", INDEX, options)  # (a deployment's options: the command checked)
-    check_recall_options(options.n_hashes, options.n_tables, options.bucket_width, options.recall)
+    check_recall_options(options.n_hashes, options.n_tables, options.bucket_width, options.recall,
+                         options.max_radius)  # fmt: skip
     # A folder that is not a store fails before the source is read; a new store is created only
     # once the source has been planned, so a bad source leaves nothing behind.
     store = FairpipeStore.open_existing(store_url)  # raises for a folder that is not a store
@@ -249,6 +250,7 @@ def choose_parameters(plan, options: IngestOptions) -> dict:
     chosen = new_store_parameters(
         plan, plan.ids, seed, n_hashes=options.n_hashes, n_tables=options.n_tables,
         bucket_width=options.bucket_width, radius=options.radius, recall=options.recall,
+        max_radius=options.max_radius,
     )  # fmt: skip
     return {**chosen, "plan": plan, "scaling": scaling}
 
@@ -286,7 +288,8 @@ def _ingest_into(store, plan, source: str, options: IngestOptions, timings: dict
             radius_hint = chosen["radius"]
             plan, scaling = chosen["plan"], chosen["scaling"]
             lsh = E2LSH(n_hashes=chosen["n_hashes"], n_tables=chosen["n_tables"],
-                        bucket_width=chosen["bucket_width"], seed=seed).fit(plan.d)  # fmt: skip
+                        bucket_width=chosen["bucket_width"], seed=seed,
+                        scales=tuple(map(tuple, chosen["scales"] or ()))).fit(plan.d)  # fmt: skip
             create_layout(txn.root, plan.d, lsh, blocks)
         else:
             tuning = {name: attrs["lsh"][name] for name in TUNING if name in attrs["lsh"]}

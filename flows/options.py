@@ -24,7 +24,7 @@ DEFAULTS = {"seed": S.SEED.default, "scale": "auto"}
 class IngestOptions:
     """The ingest flow's parameters: E2LSH's own names (the command line's flags in
     kebab-case). ``None`` means: the store's setting when appending, else the default (seed 0;
-    n_hashes, n_tables and bucket_width chosen for ``recall`` 0.95 at ``radius``, by default
+    n_hashes, n_tables and bucket_width chosen for ``recall`` 0.98 at ``radius``, by default
     the median nearest-neighbour distance of a sample:
     :func:`fairpipe.flows.parameters.new_store_parameters`; about 16 MB of points per chunk; scale
     ``auto``). An append given a setting that differs from the store's is refused."""
@@ -38,7 +38,9 @@ class IngestOptions:
     n_tables: int | None = None
     bucket_width: float | None = None
     radius: float | None = None  # the query radius the parameters are chosen for
-    recall: float | None = None  # the target recall at the radius (default 0.95)
+    # the largest radius the index keeps the recall at (default 4 x radius): its scales
+    max_radius: float | None = None
+    recall: float | None = None  # the target recall at the radius (default 0.98)
     chunk_rows: int | None = None
     # none | standard | robust, or auto: standard for a table (CSV, Parquet), none for a .npy
     # matrix or a built-in data set (fairpipe.datasets.resolve_scale)

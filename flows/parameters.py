@@ -25,9 +25,12 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import (
     DEFAULT_RECALL,
     WIDTH_PER_RADIUS,
+    DistanceProfile,
     EmptyBalls,
+    MaxBelowRadius,
     UnreachableRecall,
     choose_lsh_parameters,
+    choose_scales,
     lsh_recall,
     width_sample_rows,
 )
@@ -52,14 +55,26 @@ EMPTY_BALLS = (
     "median distance to the nearest sampled row) is {suggested}."
 )
 
+MAX_RADIUS_WITH_PARAMETERS = (
+    "--max-radius applies where the ingest chooses --n-tables and --bucket-width for each "
+    "scale of the index: leave out --max-radius, or --n-tables and --bucket-width."
+)
+
+MAX_BELOW = (
+    "--max-radius {max_radius} is below {which} {radius}: the index answers every radius up "
+    "to --max-radius, from --radius. Give --max-radius at least {radius}, or a smaller --radius."
+)
+
 FLAGS = {"n_hashes": "--n-hashes", "n_tables": "--n-tables", "bucket_width": "--bucket-width"}
 
 
-def check_recall_options(n_hashes, n_tables, bucket_width, recall) -> None:
+def check_recall_options(n_hashes, n_tables, bucket_width, recall, max_radius=None) -> None:
     """Refuse ``--recall`` beside all three of ``--n-hashes``, ``--n-tables``,
-    ``--bucket-width``."""
+    ``--bucket-width``, and ``--max-radius`` beside ``--n-tables`` or ``--bucket-width``."""
     if recall is not None and None not in (n_hashes, n_tables, bucket_width):
         raise FairpipeInputError(RECALL_WITH_PARAMETERS)
+    if max_radius is not None and (n_tables is not None or bucket_width is not None):
+        raise FairpipeInputError(MAX_RADIUS_WITH_PARAMETERS)
 
 
 def command_line_message(error: UnreachableRecall | EmptyBalls) -> str:
@@ -80,23 +95,29 @@ def command_line_message(error: UnreachableRecall | EmptyBalls) -> str:
 
 
 def new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *, n_hashes=None,
-                         n_tables=None, bucket_width=None, radius=None, recall=None) -> dict:  # fmt: skip
+                         n_tables=None, bucket_width=None, radius=None, recall=None,
+                         max_radius=None) -> dict:  # fmt: skip
     """E2LSH's parameters for a new store of the source ``plan`` (``ids``: its ids, None for
     the row numbers), as the ``lsh`` attribute keeps them: ``n_hashes``, ``n_tables``, ``bucket_width``, and
     ``radius`` (the query radius: the sample command's default), ``recall_target`` (None where
     all three were given), ``expected_recall`` at the radius, ``expected_candidates`` (per
-    query, None where all three were given).
+    query, None where all three were given), ``max_radius`` (the largest radius the recall
+    target holds at) and ``scales`` (``[radius, bucket_width, n_tables]`` of each family of
+    tables, where there are several; else None).
 
     All three given: used as they are; the radius is ``radius`` or w / 3.2 (nothing is read).
     Otherwise the width sample of the source (2,000 rows by a hash of (seed, id)) is read and
-    the missing ones are chosen for ``recall`` (default 0.95) at ``radius`` (default: the
-    sample's median nearest-neighbour distance)."""
-    check_recall_options(n_hashes, n_tables, bucket_width, recall)
-    key = _choice_key(plan, seed, (n_hashes, n_tables, bucket_width, radius, recall))
+    the missing ones are chosen for ``recall`` (default 0.98) at ``radius`` (default: the
+    sample's median nearest-neighbour distance). Where ``n_tables`` and ``bucket_width`` are
+    both chosen, they are chosen for each scale up to ``max_radius`` (default 4 x the radius:
+    :func:`fairpipe.neighbors.choose_scales`); else the index is one scale, up to the radius."""
+    check_recall_options(n_hashes, n_tables, bucket_width, recall, max_radius)
+    key = _choice_key(plan, seed, (n_hashes, n_tables, bucket_width, radius, recall, max_radius))
     if key is not None and key in _LAST:
         return dict(_LAST[key])
     chosen = _new_store_parameters(plan, ids, seed, n_hashes=n_hashes, n_tables=n_tables,
-                                   bucket_width=bucket_width, radius=radius, recall=recall)  # fmt: skip
+                                   bucket_width=bucket_width, radius=radius, recall=recall,
+                                   max_radius=max_radius)  # fmt: skip
     if key is not None:
         _LAST.clear()
         _LAST[key] = dict(chosen)
@@ -126,26 +147,41 @@ def _choice_key(plan: SourcePlan, seed: int, given: tuple) -> tuple | None:
 
 
 def _new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *, n_hashes,
-                          n_tables, bucket_width, radius, recall) -> dict:  # fmt: skip
+                          n_tables, bucket_width, radius, recall, max_radius) -> dict:  # fmt: skip
     if None not in (n_hashes, n_tables, bucket_width):
         r = float(radius) if radius is not None else float(bucket_width) / WIDTH_PER_RADIUS
         return {"n_hashes": int(n_hashes), "n_tables": int(n_tables),
                 "bucket_width": float(bucket_width), "radius": r, "recall_target": None,
                 "expected_recall": lsh_recall(r, n_hashes, n_tables, bucket_width),
-                "expected_candidates": None}  # fmt: skip
+                "expected_candidates": None, "max_radius": r, "scales": None}  # fmt: skip
     sample = width_sample(plan, ids, seed)
+    target = DEFAULT_RECALL if recall is None else recall
     try:
-        choice = choose_lsh_parameters(
-            sample, radius, DEFAULT_RECALL if recall is None else recall, n_rows=plan.n,
-            n_features=plan.d, n_hashes=n_hashes, n_tables=n_tables, bucket_width=bucket_width,
-        )  # fmt: skip
+        if n_tables is None and bucket_width is None:
+            choices = choose_scales(DistanceProfile.of(sample), radius, target,
+                                    max_radius=max_radius, n_rows=plan.n, n_hashes=n_hashes,
+                                    n_features=plan.d)  # fmt: skip
+        else:
+            choices = [choose_lsh_parameters(
+                sample, radius, target, n_rows=plan.n, n_features=plan.d, n_hashes=n_hashes,
+                n_tables=n_tables, bucket_width=bucket_width,
+            )]  # fmt: skip
     except (UnreachableRecall, EmptyBalls) as e:
         raise FairpipeInputError(command_line_message(e)) from None
-    return {"n_hashes": choice.n_hashes, "n_tables": choice.n_tables,
+    except MaxBelowRadius as e:
+        raise FairpipeInputError(MAX_BELOW.format(max_radius=f"{e.max_radius:.6g}",
+                                                  radius=f"{e.radius:.6g}",
+                                                  which="--radius" if radius is not None
+                                                  else "the suggested radius")) from None  # fmt: skip
+    choice = choices[0]
+    scales = [[c.radius, c.bucket_width, c.n_tables] for c in choices]
+    return {"n_hashes": choice.n_hashes, "n_tables": sum(c.n_tables for c in choices),
             "bucket_width": choice.bucket_width,
             "radius": choice.radius, "recall_target": choice.recall_target,
             "expected_recall": choice.expected_recall,
-            "expected_candidates": choice.expected_candidates}  # fmt: skip
+            "expected_candidates": choice.expected_candidates,
+            "max_radius": choices[-1].radius,
+            "scales": scales if len(scales) > 1 else None}  # fmt: skip
 
 
 def width_sample(plan: SourcePlan, ids: np.ndarray | None, seed: int) -> np.ndarray:
@@ -239,4 +275,12 @@ def recall_line(lsh: dict, radius: float) -> str:
         return ""
     target = lsh.get("recall_target")
     how = f"chosen for recall {target:.4g}" if target is not None else "given"
-    return f"{how}: expected recall {lsh['expected_recall']:.4g} at radius {radius:.4g}"
+    line = f"{how}: expected recall {lsh['expected_recall']:.4g} at radius {radius:.4g}"
+    scales = lsh.get("scales") or []
+    top = lsh.get("max_radius", lsh.get("radius"))
+    if len(scales) > 1:
+        radii = ", ".join(f"{s[0]:.4g} ({s[2]} tables)" for s in scales)
+        line += f"; radius range up to {top:.4g}, in {len(scales)} scales: {radii}"
+    elif top is not None:
+        line += f"; radius range up to {top:.4g}"
+    return line

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fairpipe.neighbors import FairNN, lsh_recall
+from fairpipe.neighbors import FairNN
 from fairpipe.storage.reader import open_reader
 
 
@@ -91,17 +91,16 @@ def sample_store(store_url: str, *, query_ids=None, query_rows=None, queries=Non
         wanted: dict[str, Any] = {"queries": None if queries is None else _subset(queries, small, 2),
                   "query_rows": None if query_rows is None else _subset(query_rows, small, 1),
                   "query_ids": None if query_ids is None else _subset(query_ids, small, 1)}  # fmt: skip
-        hints = reader.suggest_radius(**wanted, include_query=sampling["include_query"])
+        hints = reader.suggest_radius(**wanted, include_query=sampling["include_query"],
+                                      radius=radius)  # fmt: skip
         for i, hint in zip(small, hints):
             out[i].update(hint)
-    lsh = reader.attrs["lsh"]
     result = {
         "radius": radius,
-        # the probability that a point at distance r from the query is in M(q): the share of
-        # the people within r the samples can reach (nearer ones have more)
-        "expected_recall": float(
-            lsh_recall(radius, lsh["n_hashes"], lsh["n_tables"], lsh["bucket_width"])
-        ),
+        # expected_recall: the probability that a point at distance r from the query is in
+        # M(q), the share of the people within r the samples can reach (nearer ones have more);
+        # max_radius, in_range: the radii the store keeps its recall target at
+        **reader.reach(radius),
         "sampler": sampling["sampler"],
         "mode": sampling["mode"],
         "seed": sampling["seed"],

@@ -50,7 +50,8 @@ def lsh_attrs(lsh: E2LSH, layout: dict) -> dict:
     (``segment_bits``, and ``deltas``/``delta_start`` when there are deltas)."""
     params = lsh.get_params()
     layout = {k: v if k == "deltas" else int(v) for k, v in layout.items()}
-    return {**{name: params[name] for name in LSH_PARAMS},
+    scales = {"scales": [[float(r), float(w), int(t)] for r, w, t in params["scales"]]}
+    return {**{name: params[name] for name in LSH_PARAMS}, **(scales if params["scales"] else {}),
             "projection": lsh.projection, **layout}  # fmt: skip
 
 
@@ -165,6 +166,8 @@ def key_projection(attrs: dict) -> str:
 def lsh_from_arrays(arrays: dict, attrs: dict) -> E2LSH:
     """The hash functions from their stored arrays and the root attributes."""
     params = {name: attrs["lsh"][name] for name in LSH_PARAMS}
+    # A store of one scale keeps none (one family of tables, as stores made before scales).
+    params["scales"] = tuple(tuple(scale) for scale in attrs["lsh"].get("scales", ()))
     # Stores made before the exact projection keep the float32 one their keys were made by.
     params["projection"] = key_projection(attrs)
     return E2LSH.from_arrays(arrays, **params)

@@ -27,12 +27,15 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.neighbors import (
     E2LSH,
     LSH_ARRAYS,
+    RADIUS_TOLERANCE,
     FairNN,
     QueryStats,
     SampleResult,
+    Scale,
     bucket_members,
     check_sample_count,
     check_sample_options,
+    lsh_recall,
     mix,
     neighbourhood,
     query_generator,
@@ -228,28 +231,46 @@ class StoreReader:
         is compared with them."""
         return scale_points(self.attrs, X)
 
-    def _buckets(self, q: np.ndarray) -> _QueryIndex:
-        """The query's bucket in every table, as an index of its candidates alone."""
+    def _buckets(self, q: np.ndarray, scale: Scale) -> _QueryIndex:
+        """The query's bucket in every table of ``scale``, as an index of its candidates
+        alone (its tables numbered from 0)."""
         keys = self.lsh.hash_validated(q[None, :])[0]
-        h = mix(keys)
+        h = mix(keys)[scale.first : scale.last]
+        L = scale.n_tables
         bits = layer_bits(self.attrs)  # the deltas' members of a bucket follow (larger rows)
-        wanted = [(layer, t, int(p)) for layer, b in bits.items()
+        wanted = [(layer, scale.first + t, int(p)) for layer, b in bits.items()
                   for t, p in enumerate(segment_of(h, b))]  # fmt: skip
         segs = self.segments(wanted)
         layers = range(len(bits))
-        found = [bucket_members(segs[i * self.n_tables + t], h[t])
-                 for t in range(self.n_tables) for i in layers]  # fmt: skip
+        found = [bucket_members(segs[i * L + t], h[t]) for t in range(L) for i in layers]
         sizes = np.array([f.shape[0] for f in found], dtype=np.int64)
-        sizes = sizes.reshape(self.n_tables, len(bits)).sum(axis=1)
+        sizes = sizes.reshape(L, len(bits)).sum(axis=1)
         if sizes.sum():
             rows, members = unique_inverse_ints(np.concatenate(found))
         else:
             rows, members = np.zeros(0, np.int64), np.zeros(0, np.int64)
-        starts = np.zeros(self.n_tables + 1, dtype=np.int64)
+        starts = np.zeros(L + 1, dtype=np.int64)
         np.cumsum(sizes, out=starts[1:])
-        q_buckets = np.where(sizes > 0, np.arange(self.n_tables), -1)
+        q_buckets = np.where(sizes > 0, np.arange(L), -1)
         return _QueryIndex(rows.astype(np.int64, copy=False), _LocalIndex(starts, members),
                            q_buckets)  # fmt: skip
+
+    def reach(self, radius: float) -> dict:
+        """What the index promises at ``radius``: ``expected_recall`` (the probability that a
+        point at distance ``radius`` is among a query's candidates, in the tables of the scale
+        it reads), ``max_radius`` (the largest radius the store's recall target holds at: its
+        largest scale's, or its radius for a store of one scale; None where the store records
+        neither) and ``in_range`` (``radius`` at most that; None where unknown)."""
+        lsh = self.lsh
+        scale = lsh.scale_for(radius)
+        kept = self.attrs["lsh"]
+        top = kept.get("max_radius", kept.get("radius"))
+        return {
+            "expected_recall": float(lsh_recall(radius, int(lsh.n_hashes), scale.n_tables,
+                                                scale.bucket_width)),
+            "max_radius": None if top is None else float(top),
+            "in_range": None if top is None else bool(radius <= top * (1 + RADIUS_TOLERANCE)),
+        }  # fmt: skip
 
     # -- the queries -------------------------------------------------------------------------
     def preload(self) -> FairNN:
@@ -288,7 +309,8 @@ class StoreReader:
                              include_query=include_query)  # fmt: skip
         Q, stored = self._queries(queries, query_rows, query_ids)
         own = FairNN._own_rows(stored, include_query, Q.shape[0], "StoreReader.sample")
-        max_outliers = 3 * self.n_tables if max_outliers is None else max_outliers
+        scale = self.lsh.scale_for(radius)
+        max_outliers = 3 * scale.n_tables if max_outliers is None else max_outliers
         check_sample_count("StoreReader.sample", n_samples, Q.shape[0])
         rng = query_generator(seed, "StoreReader.sample")
         rows = np.full((Q.shape[0], n_samples), -1, dtype=np.int64)
@@ -296,7 +318,7 @@ class StoreReader:
         sizes = np.zeros(Q.shape[0], dtype=np.int64) if with_neighbourhood else None
         stats: list[QueryStats] = []
         for i in range(Q.shape[0]):
-            qi = self._buckets(Q[i])
+            qi = self._buckets(Q[i], scale)
             cand, index, q_buckets = qi.rows, qi.index, qi.q_buckets
             points: Any = _Candidates(self, cand)  # the kernel's points
             exclude = _local_row(cand, int(own[i]))
@@ -333,29 +355,32 @@ class StoreReader:
         Q, stored = self._queries(queries, query_rows, query_ids)
         own = FairNN._own_rows(stored, include_query, Q.shape[0], "StoreReader.neighbourhood")
         out = []
+        scale = self.lsh.scale_for(radius)
         for i in range(Q.shape[0]):
-            qi = self._buckets(Q[i])
+            qi = self._buckets(Q[i], scale)
             local = neighbourhood(qi.index, _Candidates(self, qi.rows), Q[i], qi.q_buckets, mode,
                                   radius, c, _local_row(qi.rows, int(own[i])))  # fmt: skip
             out.append(self.ids_at(qi.rows[local]))
         return out
 
     def suggest_radius(self, queries=None, *, query_rows=None, query_ids=None,
-                       include_query: bool = False,
-                       holding: int = SUGGEST_HOLDING) -> list[dict]:  # fmt: skip
+                       include_query: bool = False, holding: int = SUGGEST_HOLDING,
+                       radius: float | None = None) -> list[dict]:  # fmt: skip
         """Per query, a radius whose neighbourhood would hold about ``holding`` points: the
         distance to the ``holding``-th nearest of its candidates (the rows of its buckets,
         without its own row unless ``include_query``), or to the farthest where it has fewer.
         Each entry: ``suggested_radius`` (None where the buckets hold no other point) and
         ``candidates`` (how many it was chosen among). The distances are estimated from the
-        candidates' sketch where the store has one (the midpoint of their bounds), else exact."""
+        candidates' sketch where the store has one (the midpoint of their bounds), else exact.
+        The candidates are those of the index's scale for ``radius`` (default: the store's)."""
+        scale = self.lsh.scale_for(self.suggested_radius if radius is None else radius)
         Q, stored = self._queries(queries, query_rows, query_ids)
         own = FairNN._own_rows(stored, include_query, Q.shape[0], "StoreReader.suggest_radius")
         if self._nn is not None or store_format(self.attrs) == 1:
             nn = self.preload()
             out = []
             for i in range(Q.shape[0]):
-                qb = nn.index_.find(nn.lsh_.hash_validated(Q[i : i + 1]))[0]
+                qb = nn._resolve_queries(Q[i : i + 1], None, scale)[1][0]
                 rows = neighbourhood(nn.index_, nn.points_, Q[i], qb, "buckets", 1.0, 1.0,
                                      int(own[i]))  # fmt: skip
                 d2 = np.einsum("ij,ij->i", nn.points_[rows] - Q[i], nn.points_[rows] - Q[i])
@@ -363,7 +388,7 @@ class StoreReader:
             return out
         out = []
         for i in range(Q.shape[0]):
-            qi = self._buckets(Q[i])
+            qi = self._buckets(Q[i], scale)
             exclude = _local_row(qi.rows, int(own[i]))
             local = np.arange(qi.rows.shape[0])
             local = local[local != exclude] if exclude >= 0 else local

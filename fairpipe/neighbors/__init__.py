@@ -54,19 +54,31 @@ from fairpipe.neighbors._fair_nn import (
     query_generator,
 )
 from fairpipe.neighbors._key_directory import KeyDirectory
-from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, ROW_BLOCK, check_projection_size
+from fairpipe.neighbors._lsh import (
+    E2LSH,
+    LSH_ARRAYS,
+    RADIUS_TOLERANCE,
+    ROW_BLOCK,
+    Scale,
+    check_projection_size,
+    check_scales,
+)
 from fairpipe.neighbors._pack import warm_index_kernels
 from fairpipe.neighbors._parameters import (
     DEFAULT_RECALL,
     MAX_CHOSEN_TABLES,
+    MAX_RADIUS_FACTOR,
     TABLE_COST,
     DistanceProfile,
     EmptyBalls,
     LSHChoice,
+    MaxBelowRadius,
     UnreachableRecall,
     choose_lsh_parameters,
+    choose_scales,
     collision_probability,
     lsh_recall,
+    scale_radii,
 )
 from fairpipe.neighbors._query_buckets import (
     degree_of,
@@ -105,7 +117,7 @@ from fairpipe.settings import MAX_TABLES, MODES, SAMPLERS
 
 __all__ = [
     "MAX_SAMPLES", "MAX_TABLES", "check_projection_size", "unique_inverse_ints", "warm_index_kernels",
-    "E2LSH", "EVALUATED_SAMPLERS", "LSH_ARRAYS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
+    "E2LSH", "Scale", "check_scales", "RADIUS_TOLERANCE", "EVALUATED_SAMPLERS", "LSH_ARRAYS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
     "BucketIndex", "FairNN", "KeyDirectory", "QueryStats", "RankState", "SampleResult",
     "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",
     "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",
@@ -115,6 +127,6 @@ __all__ = [
     "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",
     "sketch_levels",
     "coverage", "expected_tv_on_ball", "true_ball", "true_balls", "tv_margin", "DEFAULT_RECALL", "MAX_CHOSEN_TABLES", "TABLE_COST", "DistanceProfile",
-    "EmptyBalls", "LSHChoice", "UnreachableRecall", "choose_lsh_parameters",
+    "EmptyBalls", "LSHChoice", "MaxBelowRadius", "UnreachableRecall", "choose_lsh_parameters", "choose_scales", "scale_radii", "MAX_RADIUS_FACTOR",
     "collision_probability", "lsh_recall",
 ]  # fmt: skip

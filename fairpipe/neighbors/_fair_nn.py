@@ -39,7 +39,7 @@ from fairpipe.neighbors._degree_sampling import (
     QueryStats,
     sample_query,
 )
-from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, LSHParameters
+from fairpipe.neighbors._lsh import E2LSH, LSH_ARRAYS, LSHParameters, Scale
 from fairpipe.neighbors._query_buckets import neighbourhood
 from fairpipe.neighbors._rank_sampling import RankState
 from fairpipe.settings import MAX_SAMPLES, MODE, N_SAMPLES, SAMPLER, C, check_settings
@@ -265,7 +265,17 @@ class FairNN(LSHParameters):
         rows = [int(r) for r in query_rows]
         return self.points_[rows], self.point_buckets_[rows]
 
-    def _resolve_queries(self, queries, query_rows):
+    def _resolve_queries(self, queries, query_rows, scale: Scale):
+        """The queries' points and their buckets in every table of ``scale`` (-1 in the
+        others': a query reads the tables of one scale)."""
+        Q, QB = self._queries_and_buckets(queries, query_rows)
+        if scale.n_tables < self.n_tables:
+            QB = np.array(QB)
+            QB[:, : scale.first] = -1
+            QB[:, scale.last :] = -1
+        return Q, QB
+
+    def _queries_and_buckets(self, queries, query_rows):
         if (queries is None) == (query_rows is None):
             raise FairpipeInputError(
                 "FairNN.sample needs exactly one of 'queries' or 'query_rows'."
@@ -334,16 +344,19 @@ class FairNN(LSHParameters):
         radius, n_samples, sampler, mode, c, failure_prob, path = check_sample_options(
             "FairNN.sample", radius, n_samples, sampler, mode, c, failure_prob, path
         )
+        scale = self.scale_for(radius)
         if max_outliers is None:
-            max_outliers = 3 * self.lsh_.n_tables
-        Q, QB = self._resolve_queries(queries, query_rows)
+            max_outliers = 3 * scale.n_tables
+        Q, QB = self._resolve_queries(queries, query_rows, scale)
         own = self._own_rows(query_rows, include_query, Q.shape[0], "FairNN.sample")
         check_sample_count("FairNN.sample", n_samples, Q.shape[0])
         rng = query_generator(seed)
         rows = np.empty((Q.shape[0], n_samples), dtype=np.int64)
         rows.fill(-1)
         short = False
-        complete = queries is None  # live stored rows: each of their buckets holds them
+        # live stored rows: each of their buckets holds them (the tables of other scales are
+        # left out: not complete)
+        complete = queries is None and scale.n_tables == self.n_tables
         counts = np.zeros(Q.shape[0], dtype=np.int64)
         sizes = (
             np.zeros(Q.shape[0], dtype=np.int64)
@@ -406,7 +419,7 @@ class FairNN(LSHParameters):
         self._check_fitted()
         radius = check_positive_float(radius, "radius", "FairNN.neighbourhood")
         mode = MODE.check(mode, "FairNN.neighbourhood")
-        Q, QB = self._resolve_queries(queries, query_rows)
+        Q, QB = self._resolve_queries(queries, query_rows, self.scale_for(radius))
         own = self._own_rows(query_rows, include_query, Q.shape[0], "FairNN.neighbourhood")
         return [
             neighbourhood(self.index_, self.points_, Q[i], QB[i], mode, radius, c, int(own[i]))

@@ -74,6 +74,54 @@ def check_projection_size(d: int, n_hashes: int, n_tables: int) -> None:
 
 
 LSH_ARRAYS = ("projections", "offsets", "multipliers")
+# A radius within this relative distance above a scale's radius is read by that scale (the
+# radius a command prints and reads back is rounded).
+RADIUS_TOLERANCE = 1e-9
+BAD_SCALES = (
+    "The 'scales' parameter of E2LSH must be (radius, bucket_width, n_tables) triples with "
+    "positive radii in increasing order, the first bucket_width equal to 'bucket_width' and "
+    "n_tables summing to 'n_tables' ({tables}). Got {scales!r}."
+)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One family of the index's tables, built for queries up to ``radius``: tables
+    ``first`` to ``last - 1`` with bucket width ``bucket_width`` (``index``: its place)."""
+
+    index: int
+    radius: float
+    bucket_width: float
+    first: int
+    last: int
+
+    @property
+    def n_tables(self) -> int:
+        return self.last - self.first
+
+
+def check_scales(scales, n_tables: int, bucket_width: float) -> tuple[Scale, ...]:
+    """The :class:`Scale` s of the ``scales`` parameter (see :class:`LSHParameters`)."""
+    if scales is None or len(scales) == 0:
+        return (Scale(0, 0.0, float(bucket_width), 0, int(n_tables)),)
+    out, first = [], 0
+    try:
+        for i, (radius, width, tables) in enumerate(scales):
+            radius, width = float(radius), float(width)
+            ok = (isinstance(tables, int | np.integer) and not isinstance(tables, bool)
+                  and tables >= 1 and np.isfinite(radius) and radius > 0
+                  and np.isfinite(width) and width > 0
+                  and (i > 0 or width == float(bucket_width))
+                  and (i == 0 or radius > out[-1].radius))  # fmt: skip
+            if not ok:
+                raise ValueError
+            out.append(Scale(i, radius, width, first, first + int(tables)))
+            first += int(tables)
+    except (TypeError, ValueError):
+        raise FairpipeInputError(BAD_SCALES.format(tables=n_tables, scales=scales)) from None
+    if first != int(n_tables):
+        raise FairpipeInputError(BAD_SCALES.format(tables=n_tables, scales=scales))
+    return tuple(out)
 U32, U64 = 2.0**-24, 2.0**-53  # unit roundoffs (float32, float64)
 NEAR_ENTRIES = 1 << 20  # products of near cells summed at once (8 MB of float64)
 CELL_CLAMP = 2.0**62  # |cell| above it is clamped (exact projection)
@@ -89,9 +137,34 @@ class LSHParameters(BaseEstimator):
     bucket_width: float = LSH_BUCKET_WIDTH.default
     seed: int = SEED.default
     projection: str = PROJECTION.default  # how a cell is defined (module docstring)
+    # The index's scales (:class:`Scale`): each a family of tables for one query radius, as
+    # (radius, bucket_width, n_tables) in table order; () is one family of all the tables.
+    scales: tuple = ()
 
     def _check_params(self) -> None:
         check_settings("E2LSH", E2LSH_SETTINGS, self)
+        self.scales_of()
+
+    def scales_of(self) -> tuple[Scale, ...]:
+        """The checked scales, in table order (one scale of every table where none are given,
+        its radius unknown: 0)."""
+        return check_scales(self.scales, int(self.n_tables), float(self.bucket_width))
+
+    def scale_for(self, radius: float) -> Scale:
+        """The scale a query at ``radius`` reads: the one of the smallest radius at least
+        ``radius`` (its tables reach a point at ``radius`` with at least the recall they reach
+        at their own), else the largest (``radius`` beyond the index's range). An index of one
+        scale answers every radius with it."""
+        scales = self.scales_of()
+        for scale in scales:
+            if radius <= scale.radius * (1 + RADIUS_TOLERANCE):
+                return scale
+        return scales[-1]
+
+    def radius_range(self) -> float | None:
+        """The largest radius the index is built for (None: not recorded)."""
+        top = self.scales_of()[-1].radius
+        return top if top > 0 else None
 
 
 @dataclass(kw_only=True, repr=False, eq=False)
@@ -135,13 +208,21 @@ class E2LSH(LSHParameters):
         self._check_params()
         k, n_tables, width = int(self.n_hashes), int(self.n_tables), float(self.bucket_width)
         check_projection_size(d, k, n_tables)
+        scales = self.scales_of()
         rng = np.random.default_rng(np.random.SeedSequence([int(self.seed), 0x15B]))
-        a = rng.standard_normal((d, n_tables * k))
-        b = rng.uniform(0.0, width, size=n_tables * k)
+        a = [rng.standard_normal((d, scales[0].n_tables * k))]
+        b = [rng.uniform(0.0, width, size=scales[0].n_tables * k)]
         # Odd multipliers below 2**27 keep sum(cell * multiplier) exact in float64 (see _fold).
         multipliers = rng.integers(MULT_LOW, MULT_HIGH, size=k, dtype=np.int64).view(np.uint64)
         multipliers |= np.uint64(1)
-        return self._install(a.astype(np.float32), b.astype(np.float32), multipliers)
+        for scale in scales[1:]:  # each scale's functions its own draw: a scale added later
+            # leaves the others' as they were
+            more = np.random.default_rng(
+                np.random.SeedSequence([int(self.seed), 0x15B, scale.index]))
+            a.append(more.standard_normal((d, scale.n_tables * k)))
+            b.append(more.uniform(0.0, scale.bucket_width, size=scale.n_tables * k))
+        return self._install(np.concatenate(a, axis=1).astype(np.float32),
+                             np.concatenate(b).astype(np.float32), multipliers)  # fmt: skip
 
     def to_arrays(self, data: bool = True) -> dict[str, np.ndarray]:
         """The hash functions: ``projections`` (d, L * n_hashes) float32, ``offsets``
@@ -164,10 +245,15 @@ class E2LSH(LSHParameters):
         self.offsets_ = np.ascontiguousarray(offsets, dtype=np.float32)
         self.multipliers_ = np.ascontiguousarray(multipliers, dtype=np.uint64)
         self.n_features_in_ = self.projections_.shape[0]
-        # Dividing once here instead of per point: floor((a.x + b) / w) = floor(x.(a/w) + b/w).
-        self._scaled_a = (self.projections_ / np.float32(self.bucket_width)).astype(np.float32)
-        self._scaled_b = (self.offsets_ / np.float32(self.bucket_width)).astype(np.float32)
+        # Dividing once here instead of per point: floor((a.x + b) / w) = floor(x.(a/w) + b/w),
+        # w the width of the column's scale.
+        k = int(self.n_hashes)
+        widths = np.concatenate([np.full(s.n_tables * k, s.bucket_width, dtype=np.float32)
+                                 for s in self.scales_of()])  # fmt: skip
+        self._scaled_a = (self.projections_ / widths).astype(np.float32)
+        self._scaled_b = (self.offsets_ / widths).astype(np.float32)
         self._table_prefix = np.arange(self.n_tables, dtype=np.uint64) << TABLE_SHIFT
+        self._first_table = 0  # the number of the first table (E2LSH.tables)
         # sum_j |cell_j| * m_j < 2**53 whenever every |cell| < _cell_limit: then float64 sums
         # of integer products are exact in any order, and equal the wrapping uint64 sum.
         top = float(self.multipliers_.max()) if self.multipliers_.size else 1.0
@@ -190,6 +276,25 @@ class E2LSH(LSHParameters):
                            float(np.abs(self._b_f64).max(initial=0.0)) + 1.0)  # fmt: skip
         return self
 
+    def tables(self, first: int, last: int) -> E2LSH:
+        """The hash functions of tables ``first`` to ``last - 1`` alone: their keys as this
+        one gives them (what an index extended by new scales hashes its rows with)."""
+        self._check_fitted()
+        k = int(self.n_hashes)
+        parts = [(s.radius, s.bucket_width, min(s.last, last) - max(s.first, first))
+                 for s in self.scales_of() if s.first < last and s.last > first]  # fmt: skip
+        if not 0 <= first < last <= int(self.n_tables) or any(r <= 0 for r, _, _ in parts[1:]):
+            raise FairpipeInputError(f"E2LSH.tables needs 0 <= first < last <= {self.n_tables}"
+                                     f" within known scales. Got {first}, {last}.")  # fmt: skip
+        sub = E2LSH(n_hashes=k, n_tables=last - first, bucket_width=parts[0][1], seed=self.seed,
+                    projection=self.projection,
+                    scales=tuple(parts) if len(parts) > 1 else ())  # fmt: skip
+        sub._install(self.projections_[:, first * k : last * k],
+                     self.offsets_[first * k : last * k], self.multipliers_)  # fmt: skip
+        sub._table_prefix = np.arange(first, last, dtype=np.uint64) << TABLE_SHIFT
+        sub._first_table = first
+        return sub
+
     def hash(self, X: np.ndarray) -> np.ndarray:
         """Bucket keys, shape (n, n_tables) uint64, of validated points ``X``."""
         self._check_fitted()
@@ -210,7 +315,7 @@ class E2LSH(LSHParameters):
         parts = min(int(threads), n // THREAD_ROWS) if compiled else 1
         if parts <= 1:
             self._hash_rows(X, 0, n, out, by_table, compiled)
-            return out
+            return self._numbered(out, by_table)
         from concurrent.futures import ThreadPoolExecutor
 
         blocks = -(-n // ROW_BLOCK)
@@ -220,7 +325,15 @@ class E2LSH(LSHParameters):
                     for a, b in zip(cuts[:-1], cuts[1:])]  # fmt: skip
             for future in done:
                 future.result()
-        return out
+        return self._numbered(out, by_table)
+
+    def _numbered(self, keys: np.ndarray, by_table: bool) -> np.ndarray:
+        """``keys`` with their tables' numbers (the compiled fold numbers them from 0: tables
+        of :meth:`tables` start at their own)."""
+        if self._first_table:
+            keys &= HASH_MASK
+            keys |= self._table_prefix[:, None] if by_table else self._table_prefix
+        return keys
 
     def _hash_rows(self, X: np.ndarray, first: int, last: int, out: np.ndarray, by_table: bool,
                    compiled: bool) -> None:  # fmt: skip

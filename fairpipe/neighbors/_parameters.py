@@ -97,7 +97,7 @@ from fairpipe.neighbors._lsh import MAX_PROJECTION_VALUES, check_projection_size
 from fairpipe.settings import MAX_TABLES
 from fairpipe.validation import check_points
 
-DEFAULT_RECALL = 0.95
+DEFAULT_RECALL = 0.98
 MAX_CHOSEN_TABLES = 200
 TABLE_COST = 100.0
 K_GRID = tuple(range(1, 33))
@@ -428,3 +428,76 @@ def _better(key: tuple, than: tuple) -> bool:
     if key[0] > than[0] * (1 + TIE):
         return False
     return key[1:] < than[1:]
+
+
+# The default largest radius of an index's scales, in units of its radius.
+MAX_RADIUS_FACTOR = 4.0
+MAX_BELOW_RADIUS = (
+    "The 'max_radius' parameter of {owner} must be at least the radius {radius}. Got "
+    "{max_radius}."
+)
+
+
+class MaxBelowRadius(FairpipeInputError):
+    """A largest radius below the index's radius (attributes ``max_radius``, ``radius``)."""
+
+    def __init__(self, max_radius: float, radius: float, owner: str = "choose_scales"):
+        super().__init__(MAX_BELOW_RADIUS.format(owner=owner, max_radius=f"{max_radius:.6g}",
+                                                 radius=f"{radius:.6g}"))  # fmt: skip
+        self.max_radius, self.radius = max_radius, radius
+
+    def __reduce__(self):
+        return type(self), (self.max_radius, self.radius)
+
+
+def scale_radii(radius: float, max_radius: float) -> list[float]:
+    """The radii of an index's scales from ``radius`` to ``max_radius``: evenly spaced in
+    log, each under twice the one before (4 r: r, 2 r, 4 r).
+
+    >>> scale_radii(1.0, 4.0), round(scale_radii(1.0, 3.0)[1] ** 2, 12), scale_radii(2.0, 2.0)
+    ([1.0, 2.0, 4.0], 3.0, [2.0])
+    """
+    if max_radius < radius * (1 - 1e-12):
+        raise MaxBelowRadius(max_radius, radius)
+    steps = max(0, math.ceil(math.log2(max_radius / radius) - 1e-9))
+    if steps == 0:
+        return [float(radius)]
+    ratio = (max_radius / radius) ** (1.0 / steps)
+    return [float(radius * ratio**j) for j in range(steps)] + [float(max_radius)]
+
+
+def choose_scales(
+    X: np.ndarray | DistanceProfile,
+    radius: float | None = None,
+    recall: float = DEFAULT_RECALL,
+    *,
+    max_radius: float | None = None,
+    n_rows: int | None = None,
+    n_hashes: int | None = None,
+    max_tables: int = MAX_CHOSEN_TABLES,
+    n_features: int | None = None,
+) -> list[LSHChoice]:
+    """E2LSH parameters for each scale of an index answering every radius up to
+    ``max_radius`` (default ``MAX_RADIUS_FACTOR`` times the radius) with at least ``recall``:
+    one :class:`LSHChoice` per radius of :func:`scale_radii`, each at the least expected cost
+    for its radius (:func:`choose_lsh_parameters`), all with the first's ``n_hashes`` (the
+    scales share the hash functions' multipliers). ``max_tables`` holds for each scale; the
+    projections of all (``d k L`` summed) must fit (:func:`check_projection_size`)."""
+    if not isinstance(X, DistanceProfile):
+        points = check_points(X, where=f"the points given to {OWNER}")
+        n_rows = points.shape[0] if n_rows is None else n_rows
+        n_features = points.shape[1] if n_features is None else n_features
+        if points.shape[0] > WIDTH_SAMPLE:  # the rows choose_lsh_parameters samples (seed 0)
+            points = points[width_sample_rows(np.arange(points.shape[0], dtype=np.int64), 0)]
+        X = DistanceProfile.of(points)
+    first = choose_lsh_parameters(X, radius, recall, n_rows=n_rows, n_hashes=n_hashes,
+                                  max_tables=max_tables, n_features=n_features)  # fmt: skip
+    top = (first.radius * MAX_RADIUS_FACTOR if max_radius is None
+           else check_positive_float(max_radius, "max_radius", "choose_scales"))  # fmt: skip
+    out = [first]
+    for r in scale_radii(first.radius, top)[1:]:
+        out.append(choose_lsh_parameters(X, r, recall, n_rows=n_rows, n_hashes=first.n_hashes,
+                                         max_tables=max_tables, n_features=n_features))  # fmt: skip
+    if n_features is not None:
+        check_projection_size(n_features, first.n_hashes, sum(c.n_tables for c in out))
+    return out

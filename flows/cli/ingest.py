@@ -53,7 +53,8 @@ def _check(**o) -> None:
     from fairpipe.flows.parameters import check_recall_options
     from fairpipe.neighbors import check_projection_size
 
-    check_recall_options(o["n_hashes"], o["n_tables"], o["bucket_width"], o["recall"])
+    check_recall_options(o["n_hashes"], o["n_tables"], o["bucket_width"], o["recall"],
+                         o["max_radius"])  # fmt: skip
     from fairpipe.datasets import check_source_options
 
     check_source_options(o["source"], o["group_column"], o["id_column"], o["groups_file"],
@@ -115,7 +116,8 @@ def _check_planned(plan, o: dict, options, new_store: bool, appending) -> None:
         plan = _scaled(plan, o)
         new_store_parameters(plan, plan.ids, o["seed"] or 0, n_hashes=o["n_hashes"],
                              n_tables=o["n_tables"], bucket_width=o["bucket_width"],
-                             radius=o["radius"], recall=o["recall"])  # fmt: skip
+                             radius=o["radius"], recall=o["recall"],
+                             max_radius=o["max_radius"])  # fmt: skip
 
 
 def ingest_options(o: dict, lock_timeout: float = 0.0, new_store: bool = False):
@@ -127,7 +129,7 @@ def ingest_options(o: dict, lock_timeout: float = 0.0, new_store: bool = False):
         seed=o["seed"], group_column=o["group_column"], id_column=o["id_column"],
         groups_file=o["groups_file"], ids_file=o["ids_file"], n_hashes=o["n_hashes"],
         n_tables=o["n_tables"], bucket_width=o["bucket_width"], radius=o["radius"],
-        recall=o["recall"], chunk_rows=o["chunk_rows"], scale=o["scale"], gaussian=gaussian,
+        max_radius=o["max_radius"], recall=o["recall"], chunk_rows=o["chunk_rows"], scale=o["scale"], gaussian=gaussian,
         lock_timeout=lock_timeout, new_store=new_store,
     )  # fmt: skip
 

@@ -7,7 +7,13 @@ from fairpipe.errors import FairpipeInputError
 from fairpipe.flows.cli._options import Store, check_ids_given
 from fairpipe.flows.cli._output import result_console
 from fairpipe.flows.cli._runner import Shared, command
-from fairpipe.settings import ERASURE_RETENTION, GIVEN_IDS, REQUEST, REQUEST_REASON
+from fairpipe.settings import (
+    ERASURE_RETENTION,
+    EXTEND_RADIUS,
+    GIVEN_IDS,
+    REQUEST,
+    REQUEST_REASON,
+)
 
 UNKNOWN_REQUEST = "There is no receipt for request {rid} in the store {url}{pending}."
 
@@ -145,28 +151,52 @@ def status(store: Store, *, shared: Shared) -> dict:
     return store_status(store)
 
 
+CONFIGURE_NOTHING = "Give --erasure-retention, --max-radius or both."
+
+
 def _render_configure(r: dict) -> None:
-    result_console().print(
-        f"erasure_retention: {r['before']} -> {r['erasure_retention']} (commit {r['commit']})",
-    )
+    out = result_console()
+    if r["erasure_retention"] is not None:
+        out.print(f"erasure_retention: {r['before']} -> {r['erasure_retention']} "
+                  f"(commit {r['commit']})")  # fmt: skip
+    if r["radius_range"] is not None:
+        g = r["radius_range"]
+        if not g["added"]:
+            out.print(f"radius range: up to {g['before']:.4g} already reaches {g['max_radius']:.4g}")
+            return
+        added = ", ".join(f"{s[0]:.4g} ({s[2]} tables)" for s in g["added"])
+        out.print(f"radius range: up to {g['before']:.4g} -> up to {g['max_radius']:.4g}; "
+                  f"scales added: {added}; {g['n_tables']} tables (commit {g['commit']})")  # fmt: skip
 
 
 def _check_configure(**o) -> None:
     from fairpipe.storage.erasure import parse_retention
 
-    parse_retention(o["erasure_retention"])
+    if o["erasure_retention"] is None and o["max_radius"] is None:
+        raise FairpipeInputError(CONFIGURE_NOTHING)
+    if o["erasure_retention"] is not None:
+        parse_retention(o["erasure_retention"])
 
 
 @command(shared=("lock_timeout", "as_json"), render=_render_configure, check=_check_configure,
-         settings=(ERASURE_RETENTION,))  # fmt: skip
-def configure(store: Store, *, shared: Shared, erasure_retention: str) -> dict:
-    """Change a store's settings (erasure_retention).
+         settings=(ERASURE_RETENTION, EXTEND_RADIUS))  # fmt: skip
+def configure(store: Store, *, shared: Shared, erasure_retention: str | None,
+              max_radius: float | None) -> dict:  # fmt: skip
+    """Change a store's settings: erasure_retention; the radius range of its index.
 
     \b
-    Example (a store made by 'fairpipe ingest digits --store digits.store'):
+    Examples (a store made by 'fairpipe ingest digits --store digits.store'):
       fairpipe configure --store digits.store --erasure-retention 7d
+      fairpipe configure --store digits.store --max-radius 40
     """
     from fairpipe.storage.erasure import set_retention
+    from fairpipe.storage.scales import add_scales
     from fairpipe.storage.store import FairpipeStore
 
-    return set_retention(FairpipeStore.open(store), erasure_retention, shared.lock_timeout)
+    opened = FairpipeStore.open(store)
+    out: dict = {"store": opened.url, "erasure_retention": None, "radius_range": None}
+    if max_radius is not None:  # (its own keys: the retention's are the result's own)
+        out["radius_range"] = add_scales(opened, max_radius, shared.lock_timeout)
+    if erasure_retention is not None:
+        out.update(set_retention(opened, erasure_retention, shared.lock_timeout))
+    return out

@@ -27,6 +27,13 @@ RECALL = (
 )
 
 
+OUT_OF_RANGE = (
+    "r={radius:.4g} is outside the store's radius range (its recall target holds up to "
+    "{top:.4g}): expected recall {recall:.3f}, so people within r are missing from the samples; "
+    "extend the range with: {extend}"
+)
+EXTEND = "fairpipe configure --store {store} --max-radius {radius}"
+
 SHORT = {
     "empty": "query {i}: 0 of {asked:,} samples drawn: its neighbourhood M(q) is empty",
     "draw_limit": (
@@ -47,6 +54,9 @@ def short_line(i: int, q: dict, sampler: str) -> str | None:
 
 def _render(r: dict) -> None:
     out = result_console()
+    if r["in_range"] is False:
+        out.print(OUT_OF_RANGE.format(radius=r["radius"], top=r["max_radius"],
+                                      recall=r["expected_recall"], extend=r["extend_range"]))  # fmt: skip
     out.print(RECALL.format(recall=r["expected_recall"], radius=r["radius"]))
     for i, q in enumerate(r["queries"]):
         out.print(
@@ -98,4 +108,8 @@ def sample(store: Store, *, shared: Shared, **settings: Any) -> dict:
     queries = given_queries(settings)
     if settings["include_query"] and queries["queries"] is not None:
         raise FairpipeInputError(INCLUDE_QUERY_FILE)
-    return sample_store(store, **queries, **settings)
+    result = sample_store(store, **queries, **settings)
+    result["extend_range"] = None
+    if result["in_range"] is False:
+        result["extend_range"] = EXTEND.format(store=store, radius=f"{result['radius']:.6g}")
+    return result
