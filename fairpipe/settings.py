@@ -314,7 +314,17 @@ GAUSSIAN = (Setting("gaussian_n", int, 20000, POSITIVE, "gaussian: points."),
             Setting("gaussian_clusters", int, 8, POSITIVE, "gaussian: mixture components."),
             Setting("gaussian_groups", int, 4, POSITIVE, "gaussian: groups."))  # fmt: skip
 SOURCE = (SOURCE_GROUPS, SOURCE_IDS, GROUPS_FILE, IDS_FILE)
-INDEX = (INGEST_SEED, INDEX_RADIUS, MAX_RADIUS, RECALL, N_HASHES, N_TABLES, BUCKET_WIDTH, SCALE, CHUNK_ROWS)
+INDEX = (
+    INGEST_SEED,
+    INDEX_RADIUS,
+    MAX_RADIUS,
+    RECALL,
+    N_HASHES,
+    N_TABLES,
+    BUCKET_WIDTH,
+    SCALE,
+    CHUNK_ROWS,
+)
 
 
 # -- queries (fairpipe sample, fairpipe predict) --------------------------------------------------

@@ -102,7 +102,7 @@ def add_scales(store: FairpipeStore, max_radius: float, lock_timeout: float = 0.
             added.append([c.radius, c.bucket_width, c.n_tables])
         old_tables = int(lsh.n_tables)
         scales = [[s.radius or before, s.bucket_width, s.n_tables] for s in lsh.scales_of()]
-        n_tables = old_tables + sum(t for _, _, t in added)
+        n_tables = old_tables + sum(int(t) for _, _, t in added)
         check_projection_size(d, k, n_tables)
         kept = dict(attrs["lsh"])
         kept.update(n_tables=n_tables, scales=scales + added, max_radius=float(max_radius))

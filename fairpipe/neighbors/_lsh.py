@@ -104,7 +104,8 @@ def check_scales(scales, n_tables: int, bucket_width: float) -> tuple[Scale, ...
     """The :class:`Scale` s of the ``scales`` parameter (see :class:`LSHParameters`)."""
     if scales is None or len(scales) == 0:
         return (Scale(0, 0.0, float(bucket_width), 0, int(n_tables)),)
-    out, first = [], 0
+    out: list[Scale] = []
+    first = 0
     try:
         for i, (radius, width, tables) in enumerate(scales):
             radius, width = float(radius), float(width)
@@ -122,6 +123,8 @@ def check_scales(scales, n_tables: int, bucket_width: float) -> tuple[Scale, ...
     if first != int(n_tables):
         raise FairpipeInputError(BAD_SCALES.format(tables=n_tables, scales=scales))
     return tuple(out)
+
+
 U32, U64 = 2.0**-24, 2.0**-53  # unit roundoffs (float32, float64)
 NEAR_ENTRIES = 1 << 20  # products of near cells summed at once (8 MB of float64)
 CELL_CLAMP = 2.0**62  # |cell| above it is clamped (exact projection)
@@ -218,7 +221,8 @@ class E2LSH(LSHParameters):
         for scale in scales[1:]:  # each scale's functions its own draw: a scale added later
             # leaves the others' as they were
             more = np.random.default_rng(
-                np.random.SeedSequence([int(self.seed), 0x15B, scale.index]))
+                np.random.SeedSequence([int(self.seed), 0x15B, scale.index])
+            )
             a.append(more.standard_normal((d, scale.n_tables * k)))
             b.append(more.uniform(0.0, scale.bucket_width, size=scale.n_tables * k))
         return self._install(np.concatenate(a, axis=1).astype(np.float32),

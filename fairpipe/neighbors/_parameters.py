@@ -433,8 +433,7 @@ def _better(key: tuple, than: tuple) -> bool:
 # The default largest radius of an index's scales, in units of its radius.
 MAX_RADIUS_FACTOR = 4.0
 MAX_BELOW_RADIUS = (
-    "The 'max_radius' parameter of {owner} must be at least the radius {radius}. Got "
-    "{max_radius}."
+    "The 'max_radius' parameter of {owner} must be at least the radius {radius}. Got {max_radius}."
 )
 
 

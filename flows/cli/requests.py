@@ -162,7 +162,9 @@ def _render_configure(r: dict) -> None:
     if r["radius_range"] is not None:
         g = r["radius_range"]
         if not g["added"]:
-            out.print(f"radius range: up to {g['before']:.4g} already reaches {g['max_radius']:.4g}")
+            out.print(
+                f"radius range: up to {g['before']:.4g} already reaches {g['max_radius']:.4g}"
+            )
             return
         added = ", ".join(f"{s[0]:.4g} ({s[2]} tables)" for s in g["added"])
         out.print(f"radius range: up to {g['before']:.4g} -> up to {g['max_radius']:.4g}; "

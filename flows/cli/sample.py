@@ -29,8 +29,8 @@ RECALL = (
 
 OUT_OF_RANGE = (
     "r={radius:.4g} is outside the store's radius range (its recall target holds up to "
-    "{top:.4g}): expected recall {recall:.3f}, so people within r are missing from the samples; "
-    "extend the range with: {extend}"
+    "{top:.4g}): expected recall {recall:.3f}, so up to {missed:.0%} of the people within r are "
+    "never drawn; extend the range with: {extend}"
 )
 EXTEND = "fairpipe configure --store {store} --max-radius {radius}"
 
@@ -56,7 +56,8 @@ def _render(r: dict) -> None:
     out = result_console()
     if r["in_range"] is False:
         out.print(OUT_OF_RANGE.format(radius=r["radius"], top=r["max_radius"],
-                                      recall=r["expected_recall"], extend=r["extend_range"]))  # fmt: skip
+                                      recall=r["expected_recall"],
+                                      missed=1 - r["expected_recall"], extend=r["extend_range"]))  # fmt: skip
     out.print(RECALL.format(recall=r["expected_recall"], radius=r["radius"]))
     for i, q in enumerate(r["queries"]):
         out.print(

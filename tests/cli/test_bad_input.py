@@ -109,6 +109,10 @@ CASES = [
     ("ingest {d}/good.npy --store {new} --n-hashes 15 --bucket-width 1 --radius 1 --recall 0.99", r"A recall of 0.99 \(--recall\) at radius 1 needs L = 14532126 tables with --n-hashes 15 and --bucket-width 1; at most 200 are chosen \(the index keeps an entry per row and table\)\. Lower --recall, or give --n-tables\."),
     ("ingest {d}/good.npy --store {new} --n-tables 1 --recall 0.99", r"A recall of 0.99 \(--recall\) at radius 0.659712 is out of reach with --n-tables 1: the best --n-hashes and --bucket-width give 0.9501"),
     ("ingest {d}/good.npy --store {new} --radius 0.001", r"No two of the 20 sampled rows are within --radius 0.001 of each other \(the closest pair is 0.42134 apart\): every query's ball would be empty\. The suggested radius \(the median distance to the nearest sampled row\) is 0.659712\."),
+    ("ingest {d}/good.npy --store {new} --max-radius 0", r"The --max-radius option of fairpipe ingest must be a positive float. Got 0.0 instead\."),
+    ("ingest {d}/good.npy --store {new} --max-radius 0.1", r"--max-radius 0.1 is below the suggested radius 0.659712: the index answers every radius up to --max-radius, from --radius\. Give --max-radius at least 0.659712, or a smaller --radius\."),
+    ("ingest {d}/good.npy --store {new} --radius 1 --max-radius 0.5", r"--max-radius 0.5 is below --radius 1: "),
+    ("ingest {d}/good.npy --store {new} --n-tables 5 --max-radius 3", r"--max-radius applies where the ingest chooses --n-tables and --bucket-width for each scale of the index"),
     # sample
     ("sample --store {store} --query-row 1 --n-samples 100000000000", r"The --n-samples option of fairpipe sample must be an integer from 1 to 100000000. Got 100000000000 instead\."),
     ("sample --store {store} --query-row 1 --n-samples 0", r"--n-samples .* Got 0 instead\."),
@@ -138,6 +142,9 @@ CASES = [
     ("backfill --store {store} --ids-file {d}/ids_2_64.txt --batch-size 1000001", r"The --batch-size option of fairpipe backfill must be an integer from 1 to 1000000\. Got 1000001"),
     # configure
     ("configure --store {store} --erasure-retention 99999999999999999999d", r"erasure_retention must be at most 36500d \(100 years\); got '99999999999999999999d'\."),
+    ("configure --store {store}", r"Give --erasure-retention, --max-radius or both\."),
+    ("configure --store {store} --max-radius -1", r"The --max-radius option of fairpipe configure must be a positive float\. Got -1.0 instead\."),
+    ("configure --store {store} --max-radius inf", r"--max-radius .* Got inf instead\."),
     ("configure --store {store} --erasure-retention -1d", r"erasure_retention must be a duration >= 0"),
     ("configure --store {store} --erasure-retention 0 --lock-timeout nan", r"--lock-timeout .* Got nan instead\."),
     # fit
@@ -238,6 +245,7 @@ BUSY_CASES = [
     "forget --store {store} --ids 3",
     "backfill --store {store} --ids-file {ids}",
     "ingest digits --store {store}",
+    "configure --store {store} --max-radius 1000",
 ]
 
 

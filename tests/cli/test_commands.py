@@ -223,9 +223,15 @@ def test_sample_prints_its_result_on_stdout(digits_store):
     path, _ = digits_store
     out = invoke("sample", "--store", path, "--query-id", 42, "--radius", 25, "--n-samples", 7)
     assert out.exit_code == 0 and out.stderr == ""
-    promise, header, ids = out.stdout.splitlines()
+    # (its tables given, one scale: its range ends at its radius, below 25)
+    outside, promise, header, ids = out.stdout.splitlines()
     recall = json.loads(invoke("info", "--store", path, "--json").stdout)["lsh"]
+    assert recall["max_radius"] == recall["radius"] < 25 and "scales" not in recall
     expected = lsh_recall(25, recall["n_hashes"], recall["n_tables"], recall["bucket_width"])
+    assert outside.startswith(
+        f"r=25 is outside the store's radius range (its recall target "
+        f"holds up to {recall['radius']:.4g}): expected recall {expected:.3f}"
+    )
     assert promise.startswith(f"expected recall {expected:.3f} at r=25: ")
     assert header.startswith("query 0: |M(q)| = ") and "(exact mode, exact sampler)" in header
     assert len(ids.split()) == 7
@@ -342,10 +348,10 @@ def test_read_only_commands_as_the_program_end_with_their_whole_result(digits_st
 
 
 def test_ingest_chooses_lsh_parameters_for_a_recall_and_info_shows_it(dask_address, tmp_path):
-    """A new store's k, L and w are those ``choose_lsh_parameters`` gives on the same data for
+    """A new store's k, L and w are those ``choose_scales`` gives (one choice per scale) on the same data for
     the same recall; the expected recall is printed, stored, shown by info, kept by an append,
     and the store's radius is the sample command's default."""
-    from fairpipe.neighbors import choose_lsh_parameters, lsh_recall
+    from fairpipe.neighbors import DEFAULT_RECALL, choose_scales, lsh_recall
 
     rng = np.random.default_rng(4)
     centres = 5 * rng.normal(size=(3, 8))
@@ -360,9 +366,12 @@ def test_ingest_chooses_lsh_parameters_for_a_recall_and_info_shows_it(dask_addre
     assert made.exit_code == 0, made.output
     res = json.loads(made.stdout)
     lsh = res["lsh"]
-    choice = choose_lsh_parameters(X[:2500], recall=0.9)
-    assert (lsh["n_hashes"], lsh["n_tables"], lsh["bucket_width"]) == (choice.n_hashes, choice.n_tables,
-                                                         choice.bucket_width)  # fmt: skip
+    choices = choose_scales(X[:2500], recall=0.9)  # r, 2 r, 4 r
+    choice = choices[0]
+    assert (lsh["n_hashes"], lsh["n_tables"], lsh["bucket_width"]) == (
+        choice.n_hashes, sum(c.n_tables for c in choices), choice.bucket_width)  # fmt: skip
+    assert lsh["scales"] == [[c.radius, c.bucket_width, c.n_tables] for c in choices]
+    assert lsh["max_radius"] == choices[-1].radius == pytest.approx(4 * choice.radius)
     assert lsh["recall_target"] == 0.9 and lsh["expected_recall"] == choice.expected_recall >= 0.9
     assert lsh["radius"] == res["suggested_radius"] == choice.radius
     assert lsh["expected_candidates"] == pytest.approx(choice.expected_candidates)
@@ -401,7 +410,8 @@ def test_ingest_chooses_lsh_parameters_for_a_recall_and_info_shows_it(dask_addre
                      *on_cluster, "--json")  # fmt: skip
     assert partial.exit_code == 0, partial.output
     lsh = json.loads(partial.stdout)["lsh"]
-    assert lsh["n_hashes"] == 3 and lsh["recall_target"] == 0.95 and lsh["expected_recall"] >= 0.95
+    assert lsh["n_hashes"] == 3 and lsh["recall_target"] == DEFAULT_RECALL == 0.98
+    assert lsh["expected_recall"] >= 0.98 and len(lsh["scales"]) == 3
 
 
 def test_version_prints_the_installed_version():

@@ -251,3 +251,41 @@ def test_a_one_point_neighbourhood_and_few_candidates_are_said_as_they_are():
         "--radius 2.5 (all 30 candidates it read)"
     )
     assert small_line(0, {**one, "neighbourhood_size": 2}, 1.0, True) is None
+
+
+def test_a_radius_beyond_the_range_says_so_and_configure_extends_the_range(
+    prefect_server, tmp_path
+):
+    """A query beyond the store's radius range is answered with one line naming its expected
+    recall and the command that extends the range (and the same in --json); that command adds
+    scales, after which the radius is in range and its recall is the target's; info shows the
+    range."""
+    rng = np.random.default_rng(4)
+    np.save(tmp_path / "x.npy", rng.normal(size=(3000, 6)).astype(np.float32))
+    store = tmp_path / "s"
+    made = invoke("ingest", tmp_path / "x.npy", "--store", store, "--max-radius", 1.5, "--json")
+    assert made.exit_code == 0, made.output
+    lsh = json.loads(made.stdout)["lsh"]
+    assert lsh["max_radius"] == 1.5 and lsh["radius"] < 1.5
+    args = ["sample", "--store", store, "--query-id", 7, "--radius", 3, "--n-samples", 4]
+    res = json.loads(invoke(*args, "--json").stdout)
+    command = f"fairpipe configure --store {store} --max-radius 3"
+    assert res["in_range"] is False and res["max_radius"] == 1.5
+    assert res["expected_recall"] < 0.9 and res["extend_range"] == command
+    first = invoke(*args).stdout.splitlines()[0]
+    assert first == (
+        f"r=3 is outside the store's radius range (its recall target holds up to 1.5): "
+        f"expected recall {res['expected_recall']:.3f}, so up to "
+        f"{1 - res['expected_recall']:.0%} of the people within r are never drawn; extend the "
+        f"range with: {command}"
+    )
+    extended = invoke(*command.split()[1:], "--json")
+    assert extended.exit_code == 0, extended.output
+    added = json.loads(extended.stdout)["radius_range"]
+    assert added["before"] == 1.5 and added["max_radius"] == 3 and added["added"]
+    res = json.loads(invoke(*args, "--json").stdout)
+    assert res["in_range"] is True and res["expected_recall"] >= 0.98
+    assert res["extend_range"] is None
+    assert not invoke(*args).stdout.startswith("r=3 is outside")
+    info = invoke("info", "--store", store).stdout
+    assert "radius range up to 3," in info, info

@@ -543,3 +543,81 @@ def test_a_segment_whose_words_changed_is_named_before_anything_indexes_with_it(
     swapped = seg.copy()
     swapped[1:3], swapped[3:5] = seg[3:5], seg[1:3]
     assert segment_problem(swapped, 6) == "its bucket keys do not increase"
+
+
+# -- scales: one family of tables per radius ---------------------------------------------------
+SCALES = ((0.5, 2.0, 4), (1.0, 4.0, 3), (2.0, 8.0, 5))
+
+
+def test_the_first_scale_hashes_as_an_index_of_one_scale_and_each_scale_with_its_width():
+    """An index in scales keeps the first scale's functions as an index of that scale alone
+    (a store made before scales reads the same keys), and each other scale's keys are those
+    of an E2LSH of its width drawn from the scale's own seed stream: the same whichever
+    scales follow it."""
+    X = np.random.default_rng(0).normal(size=(3000, 6)).astype(np.float32)
+    scaled = E2LSH(n_hashes=3, n_tables=12, bucket_width=2.0, seed=5, scales=SCALES).fit(X)
+    keys = scaled.hash(X)
+    alone = E2LSH(n_hashes=3, n_tables=4, bucket_width=2.0, seed=5).fit(X)
+    assert np.array_equal(keys[:, :4], alone.hash(X))
+    fewer = E2LSH(n_hashes=3, n_tables=7, bucket_width=2.0, seed=5, scales=SCALES[:2]).fit(X)
+    assert np.array_equal(keys[:, :7], fewer.hash(X))
+    for first, last in ((4, 12), (7, 12), (5, 9), (0, 12)):
+        part = scaled.tables(first, last)
+        assert np.array_equal(part.hash(X), keys[:, first:last])
+        assert np.array_equal(
+            part.hash_validated(X, by_table=True, threads=2), keys[:, first:last].T
+        )
+    # A wider scale puts more of a point's neighbours in its bucket.
+    near = X + 0.3 * np.random.default_rng(1).normal(size=X.shape).astype(np.float32)
+    shared = (scaled.hash(near) == keys).mean(axis=0)
+    assert shared[:4].mean() < shared[4:7].mean() < shared[7:].mean()
+
+
+@pytest.mark.parametrize(
+    "scales",
+    [
+        ((1.0, 3.0, 4), (2.0, 8.0, 8)),
+        ((1.0, 2.0, 4), (0.5, 8.0, 8)),
+        ((1.0, 2.0, 4), (2.0, 8.0, 0)),
+        ((1.0, 2.0, 4), (2.0, 8.0)),
+        ((1.0, 2.0, 4), (2.0, -1.0, 8)),
+    ],
+)
+def test_bad_scales_are_refused(scales):
+    with pytest.raises(FairpipeInputError, match="The 'scales' parameter of E2LSH must be"):
+        E2LSH(n_hashes=3, n_tables=12, bucket_width=2.0, scales=scales).fit(4)
+
+
+def test_a_radius_reads_the_scale_of_the_least_radius_at_least_its_own():
+    lsh = E2LSH(n_hashes=3, n_tables=12, bucket_width=2.0, scales=SCALES)
+    got = [(s.index, s.first, s.last) for s in map(lsh.scale_for, (0.1, 0.5, 0.7, 1.0, 1.9, 9.0))]
+    assert got == [(0, 0, 4), (0, 0, 4), (1, 4, 7), (1, 4, 7), (2, 7, 12), (2, 7, 12)]
+    assert lsh.radius_range() == 2.0
+    one = E2LSH(n_hashes=3, n_tables=12, bucket_width=2.0)
+    assert (one.scale_for(50.0).first, one.scale_for(50.0).last) == (0, 12)
+    assert one.radius_range() is None
+
+
+def test_fair_nn_draws_uniformly_from_the_buckets_of_its_radius_scale_only():
+    """FairNN over an index in scales: a query at radius rho finds exactly the points within
+    rho that share a bucket with it in a table of rho's scale (computed here from the keys),
+    and its samples are uniform on them (chi-square)."""
+    from scipy.stats import chi2
+
+    from fairpipe.neighbors import FairNN, chi_square_uniform
+
+    X = 0.4 * np.random.default_rng(3).normal(size=(4000, 5)).astype(np.float32)
+    nn = FairNN(n_hashes=3, n_tables=12, bucket_width=2.0, seed=2, scales=SCALES).fit(X)
+    keys = E2LSH(**nn._lsh().get_params()).fit(X).hash(X)
+    for rho in (0.45, 0.9, 1.8):
+        scale = nn.scale_for(rho)
+        q = 11
+        shared = (keys[:, scale.first : scale.last] == keys[q, scale.first : scale.last]).any(1)
+        within = np.einsum("ij,ij->i", X - X[q], X - X[q]) <= np.float32(rho) ** 2
+        want = np.flatnonzero(shared & within & (np.arange(X.shape[0]) != q))
+        (got,) = nn.neighbourhood(query_rows=[q], radius=rho)
+        assert np.array_equal(np.sort(got), want), rho
+        assert want.size >= 5, (rho, want.size)
+        ids = nn.sample(query_rows=[q], radius=rho, n_samples=200 * want.size, seed=4).ids
+        stat, dof = chi_square_uniform(ids[0], want)
+        assert stat < chi2.ppf(0.999, dof), (rho, stat, dof)

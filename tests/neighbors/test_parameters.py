@@ -218,3 +218,26 @@ def test_mean_coverage_of_the_true_ball_reaches_the_target(X):
     found = paper.neighbourhood(query_rows=queries, radius=r, mode="buckets")
     paper_coverage = np.mean([np.isin(b, m).mean() for b, m in zip(balls, found)])
     assert paper_coverage < 0.95
+
+
+def test_the_scales_of_an_index_reach_the_recall_at_every_radius_up_to_the_largest():
+    """choose_scales: one choice per radius of scale_radii (r, 2r, 4r by default), all with
+    the first's n_hashes, each reaching the recall at its own radius, hence (the recall falls
+    with the distance) at every radius between the one before and it."""
+    from fairpipe.neighbors import choose_scales, lsh_recall, scale_radii
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6000, 12)) + 6 * rng.normal(size=(4, 12))[rng.integers(4, size=6000)]
+    choices = choose_scales(X.astype(np.float32), recall=0.98)
+    r = choices[0].radius
+    assert [c.radius for c in choices] == pytest.approx(scale_radii(r, 4 * r)) == [r, 2 * r, 4 * r]
+    assert len({c.n_hashes for c in choices}) == 1
+    for below, c in zip([0.0] + [c.radius for c in choices[:-1]], choices):
+        for rho in np.linspace(below, c.radius, 7)[1:]:
+            assert lsh_recall(rho, c.n_hashes, c.n_tables, c.bucket_width) >= 0.98 - 1e-12
+    wider = choose_scales(X.astype(np.float32), recall=0.98, max_radius=10 * r)
+    assert wider[-1].radius == pytest.approx(10 * r) and len(wider) == 5
+    with pytest.raises(
+        FairpipeInputError, match="'max_radius' parameter of choose_scales must be at least"
+    ):
+        choose_scales(X.astype(np.float32), radius=r, max_radius=r / 2)
