@@ -32,6 +32,7 @@ from fairpipe.neighbors import (
     choose_lsh_parameters,
     choose_scales,
     lsh_recall,
+    scales_params,
     width_sample_rows,
 )
 
@@ -173,15 +174,12 @@ def _new_store_parameters(plan: SourcePlan, ids: np.ndarray | None, seed: int, *
                                                   radius=f"{e.radius:.6g}",
                                                   which="--radius" if radius is not None
                                                   else "the suggested radius")) from None  # fmt: skip
-    choice = choices[0]
-    scales = [[c.radius, c.bucket_width, c.n_tables] for c in choices]
-    return {"n_hashes": choice.n_hashes, "n_tables": sum(c.n_tables for c in choices),
-            "bucket_width": choice.bucket_width,
+    choice, params = choices[0], scales_params(choices)
+    return {**params, "scales": [list(s) for s in params["scales"]] or None,
             "radius": choice.radius, "recall_target": choice.recall_target,
             "expected_recall": choice.expected_recall,
             "expected_candidates": choice.expected_candidates,
-            "max_radius": choices[-1].radius,
-            "scales": scales if len(scales) > 1 else None}  # fmt: skip
+            "max_radius": choices[-1].radius}  # fmt: skip
 
 
 def width_sample(plan: SourcePlan, ids: np.ndarray | None, seed: int) -> np.ndarray:

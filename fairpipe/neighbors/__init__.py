@@ -79,6 +79,7 @@ from fairpipe.neighbors._parameters import (
     collision_probability,
     lsh_recall,
     scale_radii,
+    scales_params,
 )
 from fairpipe.neighbors._query_buckets import (
     degree_of,
@@ -127,6 +128,6 @@ __all__ = [
     "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",
     "sketch_levels",
     "coverage", "expected_tv_on_ball", "true_ball", "true_balls", "tv_margin", "DEFAULT_RECALL", "MAX_CHOSEN_TABLES", "TABLE_COST", "DistanceProfile",
-    "EmptyBalls", "LSHChoice", "MaxBelowRadius", "UnreachableRecall", "choose_lsh_parameters", "choose_scales", "scale_radii", "MAX_RADIUS_FACTOR",
+    "EmptyBalls", "LSHChoice", "MaxBelowRadius", "UnreachableRecall", "choose_lsh_parameters", "choose_scales", "scale_radii", "scales_params", "MAX_RADIUS_FACTOR",
     "collision_probability", "lsh_recall",
 ]  # fmt: skip

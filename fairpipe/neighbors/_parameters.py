@@ -500,3 +500,13 @@ def choose_scales(
     if n_features is not None:
         check_projection_size(n_features, first.n_hashes, sum(c.n_tables for c in out))
     return out
+
+
+def scales_params(choices: list[LSHChoice]) -> dict:
+    """The parameters :class:`~fairpipe.neighbors.FairNN` and ``E2LSH`` take for an index of
+    the scales ``choices`` (:func:`choose_scales`): ``n_hashes``, ``n_tables`` (all scales'),
+    the first scale's ``bucket_width``, and ``scales`` (``()`` for one scale)."""
+    first = choices[0]
+    scales = tuple((c.radius, c.bucket_width, c.n_tables) for c in choices)
+    return {"n_hashes": first.n_hashes, "n_tables": sum(c.n_tables for c in choices),
+            "bucket_width": first.bucket_width, "scales": scales if len(scales) > 1 else ()}  # fmt: skip
