@@ -51,6 +51,7 @@ DATA = ROOT.parent / "shared" / "data"
 FACTORS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0)
 TARGET_TV = 1.5
 PER_POINT = 100  # samples per point of B(q, r)
+FLOOR_SHOWN = 0.03  # the plot's lowest TV ratio
 
 
 def anisotropic(n: int = 200_000, d: int = 64, k: int = 20, seed: int = 1) -> np.ndarray:
@@ -151,8 +152,10 @@ def print_set(name: str, res: dict) -> None:
           f"scales: {s['n_tables']} tables, {s['bytes_per_point']:.0f} B/point beyond the points, "
           f"ingest {s['ingest_s']:.1f} s; baseline (one scale, recall 0.95): {b['n_tables']} "
           f"tables, {b['bytes_per_point']:.0f} B/point, {b['ingest_s']:.1f} s")  # fmt: skip
-    print(f"  {'radius':>7} {'|B| med':>8} {'coverage mean/min':>18} {'TV/floor mean/max':>18} "
-          f"{'in range':>8} {'cands':>8} | {'baseline coverage':>18} {'TV/floor':>12}")
+    print(
+        f"  {'radius':>7} {'|B| med':>8} {'coverage mean/min':>18} {'TV/floor mean/max':>18} "
+        f"{'in range':>8} {'cands':>8} | {'baseline coverage':>18} {'TV/floor':>12}"
+    )
     for f in FACTORS:
         m, o = s["radii"][f], b["radii"][f]
         ok = "yes" if m["in_range"] else "NO (says so)"
@@ -172,12 +175,14 @@ def plot(results: dict, path: Path) -> None:
     for ax, key, title in ((axes[0], "scales", "index in scales up to 4 r, recall 0.98 (default)"),
                            (axes[1], "baseline", "one scale at r, recall 0.95 (baseline)")):  # fmt: skip
         for name, res in results.items():
-            ys = [res[key]["radii"][f]["tv_ratio_mean"] for f in FACTORS]
+            # (a ball holding the query alone has TV 0: drawn at the axis's floor)
+            ys = [max(res[key]["radii"][str(f)]["tv_ratio_mean"], FLOOR_SHOWN) for f in FACTORS]
             ax.plot(FACTORS, ys, marker="o", label=name)
         ax.axhline(TARGET_TV, color="k", linestyle="dashed", label="target 1.5x")
         ax.axvspan(0.5, 4.0, color="0.92")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.set_ylim(FLOOR_SHOWN / 1.2, 40)
         ax.set_xlabel("radius / suggested radius r (shaded: the default range)")
         ax.set_title(title, fontsize=10)
     axes[0].set_ylabel("mean TV on B(q, radius) / noise floor")
@@ -188,12 +193,18 @@ def plot(results: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", default="mnist,word2vec,census-kdd,adult,gaussian,anisotropic,multiscale")
+    ap.add_argument(
+        "--sets", default="mnist,word2vec,census-kdd,adult,gaussian,anisotropic,multiscale"
+    )
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
+    ap.add_argument("--plot-only", action="store_true", help="plot the last run's JSON again")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.plot_only:
+        plot(json.loads((out / "radius_range.json").read_text()), out / "radius_range.png")
+        return
     results = {}
     with tempfile.TemporaryDirectory(prefix="fairpipe-range-") as tmp:
         folder = Path(tmp)
@@ -203,7 +214,7 @@ def main() -> None:
             results[name] = run_set(name, source, extra, folder, args.queries)
             print_set(name, results[name])
     (out / "radius_range.json").write_text(json.dumps(results, indent=1, default=str))
-    plot(results, out / "radius_range.png")
+    plot(json.loads((out / "radius_range.json").read_text()), out / "radius_range.png")
     print(f"\nwrote {out / 'radius_range.json'} and {out / 'radius_range.png'}")
 
 

@@ -70,9 +70,10 @@ def bench_many_samples(store: str, count: int, per_query: int = 100_000) -> None
         flat_rates.append(int(res.counts[0]) / (time.perf_counter() - t0))
         M = reader.preload().neighbourhood(query_rows=[int(r)], radius=reader.suggested_radius)[0]
         hood.append(M.size)
-        t0 = time.perf_counter()
-        rng.choice(M, size=per_query)
-        choice_rates.append(per_query / (time.perf_counter() - t0))
+        if M.size:  # (a row alone within r: nothing to choose from)
+            t0 = time.perf_counter()
+            rng.choice(M, size=per_query)
+            choice_rates.append(per_query / (time.perf_counter() - t0))
     med = float(np.median(rates))
     print(f"\n[1] {per_query:,} samples of one query, hot (n={reader.n:,}; {count} stored rows, "
           f"|M(q)| {min(hood):,}-{max(hood):,}, median {int(np.median(hood)):,}; "

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from fairpipe.neighbors import BucketIndex, FairNN, decode, unmix
+from fairpipe.neighbors import HASH_MASK, TABLE_SHIFT, BucketIndex, FairNN, Scale, decode, unmix
 from fairpipe.storage.arrays import open_group, read_array, read_arrays
 from fairpipe.storage.damage import DamagedPartError
 from fairpipe.storage.formats import load_format1_index, store_format
@@ -45,15 +45,19 @@ def load_index(session, attrs: dict) -> BucketIndex:
     return BucketIndex.from_tables(tables)
 
 
-def load_sampler(session, attrs: dict) -> FairNN:
+def load_sampler(session, attrs: dict, scale: Scale | None = None) -> FairNN:
     """A :class:`FairNN` over the store's rows and index, everything read into memory (the hot
     path of a long-lived process). It holds the points, ids and alive flags, and the index as
     :func:`load_compact_index` reads it (members int32): about n x (4 d + 4 L + 9) bytes plus
     16 bytes a bucket; each row's keys are made from the index only if asked for
-    (``FairNN.keys_``)."""
+    (``FairNN.keys_``). ``scale``: only that scale's tables, an index of them alone (its
+    tables numbered from 0; what the queries at a radius of that scale read)."""
     lsh = load_lsh(session, attrs)
     if store_format(attrs) == 1:
         index = load_index(session, attrs)
+    elif scale is not None and scale.n_tables < int(lsh.n_tables):
+        index = load_compact_index(session, attrs, (scale.first, scale.last))
+        lsh = lsh.tables(scale.first, scale.last, renumbered=True)
     else:
         index = load_compact_index(session, attrs)
     release_free_memory()
@@ -89,15 +93,18 @@ def release_free_memory() -> None:
         pass
 
 
-def load_compact_index(session, attrs: dict) -> BucketIndex:
+def load_compact_index(session, attrs: dict, tables: tuple[int, int] | None = None) -> BucketIndex:
     """:func:`load_index` (the same buckets, keys and members, in the same order) for a format 2
     store, built bucket by bucket from the segments rather than entry by entry: members stay
     int32 and nothing the size of all entries is made but the three arrays it returns (each
     allocated at an upper bound, filled from the start, then shrunk in place: the pages never
-    written are never committed)."""
+    written are never committed). ``tables``: (first, last), those tables alone, numbered from
+    0 in the keys."""
     names = list(layer_bits(attrs))
     lengths = read_arrays(session, [f"lsh/{layer_arrays(name)[1]}" for name in names])
-    n_tables = int(lengths[0].shape[0])
+    first, last_table = (0, int(lengths[0].shape[0])) if tables is None else tables
+    lengths = [v[first:last_table] for v in lengths]
+    n_tables = last_table - first
     upper = int(sum(int(v.sum()) for v in lengths))  # segment words: at least the entries
     members = np.empty(max(upper, 1), dtype=np.int32)
     keys = np.empty(max(upper, 1), dtype=np.uint64)
@@ -105,12 +112,16 @@ def load_compact_index(session, attrs: dict) -> BucketIndex:
     n_entries = n_buckets = 0
     held = sum((v.sum(axis=1) for v in lengths), np.zeros(n_tables, np.int64))
     for j, last in table_runs(held):
-        per_layer = [read_tables_segments(session, name, j, v[j:last], int(attrs["n"]))
+        per_layer = [read_tables_segments(session, name, first + j, v[j:last], int(attrs["n"]))
                      for name, v in zip(names, lengths)]  # fmt: skip
         for i in range(last - j):
             h, sizes, rows = _table_buckets([layer[i] for layer in per_layer])
             nb, ne = h.shape[0], rows.shape[0]
             keys[n_buckets : n_buckets + nb] = unmix(h)
+            if first:  # the table numbered from 0: its number in the keys' top bits
+                part = keys[n_buckets : n_buckets + nb]
+                part &= HASH_MASK
+                part |= np.uint64(j + i) << TABLE_SHIFT
             starts[n_buckets] = n_entries
             np.cumsum(sizes, out=starts[n_buckets + 1 : n_buckets + nb + 1])
             starts[n_buckets + 1 : n_buckets + nb + 1] += n_entries

@@ -100,7 +100,7 @@ class StoreReader:
         self._segments: dict[tuple[str, int, int], np.ndarray] = {}
         self._rows: dict[str, _RowCache | None] = {}
         self._lookup: StoredIds | None = None
-        self._nn: FairNN | None = None
+        self._nn: dict[int | None, FairNN] = {}  # by scale (None: every table)
         self._model: tuple[np.ndarray, np.ndarray] | None = None
 
     @cached_property
@@ -273,14 +273,23 @@ class StoreReader:
         }  # fmt: skip
 
     # -- the queries -------------------------------------------------------------------------
-    def preload(self) -> FairNN:
-        """Read the whole index and every row into an in-memory :class:`FairNN` (once); later
-        queries use it (the hot path)."""
-        if self._nn is None:
+    def preload(self, radius: float | None = None) -> FairNN:
+        """Read the index and every row into an in-memory :class:`FairNN` (once); later
+        queries use it (the hot path). ``radius``: only the tables of its scale (what the
+        queries at radii of that scale read: a fraction of the memory of an index of several
+        scales), an index of them alone; None: every table (a preload of every table serves
+        every radius)."""
+        scales = self.lsh.scales_of()
+        key = None if radius is None or len(scales) == 1 else self.lsh.scale_for(radius).index
+        if None in self._nn:
+            return self._nn[None]
+        if key not in self._nn:
             light = getattr(self.session, "is_light", False) and store_format(self.attrs) == 2
-            self._nn = load_sampler(self.session if light else self.full_session, self.attrs)
-            self._nn.point_buckets_  # noqa: B018 (built here, not by the first query)
-        return self._nn
+            nn = load_sampler(self.session if light else self.full_session, self.attrs,
+                              None if key is None else scales[key])  # fmt: skip
+            nn.point_buckets_  # noqa: B018 (built here, not by the first query)
+            self._nn[key] = nn
+        return self._nn[key]
 
     def sample(self, queries=None, *, query_rows=None, query_ids=None, radius=None,
                n_samples: int = 1, sampler: str = SAMPLER.default, mode: str = MODE.default, c: float = C.default,
@@ -295,9 +304,9 @@ class StoreReader:
         radius, n_samples, sampler, mode, c, failure_prob, path = check_sample_options(
             "StoreReader.sample", radius, n_samples, sampler, mode, c, failure_prob, path
         )
-        if (self._nn is not None or sampler == "rank" or store_format(self.attrs) == 1
+        if (self._nn or sampler == "rank" or store_format(self.attrs) == 1
                 or _batch_size(queries, query_rows, query_ids) >= PRELOAD_QUERIES):  # fmt: skip
-            nn = self.preload()
+            nn = self.preload(radius)
             if query_ids is not None:
                 query_rows, query_ids = self.rows_of(query_ids), None
             if queries is not None:
@@ -373,14 +382,15 @@ class StoreReader:
         ``candidates`` (how many it was chosen among). The distances are estimated from the
         candidates' sketch where the store has one (the midpoint of their bounds), else exact.
         The candidates are those of the index's scale for ``radius`` (default: the store's)."""
-        scale = self.lsh.scale_for(self.suggested_radius if radius is None else radius)
+        radius = self.suggested_radius if radius is None else radius
+        scale = self.lsh.scale_for(radius)
         Q, stored = self._queries(queries, query_rows, query_ids)
         own = FairNN._own_rows(stored, include_query, Q.shape[0], "StoreReader.suggest_radius")
-        if self._nn is not None or store_format(self.attrs) == 1:
-            nn = self.preload()
+        if self._nn or store_format(self.attrs) == 1:
+            nn = self.preload(radius)
             out = []
             for i in range(Q.shape[0]):
-                qb = nn._resolve_queries(Q[i : i + 1], None, scale)[1][0]
+                qb = nn._resolve_queries(Q[i : i + 1], None, nn.scale_for(radius))[1][0]
                 rows = neighbourhood(nn.index_, nn.points_, Q[i], qb, "buckets", 1.0, 1.0,
                                      int(own[i]))  # fmt: skip
                 d2 = np.einsum("ij,ij->i", nn.points_[rows] - Q[i], nn.points_[rows] - Q[i])

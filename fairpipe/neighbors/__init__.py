@@ -56,9 +56,11 @@ from fairpipe.neighbors._fair_nn import (
 from fairpipe.neighbors._key_directory import KeyDirectory
 from fairpipe.neighbors._lsh import (
     E2LSH,
+    HASH_MASK,
     LSH_ARRAYS,
     RADIUS_TOLERANCE,
     ROW_BLOCK,
+    TABLE_SHIFT,
     Scale,
     check_projection_size,
     check_scales,
@@ -118,7 +120,7 @@ from fairpipe.settings import MAX_TABLES, MODES, SAMPLERS
 
 __all__ = [
     "MAX_SAMPLES", "MAX_TABLES", "check_projection_size", "unique_inverse_ints", "warm_index_kernels",
-    "E2LSH", "Scale", "check_scales", "RADIUS_TOLERANCE", "EVALUATED_SAMPLERS", "LSH_ARRAYS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
+    "E2LSH", "Scale", "check_scales", "RADIUS_TOLERANCE", "HASH_MASK", "TABLE_SHIFT", "EVALUATED_SAMPLERS", "LSH_ARRAYS", "MODES", "PATHS", "ROW_BLOCK", "SAMPLERS", "WIDTH_PER_RADIUS",
     "BucketIndex", "FairNN", "KeyDirectory", "QueryStats", "RankState", "SampleResult",
     "build_table", "chi_square_uniform", "degree_of", "estimate_bucket_width", "evaluate_tv",
     "hash_order", "neighbourhood", "noise_floor", "pick_queries", "plot_tv", "remove_rows",

@@ -280,9 +280,10 @@ class E2LSH(LSHParameters):
                            float(np.abs(self._b_f64).max(initial=0.0)) + 1.0)  # fmt: skip
         return self
 
-    def tables(self, first: int, last: int) -> E2LSH:
+    def tables(self, first: int, last: int, renumbered: bool = False) -> E2LSH:
         """The hash functions of tables ``first`` to ``last - 1`` alone: their keys as this
-        one gives them (what an index extended by new scales hashes its rows with)."""
+        one gives them (what an index extended by new scales hashes its rows with), or with
+        the tables numbered from 0 (``renumbered``: an index of those tables alone)."""
         self._check_fitted()
         k = int(self.n_hashes)
         parts = [(s.radius, s.bucket_width, min(s.last, last) - max(s.first, first))
@@ -295,8 +296,9 @@ class E2LSH(LSHParameters):
                     scales=tuple(parts) if len(parts) > 1 else ())  # fmt: skip
         sub._install(self.projections_[:, first * k : last * k],
                      self.offsets_[first * k : last * k], self.multipliers_)  # fmt: skip
-        sub._table_prefix = np.arange(first, last, dtype=np.uint64) << TABLE_SHIFT
-        sub._first_table = first
+        if not renumbered:
+            sub._table_prefix = np.arange(first, last, dtype=np.uint64) << TABLE_SHIFT
+            sub._first_table = first
         return sub
 
     def hash(self, X: np.ndarray) -> np.ndarray:

@@ -18,10 +18,12 @@ LSH = dict(n_hashes=3, n_tables=6, bucket_width=2.5, seed=3)
 THREADS = dict(n_workers=1, processes=False)
 
 
-@pytest.fixture(scope="module")
-def store(prefect_server, tmp_path_factory):
+@pytest.fixture(scope="module", params=["one scale", "scales"])
+def store(prefect_server, tmp_path_factory, request):
     """A store with forgotten rows and two appends held in two delta layers of the index (a row
-    of the second forgotten too), and the FairNN holding the same rows."""
+    of the second forgotten too), and the FairNN holding the same rows: with its tables given
+    (one scale), and with its index in scales 0.5, 1 and 2 (the tests' radius 1.5 reads the
+    third scale's tables)."""
     tmp = tmp_path_factory.mktemp("reader")
     X, _ = make_blobs(n_samples=3000, n_features=5, centers=3, random_state=2)
     X = X.astype(np.float32)
@@ -29,6 +31,8 @@ def store(prefect_server, tmp_path_factory):
     np.save(tmp / "b.npy", X[2700:2900])
     np.save(tmp / "c.npy", X[2900:])
     opts = IngestOptions(seed=3, n_hashes=3, n_tables=6, bucket_width=2.5, chunk_rows=512)
+    if request.param == "scales":
+        opts = IngestOptions(seed=3, n_hashes=3, radius=0.5, max_radius=2.0, chunk_rows=512)
     run_ingest(str(tmp / "a.npy"), str(tmp / "s"), opts, **THREADS)
     run_forget(str(tmp / "s"), [10, 2000], **THREADS)
     run_ingest(str(tmp / "b.npy"), str(tmp / "s"), IngestOptions(), **THREADS)
@@ -37,7 +41,12 @@ def store(prefect_server, tmp_path_factory):
     lsh = open_reader(str(tmp / "s")).attrs["lsh"]
     assert lsh["delta_start"] == 2700
     assert [start for _, start, _ in lsh["deltas"]] == [2700, 2900]
-    nn = FairNN(**LSH).fit(X)
+    params = LSH
+    if request.param == "scales":
+        assert [s[0] for s in lsh["scales"]] == [0.5, 1.0, 2.0]
+        params = {name: lsh[name] for name in ("n_hashes", "n_tables", "bucket_width")}
+        params.update(seed=3, scales=tuple(map(tuple, lsh["scales"])))
+    nn = FairNN(**params).fit(X)
     nn.delete([10, 2000, 2900])
     return tmp / "s", nn, X
 
@@ -58,7 +67,7 @@ def test_lazy_queries_draw_exactly_what_fairnn_draws(store, sampler):
         got, want = reader.sample(Q, radius=1.5, n_samples=9, seed=1, sampler=sampler, mode=mode), \
             nn.sample(Q, radius=1.5, n_samples=9, seed=1, sampler=sampler, mode=mode)  # fmt: skip
         assert np.array_equal(got.ids, want.ids)
-    assert reader._nn is None or sampler == "rank"  # the lazy path read no whole array
+    assert not reader._nn or sampler == "rank"  # the lazy path read no whole array
 
 
 def test_a_large_batch_reads_the_index_once_and_draws_what_the_lazy_path_draws(store,
@@ -70,11 +79,14 @@ def test_a_large_batch_reads_the_index_once_and_draws_what_the_lazy_path_draws(s
     kw = dict(radius=1.5, n_samples=12, seed=2, with_neighbourhood=True)
     batch = open_reader(str(path))
     got = batch.sample(query_rows=rows, **kw)
-    assert len(rows) >= reader_module.PRELOAD_QUERIES and batch._nn is not None
+    assert len(rows) >= reader_module.PRELOAD_QUERIES and batch._nn
+    # Only the scale of the radius is read (an index of it alone), unless one scale is all.
+    (nn,) = batch._nn.values()
+    assert nn.n_tables == batch.lsh.scale_for(1.5).n_tables
     monkeypatch.setattr(reader_module, "PRELOAD_QUERIES", 10**9)
     lazy = open_reader(str(path))
     want = lazy.sample(query_rows=rows, **kw)
-    assert lazy._nn is None and np.array_equal(got.ids, want.ids)
+    assert not lazy._nn and np.array_equal(got.ids, want.ids)
     assert np.array_equal(got.neighbourhood_sizes, want.neighbourhood_sizes)
 
 
