@@ -401,6 +401,9 @@ def main() -> None:
     ap.add_argument("--store", default=None,
                     help="an existing store of these points to use (it is not ingested again; "
                          "its build time is then unknown, and the forget changes it)")  # fmt: skip
+    ap.add_argument("--radius-factor", type=float, default=1.0,
+                    help="the query radius in units of the store's suggested radius r "
+                         "(default 1; the store's range is up to 4 r)")  # fmt: skip
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
     args = ap.parse_args()
     out = Path(args.out)
@@ -429,9 +432,10 @@ def main() -> None:
     print_table(res)
     if faiss is None:
         print(NO_FAISS)
-    (out / "peers.json").write_text(json.dumps(res, indent=1, default=float))
-    plot(res, out / "peers.png")
-    print(f"  json: {out / 'peers.json'}\n  plot: {out / 'peers.png'}")
+    stem = "peers" if args.radius_factor == 1 else f"peers_{args.radius_factor:g}r"
+    (out / f"{stem}.json").write_text(json.dumps(res, indent=1, default=float))
+    plot(res, out / f"{stem}.png")
+    print(f"  json: {out / f'{stem}.json'}\n  plot: {out / f'{stem}.png'}")
 
 
 def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dict:
@@ -444,7 +448,7 @@ def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dic
     if not np.array_equal(ids, np.arange(n)):
         raise SystemExit("the store's ids are not its row numbers (ingest gaussian gives them)")
     attrs = open_reader(store).attrs
-    r = float(attrs["suggested_radius"])
+    r = float(attrs["suggested_radius"]) * args.radius_factor
     live = np.flatnonzero(alive)
     order = live[hash_order(ids[live], 0, salt=0x0E)]
     # Queries: the first rows in that order whose ball holds another point (a ball of one is
@@ -463,7 +467,8 @@ def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dic
     warm = order[tried : tried + WARM_ROWS]
     sizes = [int(b.size) for b in balls]
     floor = noise_floor(PER_POINT)
-    print(f"n={n:,} d={d} r={r:.4g} (the store's suggested radius); {len(queries)} queries "
+    print(f"n={n:,} d={d} r={r:.4g} ({args.radius_factor:g} x the store's suggested radius); "
+          f"{len(queries)} queries "
           f"({tried} rows tried), |B(q, r)| {min(sizes)}-{max(sizes)} (median "
           f"{np.median(sizes):.0f}), brute force {truth_s:.1f} s; lsh {attrs['lsh']}",
           flush=True)  # fmt: skip
@@ -530,6 +535,7 @@ def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dic
                 for c, b in zip(systems["fairpipe"]["coverage"], sizes)]  # fmt: skip
     return {
         "n": n, "d": d, "clusters": args.clusters, "queries": len(queries), "radius": r,
+        "radius_factor": args.radius_factor,
         "query_rows": queries.tolist(), "ball_sizes": sizes, "noise_floor": floor,
         "fairpipe_expected_tv_ball": float(np.mean(expected)), "lsh": attrs["lsh"],
         "faiss": None if faiss is None else faiss.__version__,

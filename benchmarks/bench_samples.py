@@ -3,7 +3,8 @@
 
     .venv/bin/python benchmarks/bench_samples.py [--store PATH | --n 200000] [--queries 20]
 
-1. many samples (hot: ``open_reader(url).preload()``, in this process): 100,000 samples of one
+1. many samples (hot: ``open_reader(url).preload(r)``, the tables of the scale of the store's
+   suggested radius r, in this process): 100,000 samples of one
    stored row at a time, exact sampler, exact mode, the store's suggested radius: median
    samples/s over the queries (target >= 10M/s at 1M rows), against drawing them by rejection
    from the flattened buckets (``path="flat"``) and against ``rng.choice`` on M(q) known in
@@ -11,7 +12,7 @@
 2. a long-lived reader without ``preload()`` (``open_reader(url)``, in this process): after its
    first query, the median and 90th percentile time of one query (10 samples) on rows it has
    not seen (its caches filling as it goes), and on rows it has (target <= 10 ms);
-3. ``preload()`` in a fresh process: seconds, and its peak RSS above the process's before it,
+3. ``preload(r)`` in a fresh process: seconds, and its peak RSS above the process's before it,
    against the bytes of the arrays it loads (points, ids, alive, the index: target <= 1.5x)
    and against those it holds afterwards (also the row-bucket matrix it builds);
 4. a cold one-query ``fairpipe sample --n-samples 10`` (a fresh process each): median wall
@@ -53,7 +54,7 @@ def query_rows(n: int, count: int, seed: int) -> np.ndarray:
 # -- 1. many samples, hot ---------------------------------------------------------------------------
 def bench_many_samples(store: str, count: int, per_query: int = 100_000) -> None:
     reader = open_reader(store)
-    reader.preload()
+    reader.preload(reader.suggested_radius)
     rows = query_rows(reader.n, count + 10, seed=5)
     for r in rows[count:]:  # first calls: numpy's lazy imports, the generator's state
         reader.sample(query_rows=[int(r)], n_samples=per_query, seed=1)
@@ -68,7 +69,7 @@ def bench_many_samples(store: str, count: int, per_query: int = 100_000) -> None
         t0 = time.perf_counter()
         res = reader.sample(query_rows=[int(r)], n_samples=per_query, seed=1, path="flat")
         flat_rates.append(int(res.counts[0]) / (time.perf_counter() - t0))
-        M = reader.preload().neighbourhood(query_rows=[int(r)], radius=reader.suggested_radius)[0]
+        M = reader.preload(reader.suggested_radius).neighbourhood(query_rows=[int(r)], radius=reader.suggested_radius)[0]
         hood.append(M.size)
         if M.size:  # (a row alone within r: nothing to choose from)
             t0 = time.perf_counter()
@@ -127,7 +128,7 @@ reader = open_reader(sys.argv[1])
 reader.lsh
 before = rss()
 t0 = time.perf_counter()
-nn = reader.preload()
+nn = reader.preload(reader.suggested_radius)  # the tables of r's scale: what queries at r read
 seconds = time.perf_counter() - t0
 peak = rss("VmHWM")
 index = nn.index_
