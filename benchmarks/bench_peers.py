@@ -63,6 +63,7 @@ from fairpipe.neighbors import (  # noqa: E402
 PER_POINT = 100  # S = 100 |B(q, r)| samples per query for the TV
 MANY = 100_000  # samples of one query for the throughput
 WARM_ROWS = 5  # other rows queried first
+BATCH_SAMPLES = 10  # samples of each query of the batch
 TARGET_COVERAGE, TARGET_MIN_COVERAGE, TARGET_TV = 0.95, 0.9, 1.5  # TV: x the noise floor
 TARGET_WARM_MS = 10.0  # a warm query without preload()
 TARGET_MANY_PER_S = 10e6  # 100,000 samples of one query, hot
@@ -94,9 +95,10 @@ def run_json(args: list[str], env: dict) -> tuple[dict, float]:
 
 # -- the systems: each finds a query's points within r and draws from them -----------------------
 class Fairpipe:
-    """A store reader; ``preload`` reads the whole index into memory first."""
+    """A store reader; ``preload`` reads the index (the tables of the radius's scale) into
+    memory first."""
 
-    def __init__(self, url: str, preload: bool):
+    def __init__(self, url: str, preload: bool, radius: float):
         from fairpipe.storage.reader import open_reader
 
         self.name = "fairpipe + preload()" if preload else "fairpipe"
@@ -104,8 +106,15 @@ class Fairpipe:
         self.preload_s = self.preload_rss = None
         if preload:
             before, t0 = rss_bytes(), time.perf_counter()
-            self.reader.preload()
+            self.reader.preload(radius)
             self.preload_s, self.preload_rss = time.perf_counter() - t0, rss_bytes() - before
+
+    def batch(self, rows: np.ndarray, radius: float, k: int, seed: int) -> int:
+        """``k`` samples of each of ``rows`` in one call (a batch of 64 or more reads the
+        scale's index once); returns the samples drawn."""
+        res = self.reader.sample(query_rows=rows, radius=radius, n_samples=k, seed=seed,
+                                 include_query=True)  # fmt: skip
+        return int(res.counts.sum())
 
     def find(self, row: int, radius: float) -> np.ndarray:
         # The gaussian source's ids are its row numbers (run checks it). The query's own row
@@ -138,6 +147,16 @@ class Faiss:
         if found.size == 0:
             return found
         return found[np.random.default_rng(seed).integers(0, found.size, size=k)]
+
+    def batch(self, rows: np.ndarray, radius: float, k: int, seed: int) -> int:
+        """One batched range search of ``rows``, then ``k`` uniform picks from each result."""
+        lims, _, found = self.index.range_search(self.X[rows], radius * radius)
+        rng, drawn = np.random.default_rng(seed), 0
+        for i in range(rows.shape[0]):
+            hits = found[lims[i] : lims[i + 1]]
+            if hits.size:
+                drawn += hits[rng.integers(0, hits.size, size=k)].size
+        return drawn
 
 
 def faiss_ivf(X: np.ndarray, nlist: int):
@@ -207,6 +226,16 @@ def measure(
         "many_drawn": many_drawn,
         "many_drawn_share": sum(many_drawn) / (MANY * len(many_drawn)),
     }
+
+
+def batch_timed(system, rows: np.ndarray, r: float) -> dict:
+    """``BATCH_SAMPLES`` samples of each of ``rows`` at once: seconds and queries a second
+    (fairpipe without preload(): its index read included)."""
+    t0 = time.perf_counter()
+    drawn = system.batch(rows, r, BATCH_SAMPLES, seed=3)
+    seconds = time.perf_counter() - t0
+    return {"batch_s": seconds, "batch_queries": int(rows.shape[0]),
+            "batch_qps": rows.shape[0] / seconds, "batch_drawn": drawn}  # fmt: skip
 
 
 def tune_nprobe(system: Faiss, queries, balls, r: float, target: float) -> tuple[int, dict]:
@@ -323,6 +352,14 @@ def print_table(res: dict) -> list[tuple[str, ...]]:
     row("  the same query again, ms", "latency_again_ms", ".3f", "")
     row("100,000 samples of one query, M/s", "samples_per_s", ".2f", many_target, 1e-6)
     row("  drawn / asked (100,000-sample runs)", "many_drawn_share", ".3f", "1")
+    queries = fp.get("batch_queries", 0)
+    batch_target = "FAISS IVF: not measured"
+    if ivf is not None:
+        ahead = max(fp["batch_qps"], pre["batch_qps"]) / ivf["batch_qps"]
+        batch_target = (f"ahead of FAISS IVF's batched range search; {ahead:.2g}x it: "
+                        f"{verdict(ahead > 1)}")  # fmt: skip
+    row(f"{queries:,} queries x {BATCH_SAMPLES} samples at once, queries/s", "batch_qps", ",.0f",
+        batch_target)  # fmt: skip
     row("build, s", "build_s", ".1f", "")
     row("index bytes beyond the points, per point", "bytes_per_point", ".0f", "")
     row("forget one id, s", "forget_s", ".3f", "")
@@ -401,6 +438,12 @@ def main() -> None:
     ap.add_argument("--store", default=None,
                     help="an existing store of these points to use (it is not ingested again; "
                          "its build time is then unknown, and the forget changes it)")  # fmt: skip
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=10_000,
+        help="queries of the batch row, 10 samples each (default 10,000)",
+    )
     ap.add_argument("--radius-factor", type=float, default=1.0,
                     help="the query radius in units of the store's suggested radius r "
                          "(default 1; the store's range is up to 4 r)")  # fmt: skip
@@ -473,11 +516,14 @@ def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dic
           f"{np.median(sizes):.0f}), brute force {truth_s:.1f} s; lsh {attrs['lsh']}",
           flush=True)  # fmt: skip
     store_bytes = folder_bytes(Path(store))
+    # The batch: the next live rows in hash order (the queries above among them or not).
+    batch_rows = order[: min(args.batch, live.size)].astype(np.int64)
     systems: dict[str, dict] = {}
     for preload in (False, True):
-        fp = Fairpipe(store, preload)
+        fp = Fairpipe(store, preload, r)
         t0 = time.perf_counter()
         m = measure(fp, queries, warm, balls, r)
+        m.update(batch_timed(fp, batch_rows, r))
         m.update(
             build_s=None if build is None else float(build["timings"]["total"]),
             bytes=store_bytes,
@@ -508,6 +554,7 @@ def run(args, store: str, build: dict | None, faiss, exe: str, env: dict) -> dic
         for peer in peers:
             t0 = time.perf_counter()
             m = measure(peer, queries, warm, balls, r)
+            m.update(batch_timed(peer, batch_rows, r))
             m.update(build_s=peer.build_s, bytes=peer.bytes,
                      bytes_per_point=peer.bytes_beyond_points / n)  # fmt: skip
             systems[peer.name] = m

@@ -69,7 +69,9 @@ def bench_many_samples(store: str, count: int, per_query: int = 100_000) -> None
         t0 = time.perf_counter()
         res = reader.sample(query_rows=[int(r)], n_samples=per_query, seed=1, path="flat")
         flat_rates.append(int(res.counts[0]) / (time.perf_counter() - t0))
-        M = reader.preload(reader.suggested_radius).neighbourhood(query_rows=[int(r)], radius=reader.suggested_radius)[0]
+        M = reader.preload(reader.suggested_radius).neighbourhood(
+            query_rows=[int(r)], radius=reader.suggested_radius
+        )[0]
         hood.append(M.size)
         if M.size:  # (a row alone within r: nothing to choose from)
             t0 = time.perf_counter()

@@ -96,6 +96,14 @@ def test_scales_added_to_a_store_with_deltas_and_forgotten_rows_equal_a_fresh_ha
     same_entries(after, expected_entries(session))
     assert not any(np.isin([7, 5002, 3, 4000, 5001], ids).any() for _, ids in after)
 
+    # An append after the extension hashes its rows into every scale's tables.
+    np.save(tmp_path / "c.npy", clusters(300, 5))
+    np.save(tmp_path / "c_ids.npy", np.arange(9000, 9300, dtype=np.int64))
+    run_ingest(str(tmp_path / "c.npy"), str(store), IngestOptions(ids_file=str(tmp_path / "c_ids.npy")),
+               **THREADS)  # fmt: skip
+    session = FairpipeStore.open(str(store)).readonly_session()
+    same_entries(index_entries(session), expected_entries(session))
+
 
 def test_every_radius_of_the_range_reaches_its_ball_and_beyond_it_says_so(prefect_server, tmp_path):
     """At r, 2 r, 4 r and between them, the samples come from (nearly) everyone within the
