@@ -8,7 +8,9 @@ distance profile of its width sample of live rows), draws their hash functions (
 its own draw: the old tables' functions do not change), hashes every live row with the new
 functions only, and writes the new tables into every layer of the index (each layer's rows into
 its own tables, as a build puts them). One commit; a busy store is refused (exit 3) as for any
-write.
+write. It runs in the calling process, on its threads: its time follows the live rows times the
+new tables, and its memory a layer's points (the main layer's: 512 MB at 1M x 128) and the keys
+of ``TABLE_BLOCK`` tables.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from fairpipe.neighbors import (
     scale_radii,
     width_sample_rows,
 )
-from fairpipe.storage.arrays import create_array, open_group, read_array, set_shape
+from fairpipe.storage.arrays import create_array, open_group, read_array, read_rows_at, set_shape
 from fairpipe.storage.formats import store_format
 from fairpipe.storage.layers import layer_arrays, layer_starts, load_lsh
 from fairpipe.storage.lineage import record
@@ -87,7 +89,7 @@ def add_scales(store: FairpipeStore, max_radius: float, lock_timeout: float = 0.
         live = np.flatnonzero(alive)
         ids = read_array(txn.session, "ids")
         sample = live[width_sample_rows(ids[live], int(attrs["seed"]))]
-        profile = DistanceProfile.of(read_array(txn.session, "points")[sample].astype(np.float64))
+        profile = DistanceProfile.of(read_rows_at(txn.session, "points", sample).astype(np.float64))
         target = attrs["lsh"].get("recall_target") or DEFAULT_RECALL
         k, d = int(lsh.n_hashes), int(attrs["d"])
         added = []
