@@ -37,6 +37,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_peers import folder_bytes  # noqa: E402  (the same bytes beyond the points)
+
 from fairpipe.flows.ingest import run_ingest  # noqa: E402
 from fairpipe.flows.options import IngestOptions  # noqa: E402
 from fairpipe.neighbors import (  # noqa: E402
@@ -123,10 +125,6 @@ def ingest(source: str, store: Path, **options) -> tuple[dict, float]:
     t0 = time.perf_counter()
     res = run_ingest(source, str(store), IngestOptions(**options))
     return res, time.perf_counter() - t0
-
-
-def folder_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def run_set(name: str, source: str, extra: dict, folder: Path, n_queries: int) -> dict:

@@ -32,6 +32,7 @@ from fairpipe.neighbors import (
     choose_lsh_parameters,
     choose_scales,
     lsh_recall,
+    max_radius_of,
     scales_params,
     width_sample_rows,
 )
@@ -275,7 +276,7 @@ def recall_line(lsh: dict, radius: float) -> str:
     how = f"chosen for recall {target:.4g}" if target is not None else "given"
     line = f"{how}: expected recall {lsh['expected_recall']:.4g} at radius {radius:.4g}"
     scales = lsh.get("scales") or []
-    top = lsh.get("max_radius", lsh.get("radius"))
+    top = max_radius_of(lsh)
     if len(scales) > 1:
         radii = ", ".join(f"{s[0]:.4g} ({s[2]} tables)" for s in scales)
         line += f"; radius range up to {top:.4g}, in {len(scales)} scales: {radii}"

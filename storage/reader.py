@@ -36,6 +36,7 @@ from fairpipe.neighbors import (
     check_sample_count,
     check_sample_options,
     lsh_recall,
+    max_radius_of,
     mix,
     neighbourhood,
     query_generator,
@@ -62,8 +63,8 @@ DEAD_ROW = "Row {row} (id {id}) of the store {url} has been forgotten; it cannot
 ONE_QUERY = "Give exactly one of queries, query_rows or query_ids."
 # The neighbourhood size a suggested radius aims at (:meth:`StoreReader.suggest_radius`).
 SUGGEST_HOLDING = 50
-# A batch of at least this many queries reads the whole index once (:meth:`StoreReader.preload`)
-# and answers from memory: at 1M x 128, a query new to the reader took about 0.26 s (its buckets'
+# A batch of at least this many queries reads the index of its radius's scale once
+# (:meth:`StoreReader.preload`) and answers from memory: at 1M x 128, a query new to the reader took about 0.26 s (its buckets'
 # segments and candidates read; 10 samples each, 100 ids in one `fairpipe sample
 # --query-ids-file`), and the whole index 8.3 s, so from about 32 queries on, reading it all is
 # faster. The samples are the same either way.
@@ -263,12 +264,11 @@ class StoreReader:
         neither) and ``in_range`` (``radius`` at most that; None where unknown)."""
         lsh = self.lsh
         scale = lsh.scale_for(radius)
-        kept = self.attrs["lsh"]
-        top = kept.get("max_radius", kept.get("radius"))
+        top = max_radius_of(self.attrs["lsh"])
         return {
             "expected_recall": float(lsh_recall(radius, int(lsh.n_hashes), scale.n_tables,
                                                 scale.bucket_width)),
-            "max_radius": None if top is None else float(top),
+            "max_radius": top,
             "in_range": None if top is None else bool(radius <= top * (1 + RADIUS_TOLERANCE)),
         }  # fmt: skip
 

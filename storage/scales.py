@@ -26,10 +26,10 @@ from fairpipe.neighbors import (
     DistanceProfile,
     UnreachableRecall,
     check_projection_size,
-    choose_lsh_parameters,
+    max_radius_of,
     mix,
     pack,
-    scale_radii,
+    scales_above,
     width_sample_rows,
 )
 from fairpipe.storage.arrays import create_array, open_group, read_array, read_rows_at, set_shape
@@ -64,13 +64,6 @@ UNREACHABLE_SCALE = (
 )
 
 
-def max_radius_of(attrs: dict) -> float | None:
-    """The largest radius the store's index keeps its recall target at (None: not recorded)."""
-    kept = attrs["lsh"]
-    top = kept.get("max_radius", kept.get("radius"))
-    return None if top is None else float(top)
-
-
 def add_scales(store: FairpipeStore, max_radius: float, lock_timeout: float = 0.0) -> dict:
     """Extend the store's index to answer every radius up to ``max_radius`` (one commit).
     Returns the new scales (``added``: ``[radius, bucket_width, n_tables]`` each; empty where
@@ -92,16 +85,14 @@ def add_scales(store: FairpipeStore, max_radius: float, lock_timeout: float = 0.
         profile = DistanceProfile.of(read_rows_at(txn.session, "points", sample).astype(np.float64))
         target = attrs["lsh"].get("recall_target") or DEFAULT_RECALL
         k, d = int(lsh.n_hashes), int(attrs["d"])
-        added = []
-        for r in scale_radii(before, float(max_radius))[1:]:
-            try:
-                c = choose_lsh_parameters(profile, r, target, n_rows=max(live.shape[0], 1),
-                                          n_hashes=k, n_features=d)  # fmt: skip
-            except UnreachableRecall as e:
-                raise FairpipeInputError(UNREACHABLE_SCALE.format(
-                    recall=target, radius=f"{r:.6g}", needed=e.needed_text(), k=k,
-                    limit=e.limit)) from None  # fmt: skip
-            added.append([c.radius, c.bucket_width, c.n_tables])
+        try:
+            chosen = scales_above(profile, before, float(max_radius), target,
+                                  n_rows=max(live.shape[0], 1), n_hashes=k, n_features=d)  # fmt: skip
+        except UnreachableRecall as e:
+            raise FairpipeInputError(UNREACHABLE_SCALE.format(
+                recall=target, radius=f"{e.radius:.6g}", needed=e.needed_text(), k=k,
+                limit=e.limit)) from None  # fmt: skip
+        added = [[c.radius, c.bucket_width, c.n_tables] for c in chosen]
         old_tables = int(lsh.n_tables)
         scales = [[s.radius or before, s.bucket_width, s.n_tables] for s in lsh.scales_of()]
         n_tables = old_tables + sum(int(t) for _, _, t in added)
@@ -131,7 +122,7 @@ def add_scales(store: FairpipeStore, max_radius: float, lock_timeout: float = 0.
 def _check_extensible(attrs: dict, url: str) -> float:
     if store_format(attrs) == 1:
         raise FairpipeInputError(FORMAT1.format(url=url))
-    top = max_radius_of(attrs)
+    top = max_radius_of(attrs["lsh"])
     if top is None:
         raise FairpipeInputError(NO_RANGE.format(url=url))
     return top

@@ -80,7 +80,9 @@ from fairpipe.neighbors._parameters import (
     choose_scales,
     collision_probability,
     lsh_recall,
+    max_radius_of,
     scale_radii,
+    scales_above,
     scales_params,
 )
 from fairpipe.neighbors._query_buckets import (
@@ -130,6 +132,6 @@ __all__ = [
     "sketch_bounds", "sketch_points", "sq_distances", "RESIDUAL_EXTRA", "residual_bounds",
     "sketch_levels",
     "coverage", "expected_tv_on_ball", "true_ball", "true_balls", "tv_margin", "DEFAULT_RECALL", "MAX_CHOSEN_TABLES", "TABLE_COST", "DistanceProfile",
-    "EmptyBalls", "LSHChoice", "MaxBelowRadius", "UnreachableRecall", "choose_lsh_parameters", "choose_scales", "scale_radii", "scales_params", "MAX_RADIUS_FACTOR",
+    "EmptyBalls", "LSHChoice", "MaxBelowRadius", "UnreachableRecall", "choose_lsh_parameters", "choose_scales", "scale_radii", "scales_above", "scales_params", "max_radius_of", "MAX_RADIUS_FACTOR",
     "collision_probability", "lsh_recall",
 ]  # fmt: skip

@@ -75,6 +75,7 @@ tie to within that.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -493,13 +494,32 @@ def choose_scales(
                                   max_tables=max_tables, n_features=n_features)  # fmt: skip
     top = (first.radius * MAX_RADIUS_FACTOR if max_radius is None
            else check_positive_float(max_radius, "max_radius", "choose_scales"))  # fmt: skip
-    out = [first]
-    for r in scale_radii(first.radius, top)[1:]:
-        out.append(choose_lsh_parameters(X, r, recall, n_rows=n_rows, n_hashes=first.n_hashes,
-                                         max_tables=max_tables, n_features=n_features))  # fmt: skip
+    out = [first, *scales_above(X, first.radius, top, recall, n_rows=n_rows,
+                                n_hashes=first.n_hashes, max_tables=max_tables,
+                                n_features=n_features)]  # fmt: skip
     if n_features is not None:
         check_projection_size(n_features, first.n_hashes, sum(c.n_tables for c in out))
     return out
+
+
+def scales_above(profile: DistanceProfile, radius: float, max_radius: float, recall: float, *,
+                 n_rows: int | None, n_hashes: int, max_tables: int = MAX_CHOSEN_TABLES,
+                 n_features: int | None = None) -> list[LSHChoice]:  # fmt: skip
+    """The scales of an index above its scale of ``radius``, up to ``max_radius``: one
+    :func:`choose_lsh_parameters` choice with ``n_hashes`` for each radius of
+    :func:`scale_radii` but the first (what :func:`choose_scales` adds to its first scale, and
+    what a store extended to a larger radius adds to its own)."""
+    return [choose_lsh_parameters(profile, r, recall, n_rows=n_rows, n_hashes=n_hashes,
+                                  max_tables=max_tables, n_features=n_features)
+            for r in scale_radii(radius, max_radius)[1:]]  # fmt: skip
+
+
+def max_radius_of(lsh: Mapping) -> float | None:
+    """The largest radius a store's ``lsh`` record keeps its recall target at: its
+    ``max_radius``, or the ``radius`` of a store made before scales (one scale); None where it
+    records neither."""
+    top = lsh.get("max_radius", lsh.get("radius"))
+    return None if top is None else float(top)
 
 
 def scales_params(choices: list[LSHChoice]) -> dict:
